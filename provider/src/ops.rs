@@ -1,0 +1,187 @@
+//! Application-facing operations and their completions.
+//!
+//! These are the only types the libfabric shim hands to the engine: a send or
+//! receive request with an opaque context, and completions that carry the
+//! context back. Buffers are reached through [`MsgBuffer`] so that the engine
+//! can place payload straight into application memory without knowing how
+//! that memory is described (the shim implements it over raw iovecs).
+
+use std::net::SocketAddr;
+
+/// The application's opaque operation context (`void *context` in libfabric),
+/// carried through unchanged.
+pub type Context = u64;
+
+/// A message buffer the engine reads payload from (sends) or writes payload
+/// into (receives), at byte offsets within the message.
+pub trait MsgBuffer: Send {
+    /// Total capacity in bytes.
+    fn len(&self) -> usize;
+    /// True when the buffer holds no bytes.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Copy `out.len()` bytes starting at `offset` into `out`.
+    /// The caller guarantees `offset + out.len() <= self.len()`.
+    fn read_at(&self, offset: usize, out: &mut [u8]);
+    /// Copy `data` into the buffer at `offset`.
+    /// The caller guarantees `offset + data.len() <= self.len()`.
+    fn write_at(&mut self, offset: usize, data: &[u8]);
+    /// Address of the first byte, reported in completions (`buf` field).
+    fn base_addr(&self) -> usize {
+        0
+    }
+}
+
+impl MsgBuffer for Vec<u8> {
+    fn len(&self) -> usize {
+        Vec::len(self)
+    }
+    fn read_at(&self, offset: usize, out: &mut [u8]) {
+        out.copy_from_slice(&self[offset..offset + out.len()]);
+    }
+    fn write_at(&mut self, offset: usize, data: &[u8]) {
+        self[offset..offset + data.len()].copy_from_slice(data);
+    }
+    fn base_addr(&self) -> usize {
+        self.as_ptr() as usize
+    }
+}
+
+/// The payload of a send.
+pub enum Payload {
+    /// Bytes the engine owns (injected data, or a copy the shim made).
+    Owned(Vec<u8>),
+    /// Application memory that stays valid until the send completes.
+    Borrowed(Box<dyn MsgBuffer>),
+}
+
+impl Payload {
+    pub fn len(&self) -> usize {
+        match self {
+            Payload::Owned(v) => v.len(),
+            Payload::Borrowed(b) => b.len(),
+        }
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    pub(crate) fn read_at(&self, offset: usize, out: &mut [u8]) {
+        match self {
+            Payload::Owned(v) => v.read_at(offset, out),
+            Payload::Borrowed(b) => b.read_at(offset, out),
+        }
+    }
+}
+
+/// When a send's completion is generated (libfabric completion levels).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum CompletionLevel {
+    /// FI_INJECT_COMPLETE: the source buffer may be reused. The engine copies
+    /// borrowed payload at post time and completes on the next progress.
+    Inject,
+    /// FI_TRANSMIT_COMPLETE: every packet of the message was acknowledged by
+    /// the peer's delivery layer.
+    #[default]
+    Transmit,
+    /// FI_DELIVERY_COMPLETE: the peer placed the whole message into a matched
+    /// receive buffer (or discarded it on the application's request).
+    Delivery,
+}
+
+/// A message (tagged or untagged) to send.
+pub struct SendOp {
+    pub dest: SocketAddr,
+    pub payload: Payload,
+    /// `Some(tag)` for tagged sends (FI_TAGGED), `None` for FI_MSG sends.
+    pub tag: Option<u64>,
+    /// Remote CQ data delivered with the receive completion (FI_REMOTE_CQ_DATA).
+    pub cq_data: Option<u64>,
+    pub context: Context,
+    pub level: CompletionLevel,
+    /// Generate a completion entry. False for fi_inject and for operations
+    /// without FI_COMPLETION on an endpoint bound with FI_SELECTIVE_COMPLETION.
+    pub signal: bool,
+}
+
+/// How a tagged receive treats a message found in the unexpected queue
+/// (fi_trecvmsg flags FI_PEEK, FI_CLAIM, FI_DISCARD).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct ProbeFlags {
+    pub peek: bool,
+    pub claim: bool,
+    pub discard: bool,
+}
+
+/// A receive buffer posted by the application.
+pub struct RecvOp {
+    /// Only accept messages from this peer (FI_DIRECTED_RECV); `None` = any.
+    pub src: Option<SocketAddr>,
+    /// Tagged receives match only tagged sends and vice versa.
+    pub tagged: bool,
+    pub tag: u64,
+    /// Bits of `tag` that are ignored when matching.
+    pub ignore: u64,
+    pub buffer: Box<dyn MsgBuffer>,
+    pub context: Context,
+    /// Generate a completion entry (see [`SendOp::signal`]).
+    pub signal: bool,
+    /// Peek/claim/discard semantics; all false for a plain receive.
+    pub probe: ProbeFlags,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CompletionKind {
+    Send,
+    Recv,
+}
+
+/// Why an operation completed in error.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CompletionError {
+    /// The message was longer than the receive buffer; `overflow` bytes were
+    /// dropped (FI_ETRUNC, olen = overflow).
+    Truncated { overflow: usize },
+    /// Cancelled by the application (FI_ECANCELED).
+    Canceled,
+    /// FI_PEEK / FI_CLAIM found no matching message (FI_ENOMSG).
+    NoMessage,
+    /// The peer stopped acknowledging; the operation's fate is unknown (FI_EIO).
+    PeerUnreachable,
+}
+
+/// A finished operation, handed back to the application through a CQ.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Completion {
+    pub kind: CompletionKind,
+    pub context: Context,
+    pub tagged: bool,
+    /// Bytes transferred (for receives: bytes placed; for a peek: the
+    /// message's length).
+    pub len: usize,
+    /// Base address of the receive buffer (0 for sends and peeks).
+    pub buf: usize,
+    /// The message's tag (receives).
+    pub tag: u64,
+    /// Remote CQ data carried by the message, if any.
+    pub data: Option<u64>,
+    /// The sender of a received message.
+    pub src: Option<SocketAddr>,
+    pub error: Option<CompletionError>,
+}
+
+impl Completion {
+    pub(crate) fn send(context: Context, tagged: bool, len: usize) -> Self {
+        Completion {
+            kind: CompletionKind::Send,
+            context,
+            tagged,
+            len,
+            buf: 0,
+            tag: 0,
+            data: None,
+            src: None,
+            error: None,
+        }
+    }
+}

@@ -1,0 +1,1 @@
+//! pds (being written)

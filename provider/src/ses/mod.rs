@@ -1,0 +1,1 @@
+//! ses (being written)
