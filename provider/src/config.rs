@@ -121,6 +121,23 @@ impl Config {
     /// field, 32 bits).
     pub const MAX_MSG_SIZE: usize = (u32::MAX as usize) & !0xfff;
 
+    /// The current value of a parameter, by its `PARAMS` name.
+    pub fn get(&self, name: &str) -> Option<ParamValue> {
+        let v = match name {
+            "mtu" => self.mtu as i64,
+            "window" => self.window as i64,
+            "rto_min_us" => self.rto_min_us as i64,
+            "rto_max_us" => self.rto_max_us as i64,
+            "max_retries" => self.max_retries as i64,
+            "sockbuf" => self.sockbuf as i64,
+            "inject_size" => self.inject_size as i64,
+            "spin_before_yield" => self.spin_before_yield as i64,
+            "port" => self.port as i64,
+            _ => return None,
+        };
+        Some(ParamValue::Int(v))
+    }
+
     /// Apply one parameter read by the shim. Unknown names and out-of-range
     /// values are errors so a typo is reported rather than ignored.
     pub fn set(&mut self, name: &str, value: ParamValue) -> Result<(), ConfigError> {
@@ -160,13 +177,12 @@ mod tests {
 
     #[test]
     fn every_param_has_a_setter() {
+        let defaults = Config::default();
         for p in PARAMS {
-            let v = match p.kind {
-                ParamKind::Int => ParamValue::Int(1024),
-                ParamKind::Bool => ParamValue::Bool(true),
-                ParamKind::Str => ParamValue::Str(String::new()),
-            };
-            Config::default().set(p.name, v).unwrap();
+            let v = defaults.get(p.name).expect(p.name);
+            let mut c = Config::default();
+            c.set(p.name, v).unwrap();
+            assert_eq!(c, defaults, "{}", p.name);
         }
     }
 

@@ -152,11 +152,9 @@ impl Endpoint {
     fn send_datagram(&mut self, t: &Transmit) -> bool {
         match self.socket.send_to(&self.tx_buf[..t.len], t.dest) {
             Ok(_) => true,
-            Err(e) if e.kind() == ErrorKind::WouldBlock => {
-                // Keep the bytes: the transmit buffer is reused by the engine.
-                self.engine.requeue(t);
-                false
-            }
+            // The bytes stay in `tx_buf`: `flush` stops pulling from the
+            // engine until this datagram is out.
+            Err(e) if e.kind() == ErrorKind::WouldBlock => false,
             // Any other error (peer gone, unreachable) is a lost datagram;
             // retransmission or the peer timeout deals with it.
             Err(_) => true,

@@ -1,1 +1,124 @@
-//! ses (being written)
+//! Semantic sublayer: messages and tag matching.
+//!
+//! Outgoing messages ([`TxMessage`]) are segmented lazily as the window
+//! opens. Incoming messages ([`Inbound`]) are matched against posted receives
+//! strictly in the sender's message order, even though their packets may
+//! arrive in any order; until a message is matched its payload is staged,
+//! afterwards it is written straight into the application's buffer.
+
+pub mod matching;
+
+pub use matching::{tag_matches, PostedQueues, Unexpected};
+
+use crate::ops::{CompletionLevel, Context, Payload, RecvOp};
+
+/// What a message's header says (from whichever packet arrived first).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MsgHeader {
+    pub tagged: bool,
+    pub tag: u64,
+    pub len: u64,
+    /// Remote CQ data; carried by the first packet only.
+    pub cq_data: Option<u64>,
+    /// The sender asked for delivery completion (an SES response).
+    pub want_response: bool,
+}
+
+/// An outgoing message and its progress.
+pub struct TxMessage {
+    pub tagged: bool,
+    pub tag: u64,
+    pub cq_data: Option<u64>,
+    pub payload: Payload,
+    pub context: Context,
+    pub level: CompletionLevel,
+    pub signal: bool,
+    /// Bytes already cut into packets.
+    pub next_offset: u64,
+    /// The first packet went out (a zero-length message has exactly one).
+    pub started: bool,
+    /// Packets sent and not yet acknowledged.
+    pub unacked_packets: u32,
+    /// The application already got its completion.
+    pub completed: bool,
+    /// The peer's SES response arrived (delivery complete).
+    pub delivered: bool,
+}
+
+impl TxMessage {
+    pub fn len(&self) -> u64 {
+        self.payload.len() as u64
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    pub fn fully_sent(&self) -> bool {
+        self.started && self.next_offset >= self.len()
+    }
+
+    pub fn fully_acked(&self) -> bool {
+        self.fully_sent() && self.unacked_packets == 0
+    }
+}
+
+/// Where the payload of an incoming message goes.
+pub enum InboundState {
+    /// Earlier messages of this peer are not matched yet, or it sits in the
+    /// unexpected queue: payload is staged here.
+    Staged(Vec<u8>),
+    /// In the unexpected queue (staged; `Unexpected` entries refer to it).
+    Unexpected(Vec<u8>),
+    /// Matched: payload goes straight into the application's buffer.
+    Posted(RecvOp),
+    /// The application discarded it (FI_DISCARD): payload is dropped.
+    Discard,
+}
+
+/// An incoming message being received.
+pub struct Inbound {
+    /// Position in the sender's message order.
+    pub seq: u64,
+    pub header: MsgHeader,
+    /// Payload bytes received so far (each packet counted once).
+    pub received: u64,
+    pub state: InboundState,
+}
+
+impl Inbound {
+    pub fn complete(&self) -> bool {
+        self.received >= self.header.len
+    }
+
+    /// Store one packet's payload at `offset` (already bounds-checked
+    /// against the header's length).
+    pub fn place(&mut self, offset: u64, data: &[u8]) {
+        self.received += data.len() as u64;
+        match &mut self.state {
+            InboundState::Staged(stage) | InboundState::Unexpected(stage) => {
+                if data.is_empty() {
+                    return;
+                }
+                if stage.is_empty() {
+                    stage.resize(self.header.len as usize, 0);
+                }
+                let o = offset as usize;
+                stage[o..o + data.len()].copy_from_slice(data);
+            }
+            InboundState::Posted(recv) => write_clipped(recv, offset, data),
+            InboundState::Discard => {}
+        }
+    }
+}
+
+/// Write into a receive buffer, dropping what lies past its end (the
+/// truncation is reported when the message completes).
+pub fn write_clipped(recv: &mut RecvOp, offset: u64, data: &[u8]) {
+    let cap = recv.buffer.len() as u64;
+    if offset >= cap {
+        return;
+    }
+    let n = (cap - offset).min(data.len() as u64) as usize;
+    recv.buffer.write_at(offset as usize, &data[..n]);
+}

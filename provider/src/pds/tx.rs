@@ -1,0 +1,336 @@
+//! Sender side of a PDC: PSN allocation, the retransmission buffer, ACK
+//! processing and the retransmission timer.
+
+use std::collections::VecDeque;
+
+use super::{psn_le, psn_lt};
+use crate::wire::AckRepr;
+
+/// What an unacknowledged PSN carried, so it can be rebuilt for a
+/// retransmission without keeping the packet bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SlotKind {
+    /// A slice of an outgoing message.
+    Data { msg_id: u16, offset: u64, len: u32 },
+    /// An SES response for a message the peer sent us.
+    Response { msg_id: u16, len: u32 },
+}
+
+#[derive(Clone, Copy, Debug)]
+pub struct TxSlot {
+    pub kind: SlotKind,
+    pub sent_at: u64,
+    pub retries: u32,
+    pub acked: bool,
+    /// Already queued for retransmission and not yet resent.
+    pub queued: bool,
+}
+
+/// Result of processing one ACK.
+#[derive(Debug, Default)]
+pub struct AckOutcome {
+    /// Slots acknowledged for the first time, in PSN order.
+    pub newly_acked: Vec<SlotKind>,
+    /// A round-trip sample (ns) from the triggering PSN, when valid.
+    pub rtt_sample: Option<u64>,
+}
+
+/// Sender state of one PDC.
+#[derive(Debug)]
+pub struct TxPdc {
+    pub local_id: u16,
+    /// The receiver's PDC ID, learned from its first ACK; until then every
+    /// packet carries SYN.
+    pub remote_id: Option<u16>,
+    pub start_psn: u32,
+    /// PSN of `slots[0]`: the oldest unacknowledged packet.
+    base: u32,
+    slots: VecDeque<TxSlot>,
+    /// PSNs waiting to be retransmitted, oldest first.
+    pub retransmit: VecDeque<u32>,
+    srtt: u64,
+    rttvar: u64,
+    /// Earliest instant a slot's timer can expire (0 = none armed).
+    pub rto_due: u64,
+}
+
+impl TxPdc {
+    pub fn new(local_id: u16, start_psn: u32) -> TxPdc {
+        TxPdc {
+            local_id,
+            remote_id: None,
+            start_psn,
+            base: start_psn,
+            slots: VecDeque::new(),
+            retransmit: VecDeque::new(),
+            srtt: 0,
+            rttvar: 0,
+            rto_due: 0,
+        }
+    }
+
+    /// Packets sent and not yet acknowledged (the window in use).
+    pub fn in_flight(&self) -> usize {
+        self.slots.len()
+    }
+
+    pub fn next_psn(&self) -> u32 {
+        self.base.wrapping_add(self.slots.len() as u32)
+    }
+
+    /// Offset of a PSN from the start PSN, for the SYN field (12 bits).
+    pub fn syn_offset(&self, psn: u32) -> Option<u16> {
+        let off = psn.wrapping_sub(self.start_psn);
+        (off <= 0xfff).then_some(off as u16)
+    }
+
+    /// Record a new packet; returns its PSN.
+    pub fn push(&mut self, kind: SlotKind, now: u64, rto: u64) -> u32 {
+        let psn = self.next_psn();
+        self.slots.push_back(TxSlot {
+            kind,
+            sent_at: now,
+            retries: 0,
+            acked: false,
+            queued: false,
+        });
+        if self.rto_due == 0 {
+            self.rto_due = now + rto;
+        }
+        psn
+    }
+
+    pub fn slot(&self, psn: u32) -> Option<&TxSlot> {
+        let i = psn.wrapping_sub(self.base) as usize;
+        self.slots.get(i)
+    }
+
+    fn slot_mut(&mut self, psn: u32) -> Option<&mut TxSlot> {
+        let i = psn.wrapping_sub(self.base) as usize;
+        self.slots.get_mut(i)
+    }
+
+    /// Mark a queued retransmission as sent again; returns the slot to rebuild.
+    pub fn resend(&mut self, psn: u32, now: u64) -> Option<TxSlot> {
+        let slot = self.slot_mut(psn)?;
+        if slot.acked {
+            return None;
+        }
+        slot.queued = false;
+        slot.retries += 1;
+        slot.sent_at = now;
+        Some(*slot)
+    }
+
+    /// The retransmission timeout for a packet retried `retries` times.
+    pub fn rto(&self, min: u64, max: u64, retries: u32) -> u64 {
+        rto_for(self.srtt, self.rttvar, min, max, retries)
+    }
+
+    fn rtt_update(&mut self, sample: u64) {
+        if self.srtt == 0 {
+            self.srtt = sample;
+            self.rttvar = sample / 2;
+        } else {
+            let err = self.srtt.abs_diff(sample);
+            self.rttvar = (3 * self.rttvar + err) / 4;
+            self.srtt = (7 * self.srtt + sample) / 8;
+        }
+    }
+
+    /// Apply an ACK: cumulative PSN plus SACK bitmap.
+    pub fn on_ack(&mut self, ack: &AckRepr, now: u64) -> AckOutcome {
+        let mut out = AckOutcome::default();
+        if self.remote_id.is_none() {
+            self.remote_id = Some(ack.spdcid);
+        }
+        let end = self.next_psn();
+        // An ACK for PSNs never sent is bogus: ignore it whole.
+        if !psn_lt(ack.cack_psn, end) {
+            return out;
+        }
+        let trigger = ack.cack_psn.wrapping_add(ack.ack_psn_offset as i32 as u32);
+        if let Some(s) = self.slot(trigger) {
+            // Karn: only packets sent once give a valid sample.
+            if !s.acked && s.retries == 0 && now >= s.sent_at {
+                out.rtt_sample = Some(now - s.sent_at);
+            }
+        }
+        if psn_le(self.base, ack.cack_psn) {
+            let upto = ack.cack_psn.wrapping_sub(self.base) as usize + 1;
+            for s in self.slots.iter_mut().take(upto) {
+                if !s.acked {
+                    s.acked = true;
+                    out.newly_acked.push(s.kind);
+                }
+            }
+        }
+        let sack_base = ack.cack_psn.wrapping_add(ack.sack_offset as i32 as u32);
+        let mut bits = ack.sack_bitmap;
+        while bits != 0 {
+            let i = bits.trailing_zeros();
+            bits &= bits - 1;
+            let psn = sack_base.wrapping_add(i);
+            if psn_lt(psn, end) && psn_le(self.base, psn) {
+                if let Some(s) = self.slot_mut(psn) {
+                    if !s.acked {
+                        s.acked = true;
+                        out.newly_acked.push(s.kind);
+                    }
+                }
+            }
+        }
+        // SACK-driven recovery: a hole with at least three packets acked
+        // above it is lost (loopback only loses on socket overflow), unless
+        // it was resent less than a round trip ago.
+        if ack.sack_bitmap != 0 {
+            let highest = sack_base.wrapping_add(63 - ack.sack_bitmap.leading_zeros());
+            let srtt = self.srtt.max(1);
+            let mut psn = self.base;
+            while psn_lt(psn.wrapping_add(2), highest) {
+                if let Some(s) = self.slot_mut(psn) {
+                    if !s.acked && !s.queued && now.saturating_sub(s.sent_at) > srtt {
+                        s.queued = true;
+                        self.retransmit.push_back(psn);
+                    }
+                }
+                psn = psn.wrapping_add(1);
+            }
+        }
+        while self.slots.front().is_some_and(|s| s.acked) {
+            self.slots.pop_front();
+            self.base = self.base.wrapping_add(1);
+        }
+        if let Some(sample) = out.rtt_sample {
+            self.rtt_update(sample);
+        }
+        if self.slots.is_empty() {
+            self.rto_due = 0;
+        }
+        out
+    }
+
+    /// Queue every packet whose timer expired. Returns the highest retry
+    /// count among them, so the caller can give up on a dead peer.
+    pub fn on_timeout(&mut self, now: u64, min: u64, max: u64) -> u32 {
+        let mut worst = 0;
+        let mut next_due = u64::MAX;
+        let (srtt, rttvar) = (self.srtt, self.rttvar);
+        let rto = |retries: u32| rto_for(srtt, rttvar, min, max, retries);
+        for i in 0..self.slots.len() {
+            let s = &mut self.slots[i];
+            if s.acked || s.queued {
+                continue;
+            }
+            let due = s.sent_at + rto(s.retries);
+            if due <= now {
+                s.queued = true;
+                worst = worst.max(s.retries + 1);
+                self.retransmit.push_back(self.base.wrapping_add(i as u32));
+                next_due = next_due.min(now + rto(s.retries + 1));
+            } else {
+                next_due = next_due.min(due);
+            }
+        }
+        self.rto_due = if next_due == u64::MAX { 0 } else { next_due };
+        worst
+    }
+
+    /// Forget every packet (the peer is gone); returns what they carried.
+    pub fn abandon(&mut self) -> Vec<SlotKind> {
+        self.retransmit.clear();
+        self.rto_due = 0;
+        let kinds = self
+            .slots
+            .iter()
+            .filter(|s| !s.acked)
+            .map(|s| s.kind)
+            .collect();
+        self.base = self.base.wrapping_add(self.slots.len() as u32);
+        self.slots.clear();
+        kinds
+    }
+}
+
+/// RFC 6298 timeout (srtt + 4 rttvar, clamped), doubled per retry.
+fn rto_for(srtt: u64, rttvar: u64, min: u64, max: u64, retries: u32) -> u64 {
+    let base = if srtt == 0 {
+        min
+    } else {
+        (srtt + 4 * rttvar).clamp(min, max)
+    };
+    base.saturating_mul(1u64 << retries.min(20)).min(max)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn data(i: u32) -> SlotKind {
+        SlotKind::Data {
+            msg_id: 0,
+            offset: i as u64 * 100,
+            len: 100,
+        }
+    }
+
+    fn ack(cack: u32, bitmap: u64) -> AckRepr {
+        AckRepr {
+            cack_psn: cack,
+            sack_offset: 1,
+            sack_bitmap: bitmap,
+            spdcid: 5,
+            ..AckRepr::default()
+        }
+    }
+
+    #[test]
+    fn cumulative_and_selective() {
+        let mut tx = TxPdc::new(1, u32::MAX - 1);
+        for i in 0..6 {
+            tx.push(data(i), 0, 1000);
+        }
+        // cack = start (u32::MAX - 1), SACK the packets at +2 and +4.
+        let out = tx.on_ack(&ack(u32::MAX - 1, 0b1010), 10);
+        assert_eq!(out.newly_acked.len(), 3);
+        assert_eq!(tx.remote_id, Some(5));
+        assert_eq!(tx.in_flight(), 5);
+        let out = tx.on_ack(&ack(3, 0), 20);
+        assert_eq!(out.newly_acked.len(), 3);
+        assert_eq!(tx.in_flight(), 0);
+        assert_eq!(tx.rto_due, 0);
+    }
+
+    #[test]
+    fn bogus_ack_ignored() {
+        let mut tx = TxPdc::new(1, 100);
+        tx.push(data(0), 0, 1000);
+        assert!(tx.on_ack(&ack(500, 0), 5).newly_acked.is_empty());
+        assert_eq!(tx.in_flight(), 1);
+    }
+
+    #[test]
+    fn timeout_backs_off() {
+        let mut tx = TxPdc::new(1, 0);
+        tx.push(data(0), 0, 1000);
+        assert_eq!(tx.on_timeout(999, 1000, 8000), 0);
+        assert_eq!(tx.on_timeout(1000, 1000, 8000), 1);
+        assert_eq!(tx.retransmit.pop_front(), Some(0));
+        let s = tx.resend(0, 1000).unwrap();
+        assert_eq!(s.retries, 1);
+        // Second timer is twice as long.
+        assert_eq!(tx.on_timeout(2999, 1000, 8000), 0);
+        assert_eq!(tx.on_timeout(3000, 1000, 8000), 2);
+    }
+
+    #[test]
+    fn sack_hole_is_retransmitted() {
+        let mut tx = TxPdc::new(1, 0);
+        for i in 0..8 {
+            tx.push(data(i), 0, 1000);
+        }
+        // PSN 0 arrived, 1 lost, 2..=5 arrived.
+        tx.on_ack(&ack(0, 0b11110), 100);
+        assert_eq!(tx.retransmit.iter().copied().collect::<Vec<_>>(), vec![1]);
+    }
+}

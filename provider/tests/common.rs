@@ -1,0 +1,49 @@
+//! Helpers shared by the integration tests.
+#![allow(dead_code)]
+
+use std::net::SocketAddr;
+
+use uet::{Completion, CompletionLevel, Payload, ProbeFlags, RecvOp, SendOp};
+
+/// Bytes that depend on the message and position, so misplacement shows.
+pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
+    (0..len)
+        .map(|i| {
+            ((i as u64)
+                .wrapping_mul(31)
+                .wrapping_add(seed.wrapping_mul(7))
+                % 251) as u8
+        })
+        .collect()
+}
+
+pub fn send(dest: SocketAddr, data: Vec<u8>, tag: Option<u64>, context: u64) -> SendOp {
+    SendOp {
+        dest,
+        payload: Payload::Owned(data),
+        tag,
+        cq_data: None,
+        context,
+        level: CompletionLevel::Transmit,
+        signal: true,
+    }
+}
+
+pub fn recv(len: usize, tag: Option<u64>, context: u64) -> RecvOp {
+    RecvOp {
+        src: None,
+        tagged: tag.is_some(),
+        tag: tag.unwrap_or(0),
+        ignore: 0,
+        buffer: Box::new(vec![0u8; len]),
+        context,
+        signal: true,
+        probe: ProbeFlags::default(),
+    }
+}
+
+/// The receive buffer of a completion, recovered from its address. Tests
+/// own the Vec through a side table instead: see `Receiver`.
+pub fn ok(c: &Completion) -> bool {
+    c.error.is_none()
+}

@@ -1,0 +1,183 @@
+//! Two real endpoints over UDP on 127.0.0.1.
+
+mod common;
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::{pattern, send};
+use uet::{CompletionError, CompletionKind, Config, Endpoint, MsgBuffer, ProbeFlags, RecvOp};
+
+/// A receive buffer the test can read after completion.
+#[derive(Clone)]
+struct Shared(Arc<Mutex<Vec<u8>>>);
+
+impl MsgBuffer for Shared {
+    fn len(&self) -> usize {
+        self.0.lock().unwrap().len()
+    }
+    fn read_at(&self, offset: usize, out: &mut [u8]) {
+        out.copy_from_slice(&self.0.lock().unwrap()[offset..offset + out.len()]);
+    }
+    fn write_at(&mut self, offset: usize, data: &[u8]) {
+        self.0.lock().unwrap()[offset..offset + data.len()].copy_from_slice(data);
+    }
+}
+
+fn pair() -> (Endpoint, Endpoint) {
+    let cfg = Config::default();
+    let a = Endpoint::bind(&cfg, "127.0.0.1:0".parse().unwrap()).unwrap();
+    let b = Endpoint::bind(&cfg, "127.0.0.1:0".parse().unwrap()).unwrap();
+    (a, b)
+}
+
+/// Progress both until `n` completions arrived at each side's filter.
+fn drive(a: &mut Endpoint, b: &mut Endpoint, want: usize) -> Vec<uet::Completion> {
+    let mut got = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while got.len() < want {
+        assert!(
+            Instant::now() < deadline,
+            "hung with {} of {want} completions",
+            got.len()
+        );
+        a.progress();
+        b.progress();
+        while let Some(c) = a.poll_completion() {
+            got.push(c);
+        }
+        while let Some(c) = b.poll_completion() {
+            got.push(c);
+        }
+    }
+    got
+}
+
+fn shared_recv(len: usize, tag: Option<u64>, context: u64) -> (RecvOp, Shared) {
+    let buf = Shared(Arc::new(Mutex::new(vec![0u8; len])));
+    let op = RecvOp {
+        src: None,
+        tagged: tag.is_some(),
+        tag: tag.unwrap_or(0),
+        ignore: 0,
+        buffer: Box::new(buf.clone()),
+        context,
+        signal: true,
+        probe: ProbeFlags::default(),
+    };
+    (op, buf)
+}
+
+#[test]
+fn sizes_expected_and_unexpected() {
+    let (mut a, mut b) = pair();
+    let dest = b.local_addr();
+    for (i, &len) in [0usize, 1, 100, 8944, 8945, 65536, 1 << 20, 5_000_003]
+        .iter()
+        .enumerate()
+    {
+        let data = pattern(i as u64, len);
+        let (op, buf) = shared_recv(len, Some(i as u64), 1000 + i as u64);
+        let expected = i % 2 == 0;
+        if expected {
+            b.recv(op).unwrap();
+            a.send(send(dest, data.clone(), Some(i as u64), i as u64))
+                .unwrap();
+        } else {
+            a.send(send(dest, data.clone(), Some(i as u64), i as u64))
+                .unwrap();
+            drive(&mut a, &mut b, 1);
+            b.recv(op).unwrap();
+        }
+        if expected {
+            let cs = drive(&mut a, &mut b, 2);
+            assert!(cs
+                .iter()
+                .any(|c| c.kind == CompletionKind::Send && c.context == i as u64));
+            let r = cs.iter().find(|c| c.kind == CompletionKind::Recv).unwrap();
+            assert_eq!(
+                (r.len, r.tag, r.src, r.error),
+                (len, i as u64, Some(a.local_addr()), None)
+            );
+        } else {
+            let cs = drive(&mut a, &mut b, 1);
+            assert_eq!(cs[0].len, len);
+        }
+        assert!(*buf.0.lock().unwrap() == data, "size {len} corrupted");
+    }
+}
+
+#[test]
+fn same_tag_messages_match_in_send_order() {
+    let (mut a, mut b) = pair();
+    let dest = b.local_addr();
+    let n = 300;
+    for i in 0..n {
+        a.send(send(dest, (i as u32).to_le_bytes().to_vec(), Some(5), i))
+            .unwrap();
+    }
+    let mut bufs = Vec::new();
+    for i in 0..n {
+        let (op, buf) = shared_recv(4, Some(5), 10_000 + i);
+        b.recv(op).unwrap();
+        bufs.push(buf);
+    }
+    drive(&mut a, &mut b, 2 * n as usize);
+    for (i, buf) in bufs.iter().enumerate() {
+        assert_eq!(*buf.0.lock().unwrap(), (i as u32).to_le_bytes().to_vec());
+    }
+}
+
+#[test]
+fn truncation_cancel_and_peek() {
+    let (mut a, mut b) = pair();
+    let dest = b.local_addr();
+    let (op, buf) = shared_recv(100, Some(1), 77);
+    b.recv(op).unwrap();
+    a.send(send(dest, pattern(3, 1000), Some(1), 1)).unwrap();
+    let cs = drive(&mut a, &mut b, 2);
+    let r = cs.iter().find(|c| c.kind == CompletionKind::Recv).unwrap();
+    assert_eq!(r.error, Some(CompletionError::Truncated { overflow: 900 }));
+    assert_eq!(*buf.0.lock().unwrap(), pattern(3, 1000)[..100].to_vec());
+
+    let (op, _) = shared_recv(10, Some(9), 88);
+    b.recv(op).unwrap();
+    assert!(b.cancel(88));
+    assert!(!b.cancel(88));
+    let c = b.poll_completion().unwrap();
+    assert_eq!((c.context, c.error), (88, Some(CompletionError::Canceled)));
+
+    // Peek with nothing there, then peek+claim, then claim.
+    let (mut op, _) = shared_recv(10, Some(4), 90);
+    op.probe.peek = true;
+    b.recv(op).unwrap();
+    assert_eq!(
+        b.poll_completion().unwrap().error,
+        Some(CompletionError::NoMessage)
+    );
+    a.send(send(dest, pattern(4, 10), Some(4), 2)).unwrap();
+    drive(&mut a, &mut b, 1);
+    let (mut op, _) = shared_recv(0, Some(4), 91);
+    op.probe = ProbeFlags {
+        peek: true,
+        claim: true,
+        discard: false,
+    };
+    b.recv(op).unwrap();
+    let c = b.poll_completion().unwrap();
+    assert_eq!((c.len, c.tag, c.error), (10, 4, None));
+    // A plain receive does not get the claimed message.
+    let (op, _) = shared_recv(10, Some(4), 92);
+    b.recv(op).unwrap();
+    assert!(b.poll_completion().is_none());
+    let (mut op, buf) = shared_recv(10, Some(4), 91);
+    op.probe = ProbeFlags {
+        peek: false,
+        claim: true,
+        discard: false,
+    };
+    b.recv(op).unwrap();
+    let c = b.poll_completion().unwrap();
+    assert_eq!((c.context, c.len, c.error), (91, 10, None));
+    assert_eq!(*buf.0.lock().unwrap(), pattern(4, 10));
+}
