@@ -40,8 +40,14 @@ impl Endpoint {
         let socket = open_socket(config, addr)?;
         let local = socket.local_addr()?;
         let seed = seed_from(local);
+        let mut engine = Engine::new(config, local, seed);
+        // The peer runs the same configuration, so our own receive buffer is
+        // the best guess of how many packets it can absorb before the kernel
+        // drops them; a larger window only turns into retransmissions.
+        let rcvbuf = socket2::SockRef::from(&socket).recv_buffer_size()?;
+        engine.set_window(config.window.min(rcvbuf / kernel_cost(config.mtu)).max(4));
         Ok(Endpoint {
-            engine: Engine::new(config, local, seed),
+            engine,
             socket,
             local,
             epoch: Instant::now(),
@@ -160,6 +166,12 @@ impl Endpoint {
             Err(_) => true,
         }
     }
+}
+
+/// Receive-buffer bytes the kernel charges for one datagram of `mtu` bytes
+/// (payload plus skb overhead, rounded the way loopback allocates).
+fn kernel_cost(mtu: usize) -> usize {
+    mtu + mtu / 4 + 1024
 }
 
 fn open_socket(config: &Config, addr: SocketAddr) -> Result<UdpSocket> {
