@@ -181,3 +181,69 @@ fn truncation_cancel_and_peek() {
     assert_eq!((c.context, c.len, c.error), (91, 10, None));
     assert_eq!(*buf.0.lock().unwrap(), pattern(4, 10));
 }
+
+#[test]
+fn completion_levels_and_cq_data() {
+    let (mut a, mut b) = pair();
+    let dest = b.local_addr();
+    for (i, level) in [
+        uet::CompletionLevel::Inject,
+        uet::CompletionLevel::Transmit,
+        uet::CompletionLevel::Delivery,
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let mut op = send(dest, pattern(i as u64, 30_000), None, i as u64);
+        op.level = level;
+        op.cq_data = Some(0xfeed_0000 + i as u64);
+        a.send(op).unwrap();
+        if level == uet::CompletionLevel::Inject {
+            // Complete at once: the data was copied.
+            assert_eq!(a.poll_completion().map(|c| c.context), Some(0));
+        }
+        if level == uet::CompletionLevel::Delivery {
+            // Nothing is posted yet, so delivery cannot complete however
+            // long the engines run.
+            for _ in 0..2000 {
+                a.progress();
+                b.progress();
+            }
+            assert!(
+                a.poll_completion().is_none(),
+                "delivery completed before the receive was posted"
+            );
+        }
+        let (op, buf) = shared_recv(30_000, None, 100 + i as u64);
+        b.recv(op).unwrap();
+        let want = if level == uet::CompletionLevel::Inject {
+            1
+        } else {
+            2
+        };
+        let cs = drive(&mut a, &mut b, want);
+        let r = cs.iter().find(|c| c.kind == CompletionKind::Recv).unwrap();
+        assert_eq!(r.data, Some(0xfeed_0000 + i as u64));
+        assert!(!r.tagged);
+        assert_eq!(*buf.0.lock().unwrap(), pattern(i as u64, 30_000));
+    }
+}
+
+#[test]
+fn msg_and_tagged_queues_are_separate() {
+    let (mut a, mut b) = pair();
+    let dest = b.local_addr();
+    let (tagged_op, tagged_buf) = shared_recv(8, Some(3), 1);
+    b.recv(tagged_op).unwrap();
+    a.send(send(dest, vec![1; 8], None, 10)).unwrap();
+    a.send(send(dest, vec![2; 8], Some(3), 11)).unwrap();
+    let cs = drive(&mut a, &mut b, 3);
+    let r = cs.iter().find(|c| c.kind == CompletionKind::Recv).unwrap();
+    assert_eq!(r.context, 1);
+    assert_eq!(*tagged_buf.0.lock().unwrap(), vec![2; 8]);
+    // The untagged message waits for an untagged receive.
+    let (op, buf) = shared_recv(8, None, 2);
+    b.recv(op).unwrap();
+    assert_eq!(b.poll_completion().map(|c| c.context), Some(2));
+    assert_eq!(*buf.0.lock().unwrap(), vec![1; 8]);
+}
