@@ -247,3 +247,43 @@ fn msg_and_tagged_queues_are_separate() {
     assert_eq!(b.poll_completion().map(|c| c.context), Some(2));
     assert_eq!(*buf.0.lock().unwrap(), vec![1; 8]);
 }
+
+#[test]
+fn silent_peer_fails_the_send() {
+    let cfg = Config {
+        rto_min_us: 200,
+        rto_max_us: 2000,
+        max_retries: 5,
+        ..Config::default()
+    };
+    let mut a = Endpoint::bind(&cfg, "127.0.0.1:0".parse().unwrap()).unwrap();
+    // Bind and drop a socket to get a port nobody listens on.
+    let dead = std::net::UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    a.send(send(dead, pattern(1, 50_000), Some(1), 7)).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let c = loop {
+        assert!(
+            Instant::now() < deadline,
+            "send to a dead peer never failed"
+        );
+        a.progress();
+        if let Some(c) = a.poll_completion() {
+            break c;
+        }
+    };
+    assert_eq!(
+        (c.context, c.error),
+        (7, Some(CompletionError::PeerUnreachable))
+    );
+    // The endpoint still works for other peers afterwards.
+    let mut b = Endpoint::bind(&cfg, "127.0.0.1:0".parse().unwrap()).unwrap();
+    let (op, buf) = shared_recv(10, None, 1);
+    b.recv(op).unwrap();
+    a.send(send(b.local_addr(), pattern(2, 10), None, 8))
+        .unwrap();
+    drive(&mut a, &mut b, 2);
+    assert_eq!(*buf.0.lock().unwrap(), pattern(2, 10));
+}
