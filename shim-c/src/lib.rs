@@ -1,1 +1,95 @@
-//! being written
+//! `libuet-fi.so`: the libfabric ABI of the uet provider.
+//!
+//! libfabric dlopens this library from `FI_PROVIDER_PATH` and calls
+//! [`fi_prov_ini`]. Everything here is mechanical translation: fid objects
+//! and their ops tables, argument checks, error numbers, and the bookkeeping
+//! of address vectors, completion queues, event queues and memory regions.
+//! The transport itself is the `uet` crate.
+//!
+//! Each fid object is a `#[repr(C)]` struct whose first field is the public
+//! libfabric struct, so the `fid` pointer libfabric hands back is also a
+//! pointer to ours. Shared state lives behind `Arc`s, so objects may be closed
+//! in any order without dangling references.
+
+pub mod bindings;
+
+mod addr;
+mod av;
+mod buffers;
+mod cq;
+mod domain;
+mod endpoint;
+mod eq;
+mod errors;
+mod fabric;
+mod getinfo;
+mod log;
+mod mr;
+mod msg;
+mod object;
+mod params;
+mod tagged;
+
+use std::ptr;
+use std::sync::OnceLock;
+
+use bindings::*;
+
+/// Provider name as libfabric reports it (`fi_info -p uet`).
+pub(crate) const PROV_NAME: &std::ffi::CStr = c"uet";
+/// Fabric name reported in `fabric_attr->name`.
+pub(crate) const FABRIC_NAME: &str = "uet";
+/// Domain name reported in `domain_attr->name`.
+pub(crate) const DOMAIN_NAME: &str = "udp";
+
+/// `FI_VERSION(major, minor)`.
+pub(crate) const fn fi_version(major: u32, minor: u32) -> u32 {
+    (major << 16) | minor
+}
+
+/// The provider's own version.
+pub(crate) const PROV_VERSION: u32 = fi_version(0, 1);
+/// The libfabric API version of the headers this library was built against.
+pub(crate) const API_VERSION: u32 = fi_version(FI_MAJOR_VERSION, FI_MINOR_VERSION);
+
+/// The writable provider struct handed to libfabric (the core stores its own
+/// context in it), leaked once and shared by every later call.
+struct ProviderPtr(*mut fi_provider);
+// SAFETY: the pointer is written once (inside OnceLock) and afterwards only
+// passed to libfabric, which synchronises its own use of the struct.
+unsafe impl Send for ProviderPtr {}
+// SAFETY: as above; Rust code never dereferences it after initialisation.
+unsafe impl Sync for ProviderPtr {}
+
+static PROVIDER: OnceLock<ProviderPtr> = OnceLock::new();
+
+/// The provider struct, for fi_param_* and fi_log calls.
+pub(crate) fn provider() -> *mut fi_provider {
+    PROVIDER.get().map_or(ptr::null_mut(), |p| p.0)
+}
+
+extern "C" fn cleanup() {}
+
+/// Entry point libfabric looks up after dlopen.
+#[no_mangle]
+pub extern "C" fn fi_prov_ini() -> *mut fi_provider {
+    let r = std::panic::catch_unwind(|| {
+        PROVIDER
+            .get_or_init(|| {
+                let prov = Box::new(fi_provider {
+                    version: PROV_VERSION,
+                    fi_version: API_VERSION,
+                    context: fi_context::default(),
+                    name: PROV_NAME.as_ptr(),
+                    getinfo: Some(getinfo::uet_getinfo),
+                    fabric: Some(fabric::uet_fabric),
+                    cleanup: Some(cleanup),
+                });
+                let p = Box::into_raw(prov);
+                params::define(p);
+                ProviderPtr(p)
+            })
+            .0
+    });
+    r.unwrap_or(ptr::null_mut())
+}

@@ -1,0 +1,147 @@
+//! The domain object: opens AVs, CQs, endpoints and memory regions, and holds
+//! the configuration they share.
+
+use std::os::raw::{c_int, c_void};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use uet::Config;
+
+use crate::addr::{self, Family};
+use crate::bindings::*;
+use crate::errors::{guard, ret_int, unsupported};
+use crate::object::{self, fid_ops, ops_ptr};
+use crate::{av, cq, endpoint, fabric, mr, params, DOMAIN_NAME};
+
+/// State every object opened from one domain shares.
+pub(crate) struct DomainInner {
+    pub(crate) config: Config,
+    /// API version of the fabric (selects the fi_cq_err_entry layout).
+    pub(crate) api_version: u32,
+    /// Address families endpoints and AVs of this domain accept.
+    pub(crate) family: Family,
+    pub(crate) mr_mode: c_int,
+    next_key: AtomicU64,
+}
+
+impl DomainInner {
+    /// A fresh provider-chosen memory key.
+    pub(crate) fn next_mr_key(&self) -> u64 {
+        self.next_key.fetch_add(1, Ordering::Relaxed)
+    }
+}
+
+#[repr(C)]
+pub(crate) struct Domain {
+    fid: fid_domain,
+    pub(crate) inner: Arc<DomainInner>,
+}
+
+static FI_OPS: fi_ops = fid_ops!(domain_close);
+static OPS: fi_ops_domain = fi_ops_domain {
+    size: std::mem::size_of::<fi_ops_domain>(),
+    av_open: Some(av::open),
+    cq_open: Some(cq::open),
+    endpoint: Some(endpoint::open),
+    scalable_ep: Some(scalable_ep),
+    cntr_open: Some(cntr_open),
+    poll_open: Some(poll_open),
+    stx_ctx: Some(stx_ctx),
+    srx_ctx: Some(srx_ctx),
+    query_atomic: Some(query_atomic),
+    query_collective: Some(query_collective),
+    endpoint2: Some(endpoint::open2),
+};
+
+unsupported! {
+    scalable_ep(*mut fid_domain, *mut fi_info, *mut *mut fid_ep, *mut c_void) -> c_int = FI_ENOSYS;
+    cntr_open(*mut fid_domain, *mut fi_cntr_attr, *mut *mut fid_cntr, *mut c_void) -> c_int = FI_ENOSYS;
+    poll_open(*mut fid_domain, *mut fi_poll_attr, *mut *mut fid_poll) -> c_int = FI_ENOSYS;
+    stx_ctx(*mut fid_domain, *mut fi_tx_attr, *mut *mut fid_stx, *mut c_void) -> c_int = FI_ENOSYS;
+    srx_ctx(*mut fid_domain, *mut fi_rx_attr, *mut *mut fid_ep, *mut c_void) -> c_int = FI_ENOSYS;
+    query_atomic(*mut fid_domain, fi_datatype, fi_op, *mut fi_atomic_attr, u64) -> c_int = FI_ENOSYS;
+    query_collective(*mut fid_domain, fi_collective_op, *mut fi_collective_attr, u64) -> c_int = FI_ENOSYS;
+}
+
+/// The domain behind `p`, if it is ours.
+pub(crate) fn from_ptr<'a>(p: *mut fid_domain) -> Option<&'a Domain> {
+    // SAFETY: a fid_domain starts with its fid; obj checks it is one of ours.
+    unsafe { object::obj::<Domain>(p.cast(), &FI_OPS) }
+}
+
+pub(crate) unsafe extern "C" fn open(
+    fabric: *mut fid_fabric,
+    info: *mut fi_info,
+    domain: *mut *mut fid_domain,
+    context: *mut c_void,
+) -> c_int {
+    guard(|| {
+        ret_int((|| {
+            let fab = fabric::from_ptr(fabric).ok_or(FI_EINVAL)?;
+            // SAFETY: info is NULL or a valid fi_info from fi_getinfo.
+            let info = unsafe { info.as_ref() }.ok_or(FI_EINVAL)?;
+            if domain.is_null() {
+                return Err(FI_EINVAL);
+            }
+            let mut mr_mode = 0;
+            // SAFETY: domain_attr is NULL or valid; name NULL or a C string.
+            if let Some(d) = unsafe { info.domain_attr.as_ref() } {
+                if unsafe { addr::c_str(d.name) }.is_some_and(|n| n != DOMAIN_NAME) {
+                    return Err(FI_EINVAL);
+                }
+                mr_mode = d.mr_mode;
+            }
+            let family = Family::from_format(info.addr_format).ok_or(FI_EINVAL)?;
+            let inner = DomainInner {
+                config: params::config(),
+                api_version: fabric::api_version(fab),
+                family,
+                mr_mode,
+                next_key: AtomicU64::new(1),
+            };
+            let obj = Box::new(Domain {
+                fid: fid_domain {
+                    fid: fid {
+                        fclass: FI_CLASS_DOMAIN as usize,
+                        context,
+                        ops: ops_ptr(&FI_OPS),
+                    },
+                    ops: ops_ptr(&OPS),
+                    mr: ops_ptr(&mr::DOMAIN_MR_OPS),
+                },
+                inner: Arc::new(inner),
+            });
+            // SAFETY: domain is a valid out-pointer (checked above).
+            unsafe { *domain = &mut Box::leak(obj).fid };
+            Ok(())
+        })())
+    })
+}
+
+pub(crate) unsafe extern "C" fn open2(
+    fabric: *mut fid_fabric,
+    info: *mut fi_info,
+    domain: *mut *mut fid_domain,
+    flags: u64,
+    context: *mut c_void,
+) -> c_int {
+    if flags != 0 {
+        return -(FI_ENOSYS as c_int);
+    }
+    // SAFETY: same contract as fi_domain.
+    unsafe { open(fabric, info, domain, context) }
+}
+
+extern "C" fn domain_close(f: *mut fid) -> c_int {
+    guard(|| {
+        // SAFETY: take verifies the fid is one of our domains. Objects opened
+        // from it hold their own Arc of the shared state.
+        match unsafe { object::take::<Domain>(f, &FI_OPS) } {
+            Some(b) => {
+                drop(b);
+                0
+            }
+            None => -(FI_EINVAL as c_int),
+        }
+    })
+}

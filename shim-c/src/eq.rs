@@ -1,0 +1,205 @@
+//! Event queues. An RDM endpoint produces no connection events, but
+//! applications (fi_pingpong) open and bind one anyway; fi_eq_write'n events
+//! are stored and read back.
+
+use std::collections::VecDeque;
+use std::os::raw::{c_char, c_int, c_void};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+
+use crate::bindings::*;
+use crate::errors::{guard, ret_int, ret_ssize, FiResult};
+use crate::object::{self, fid_ops, ops_ptr};
+
+#[derive(Default)]
+pub(crate) struct EqInner {
+    events: Mutex<VecDeque<(u32, Vec<u8>)>>,
+}
+
+#[repr(C)]
+pub(crate) struct Eq {
+    fid: fid_eq,
+    pub(crate) inner: Arc<EqInner>,
+}
+
+pub(crate) static FI_OPS: fi_ops = fid_ops!(eq_close);
+static OPS: fi_ops_eq = fi_ops_eq {
+    size: std::mem::size_of::<fi_ops_eq>(),
+    read: Some(eq_read),
+    readerr: Some(eq_readerr),
+    write: Some(eq_write),
+    sread: Some(eq_sread),
+    strerror: Some(eq_strerror),
+};
+
+/// The EQ behind a fid, if it is ours.
+///
+/// # Safety
+/// `p` must be NULL or a live fid.
+pub(crate) unsafe fn from_fid<'a>(p: *const fid) -> Option<&'a Eq> {
+    // SAFETY: guaranteed by the caller.
+    unsafe { object::obj::<Eq>(p, &FI_OPS) }
+}
+
+fn from_ptr<'a>(p: *mut fid_eq) -> Option<&'a Eq> {
+    // SAFETY: a fid_eq starts with its fid; obj checks it is one of ours.
+    unsafe { from_fid(p.cast()) }
+}
+
+pub(crate) unsafe extern "C" fn open(
+    fabric: *mut fid_fabric,
+    attr: *mut fi_eq_attr,
+    eq: *mut *mut fid_eq,
+    context: *mut c_void,
+) -> c_int {
+    guard(|| {
+        ret_int((|| {
+            if eq.is_null() || crate::fabric::from_ptr(fabric).is_none() {
+                return Err(FI_EINVAL);
+            }
+            // SAFETY: attr is NULL or a valid fi_eq_attr.
+            if let Some(a) = unsafe { attr.as_ref() } {
+                if a.wait_obj != FI_WAIT_NONE && a.wait_obj != FI_WAIT_UNSPEC {
+                    return Err(FI_ENOSYS);
+                }
+            }
+            let obj = Box::new(Eq {
+                fid: fid_eq {
+                    fid: fid {
+                        fclass: FI_CLASS_EQ as usize,
+                        context,
+                        ops: ops_ptr(&FI_OPS),
+                    },
+                    ops: ops_ptr(&OPS),
+                },
+                inner: Arc::default(),
+            });
+            // SAFETY: eq is a valid out-pointer (checked above).
+            unsafe { *eq = &mut Box::leak(obj).fid };
+            Ok(())
+        })())
+    })
+}
+
+extern "C" fn eq_close(f: *mut fid) -> c_int {
+    guard(|| {
+        // SAFETY: take verifies the fid is one of our EQs.
+        match unsafe { object::take::<Eq>(f, &FI_OPS) } {
+            Some(b) => {
+                drop(b);
+                0
+            }
+            None => -(FI_EINVAL as c_int),
+        }
+    })
+}
+
+fn read_one(eq: &Eq, event: *mut u32, buf: *mut c_void, len: usize, flags: u64) -> FiResult<usize> {
+    let mut q = eq.inner.events.lock();
+    let Some((ev, data)) = q.front() else {
+        return Err(FI_EAGAIN);
+    };
+    if data.len() > len || (buf.is_null() && !data.is_empty()) {
+        return Err(FI_ETOOSMALL);
+    }
+    let n = data.len();
+    // SAFETY: buf holds len >= n bytes (checked); event is NULL or writable.
+    unsafe {
+        if n > 0 {
+            std::ptr::copy_nonoverlapping(data.as_ptr(), buf.cast::<u8>(), n);
+        }
+        if let Some(e) = event.as_mut() {
+            *e = *ev;
+        }
+    }
+    if flags & FI_PEEK as u64 == 0 {
+        q.pop_front();
+    }
+    Ok(n)
+}
+
+extern "C" fn eq_read(
+    eq: *mut fid_eq,
+    event: *mut u32,
+    buf: *mut c_void,
+    len: usize,
+    flags: u64,
+) -> isize {
+    guard(|| match from_ptr(eq) {
+        Some(e) => ret_ssize(read_one(e, event, buf, len, flags)),
+        None => -(FI_EINVAL as isize),
+    })
+}
+
+extern "C" fn eq_sread(
+    eq: *mut fid_eq,
+    event: *mut u32,
+    buf: *mut c_void,
+    len: usize,
+    timeout: c_int,
+    flags: u64,
+) -> isize {
+    guard(|| {
+        let Some(e) = from_ptr(eq) else {
+            return -(FI_EINVAL as isize);
+        };
+        let deadline = u64::try_from(timeout)
+            .ok()
+            .map(|ms| Instant::now() + Duration::from_millis(ms));
+        loop {
+            match read_one(e, event, buf, len, flags) {
+                Err(FI_EAGAIN) => {}
+                r => return ret_ssize(r),
+            }
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                return -(FI_EAGAIN as isize);
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    })
+}
+
+extern "C" fn eq_readerr(eq: *mut fid_eq, _buf: *mut fi_eq_err_entry, _flags: u64) -> isize {
+    guard(|| match from_ptr(eq) {
+        // No operation reports errors through an EQ.
+        Some(_) => -(FI_EAGAIN as isize),
+        None => -(FI_EINVAL as isize),
+    })
+}
+
+extern "C" fn eq_write(
+    eq: *mut fid_eq,
+    event: u32,
+    buf: *const c_void,
+    len: usize,
+    _flags: u64,
+) -> isize {
+    guard(|| {
+        let Some(e) = from_ptr(eq) else {
+            return -(FI_EINVAL as isize);
+        };
+        if buf.is_null() && len > 0 {
+            return -(FI_EINVAL as isize);
+        }
+        let data = if len == 0 {
+            Vec::new()
+        } else {
+            // SAFETY: buf holds len readable bytes (fi_eq_write contract).
+            unsafe { std::slice::from_raw_parts(buf.cast::<u8>(), len) }.to_vec()
+        };
+        e.inner.events.lock().push_back((event, data));
+        isize::try_from(len).unwrap_or(isize::MAX)
+    })
+}
+
+extern "C" fn eq_strerror(
+    _eq: *mut fid_eq,
+    prov_errno: c_int,
+    _err_data: *const c_void,
+    buf: *mut c_char,
+    len: usize,
+) -> *const c_char {
+    crate::cq::strerror_into(prov_errno, buf, len)
+}

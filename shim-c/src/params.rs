@@ -1,0 +1,103 @@
+//! `FI_UET_*` parameters: defined at load time so `fi_info -e` lists them,
+//! read back through `fi_param_get` whenever a domain builds its [`Config`].
+
+use std::ffi::{CStr, CString};
+use std::os::raw::{c_char, c_int};
+use std::ptr;
+
+use uet::config::{Config, ParamKind, ParamValue, PARAMS};
+
+use crate::bindings::*;
+use crate::log;
+
+/// Parameters the shim itself reads (not engine configuration).
+pub(crate) const SRC_ADDR: &str = "src_addr";
+const SHIM_PARAMS: &[(&str, &str)] = &[(
+    SRC_ADDR,
+    "IP address an endpoint binds when the application names no source or \
+     destination address (default 127.0.0.1; \"auto\" = the address of the \
+     interface holding the default route).",
+)];
+
+fn kind_of(kind: ParamKind) -> fi_param_type {
+    match kind {
+        ParamKind::Int => FI_PARAM_INT,
+        ParamKind::Bool => FI_PARAM_BOOL,
+        ParamKind::Str => FI_PARAM_STRING,
+    }
+}
+
+fn define_one(prov: *mut fi_provider, name: &str, kind: fi_param_type, help: &str) {
+    let (Ok(name), Ok(help)) = (CString::new(name), CString::new(help)) else {
+        return;
+    };
+    // SAFETY: prov is our leaked provider struct; name/help are NUL-terminated
+    // and "%s" consumes exactly the one vararg. libfabric copies the strings.
+    unsafe {
+        fi_param_define(prov, name.as_ptr(), kind, c"%s".as_ptr(), help.as_ptr());
+    }
+}
+
+/// Define every parameter (called once from `fi_prov_ini`).
+pub(crate) fn define(prov: *mut fi_provider) {
+    for p in PARAMS {
+        define_one(prov, p.name, kind_of(p.kind), p.help);
+    }
+    for (name, help) in SHIM_PARAMS {
+        define_one(prov, name, FI_PARAM_STRING, help);
+    }
+}
+
+/// Read one parameter; `None` when unset (or on any failure).
+fn get(name: &str, kind: ParamKind) -> Option<ParamValue> {
+    let prov = crate::provider();
+    if prov.is_null() {
+        return None;
+    }
+    let cname = CString::new(name).ok()?;
+    match kind {
+        ParamKind::Int | ParamKind::Bool => {
+            let mut v: c_int = 0;
+            // SAFETY: INT and BOOL parameters are written as an int.
+            let rc = unsafe { fi_param_get(prov, cname.as_ptr(), (&mut v as *mut c_int).cast()) };
+            (rc == 0).then(|| match kind {
+                ParamKind::Bool => ParamValue::Bool(v != 0),
+                _ => ParamValue::Int(i64::from(v)),
+            })
+        }
+        ParamKind::Str => {
+            let mut s: *mut c_char = ptr::null_mut();
+            // SAFETY: STRING parameters are written as a char pointer into the
+            // environment, which we copy and do not free.
+            let rc =
+                unsafe { fi_param_get(prov, cname.as_ptr(), (&mut s as *mut *mut c_char).cast()) };
+            if rc != 0 || s.is_null() {
+                return None;
+            }
+            // SAFETY: s is a NUL-terminated string from getenv.
+            let text = unsafe { CStr::from_ptr(s) }.to_string_lossy().into_owned();
+            Some(ParamValue::Str(text))
+        }
+    }
+}
+
+/// The engine configuration: defaults overridden by every `FI_UET_*` set.
+pub(crate) fn config() -> Config {
+    let mut config = Config::default();
+    for p in PARAMS {
+        if let Some(v) = get(p.name, p.kind) {
+            if let Err(e) = config.set(p.name, v) {
+                log::warn(FI_LOG_CORE, &format!("{e}; keeping the default"));
+            }
+        }
+    }
+    config
+}
+
+/// `FI_UET_SRC_ADDR`, if set.
+pub(crate) fn src_addr() -> Option<String> {
+    match get(SRC_ADDR, ParamKind::Str) {
+        Some(ParamValue::Str(s)) if !s.is_empty() => Some(s),
+        _ => None,
+    }
+}
