@@ -53,6 +53,7 @@ pub(crate) fn format_of(a: &SocketAddr) -> u32 {
 }
 
 /// Byte length of the sockaddr encoding of `a`.
+#[cfg(test)]
 pub(crate) fn len_of(a: &SocketAddr) -> usize {
     if a.is_ipv4() {
         size_of::<libc::sockaddr_in>()

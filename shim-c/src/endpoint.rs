@@ -1,20 +1,575 @@
-//! Endpoints (being written).
-use crate::bindings::*;
+//! Endpoints: one `uet::Endpoint` (a bound UDP socket and its engine) each,
+//! created at fi_endpoint time so fi_getname works before FI_ENABLE. Binding,
+//! enabling, op flags, options, names and cancel live here; the data
+//! operations are in `msg.rs` and `tagged.rs`.
+
+use std::net::SocketAddr;
 use std::os::raw::{c_int, c_void};
-pub(crate) unsafe extern "C" fn open(
-    _d: *mut fid_domain,
-    _i: *mut fi_info,
-    _ep: *mut *mut fid_ep,
-    _c: *mut c_void,
-) -> c_int {
-    -(FI_ENOSYS as c_int)
+use std::ptr;
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use uet::{CompletionKind, CompletionLevel, Config, Payload, ProbeFlags, RecvOp, SendOp};
+
+use crate::addr::{self, Family};
+use crate::av::{self, AvInner, FI_ADDR_NOTAVAIL, FI_ADDR_UNSPEC};
+use crate::bindings::*;
+use crate::buffers::IovBuffer;
+use crate::cq::{self, CqInner, Entry};
+use crate::domain::{self, DomainInner};
+use crate::eq::{self, EqInner};
+use crate::errors::{fi_errno, guard, ret_int, unsupported, FiResult};
+use crate::getinfo::{CAPS, IOV_LIMIT};
+use crate::object::{self, fid_ops, ops_ptr};
+use crate::{msg, rma_atomic, tagged};
+
+/// What an endpoint is bound to, and its mutable state.
+pub(crate) struct EpState {
+    ep: uet::Endpoint,
+    enabled: bool,
+    av: Option<Arc<AvInner>>,
+    tx_cq: Option<Arc<CqInner>>,
+    rx_cq: Option<Arc<CqInner>>,
+    tx_selective: bool,
+    rx_selective: bool,
+    _eq: Option<Arc<EqInner>>,
+    tx_op_flags: u64,
+    rx_op_flags: u64,
 }
-pub(crate) unsafe extern "C" fn open2(
-    _d: *mut fid_domain,
-    _i: *mut fi_info,
-    _ep: *mut *mut fid_ep,
-    _f: u64,
-    _c: *mut c_void,
+
+pub(crate) struct EpInner {
+    state: Mutex<EpState>,
+    domain: Arc<DomainInner>,
+    caps: u64,
+}
+
+/// A send as the data-operation entry points describe it.
+pub(crate) struct Tx {
+    pub(crate) buf: IovBuffer,
+    pub(crate) dest: fi_addr_t,
+    pub(crate) tag: Option<u64>,
+    pub(crate) data: Option<u64>,
+    pub(crate) context: *mut c_void,
+    /// Operation flags (`*msg` calls); `None` = the endpoint's tx op flags.
+    pub(crate) flags: Option<u64>,
+    /// fi_inject / fi_injectdata / fi_tinject*: no completion at all.
+    pub(crate) inject: bool,
+}
+
+/// A receive as the data-operation entry points describe it.
+pub(crate) struct Rx {
+    pub(crate) buf: IovBuffer,
+    pub(crate) src: fi_addr_t,
+    pub(crate) tagged: bool,
+    pub(crate) tag: u64,
+    pub(crate) ignore: u64,
+    pub(crate) context: *mut c_void,
+    pub(crate) flags: Option<u64>,
+}
+
+/// Completion level requested by op flags, if any.
+fn level_of(flags: u64) -> Option<CompletionLevel> {
+    if flags & FI_DELIVERY_COMPLETE as u64 != 0 {
+        Some(CompletionLevel::Delivery)
+    } else if flags & FI_TRANSMIT_COMPLETE as u64 != 0 {
+        Some(CompletionLevel::Transmit)
+    } else if flags & FI_INJECT_COMPLETE as u64 != 0 {
+        Some(CompletionLevel::Inject)
+    } else {
+        None
+    }
+}
+
+impl EpInner {
+    /// Move packets, then route finished operations to the bound CQs.
+    pub(crate) fn progress(&self) {
+        let mut st = self.state.lock();
+        st.ep.progress();
+        while let Some(c) = st.ep.poll_completion() {
+            let cq = match c.kind {
+                CompletionKind::Send => st.tx_cq.as_ref(),
+                CompletionKind::Recv => st.rx_cq.as_ref(),
+            };
+            let Some(cq) = cq else { continue };
+            let src = match (c.src, st.av.as_ref()) {
+                (Some(a), Some(av)) => av.table.lock().lookup_addr(&a),
+                _ => FI_ADDR_NOTAVAIL,
+            };
+            cq.push(Entry { c, src });
+        }
+    }
+
+    fn peer(st: &EpState, fi_addr: fi_addr_t) -> FiResult<SocketAddr> {
+        st.av
+            .as_ref()
+            .and_then(|av| av.table.lock().get(fi_addr))
+            .ok_or(FI_EINVAL)
+    }
+
+    pub(crate) fn send(&self, tx: Tx) -> FiResult<()> {
+        let mut st = self.state.lock();
+        if !st.enabled {
+            return Err(FI_EOPBADSTATE);
+        }
+        let len = uet::MsgBuffer::len(&tx.buf);
+        if len > Config::MAX_MSG_SIZE {
+            return Err(FI_EMSGSIZE);
+        }
+        let inject_size = self.domain.config.inject_size;
+        let flags = tx.flags.unwrap_or(st.tx_op_flags);
+        let injecting = tx.inject || flags & FI_INJECT as u64 != 0;
+        if injecting && len > inject_size {
+            return Err(FI_EINVAL);
+        }
+        let dest = Self::peer(&st, tx.dest)?;
+        let level = if tx.inject {
+            CompletionLevel::Inject
+        } else {
+            level_of(flags)
+                .or(level_of(st.tx_op_flags))
+                .unwrap_or_default()
+        };
+        let copy = injecting || level == CompletionLevel::Inject || len <= inject_size;
+        let payload = if copy {
+            Payload::Owned(tx.buf.to_vec())
+        } else {
+            Payload::Borrowed(Box::new(tx.buf))
+        };
+        let signal = !tx.inject
+            && st.tx_cq.is_some()
+            && (!st.tx_selective || flags & FI_COMPLETION as u64 != 0);
+        let op = SendOp {
+            dest,
+            payload,
+            tag: tx.tag,
+            cq_data: tx.data,
+            context: tx.context as u64,
+            level,
+            signal,
+        };
+        st.ep.send(op).map_err(|e| fi_errno(&e))
+    }
+
+    pub(crate) fn recv(&self, rx: Rx) -> FiResult<()> {
+        let mut st = self.state.lock();
+        if !st.enabled {
+            return Err(FI_EOPBADSTATE);
+        }
+        let flags = rx.flags.unwrap_or(st.rx_op_flags);
+        if flags & FI_MULTI_RECV as u64 != 0 {
+            return Err(FI_EINVAL);
+        }
+        let src = if rx.src == FI_ADDR_UNSPEC || self.caps & FI_DIRECTED_RECV == 0 {
+            None
+        } else {
+            Some(Self::peer(&st, rx.src)?)
+        };
+        let probe = if rx.tagged {
+            ProbeFlags {
+                peek: flags & FI_PEEK as u64 != 0,
+                claim: flags & FI_CLAIM != 0,
+                discard: flags & FI_DISCARD != 0,
+            }
+        } else {
+            ProbeFlags::default()
+        };
+        let signal = st.rx_cq.is_some()
+            && (probe.peek || probe.claim || !st.rx_selective || flags & FI_COMPLETION as u64 != 0);
+        let op = RecvOp {
+            src,
+            tagged: rx.tagged,
+            tag: rx.tag,
+            ignore: rx.ignore,
+            buffer: Box::new(rx.buf),
+            context: rx.context as u64,
+            signal,
+            probe,
+        };
+        st.ep.recv(op).map_err(|e| fi_errno(&e))
+    }
+}
+
+#[repr(C)]
+pub(crate) struct Ep {
+    fid: fid_ep,
+    pub(crate) inner: Arc<EpInner>,
+}
+
+static FI_OPS: fi_ops = fid_ops!(ep_close, ep_bind, ep_control);
+static OPS: fi_ops_ep = fi_ops_ep {
+    size: std::mem::size_of::<fi_ops_ep>(),
+    cancel: Some(ep_cancel),
+    getopt: Some(ep_getopt),
+    setopt: Some(ep_setopt),
+    tx_ctx: Some(tx_ctx),
+    rx_ctx: Some(rx_ctx),
+    rx_size_left: Some(size_left),
+    tx_size_left: Some(size_left),
+};
+static CM_OPS: fi_ops_cm = fi_ops_cm {
+    size: std::mem::size_of::<fi_ops_cm>(),
+    setname: Some(ep_setname),
+    getname: Some(ep_getname),
+    getpeer: Some(cm_getpeer),
+    connect: Some(cm_connect),
+    listen: Some(cm_listen),
+    accept: Some(cm_accept),
+    reject: Some(cm_reject),
+    shutdown: Some(cm_shutdown),
+    join: Some(cm_join),
+};
+
+unsupported! {
+    tx_ctx(*mut fid_ep, c_int, *mut fi_tx_attr, *mut *mut fid_ep, *mut c_void) -> c_int = FI_ENOSYS;
+    rx_ctx(*mut fid_ep, c_int, *mut fi_rx_attr, *mut *mut fid_ep, *mut c_void) -> c_int = FI_ENOSYS;
+    size_left(*mut fid_ep) -> isize = FI_ENOSYS;
+    cm_getpeer(*mut fid_ep, *mut c_void, *mut usize) -> c_int = FI_ENOSYS;
+    cm_connect(*mut fid_ep, *const c_void, *const c_void, usize) -> c_int = FI_ENOSYS;
+    cm_listen(*mut fid_pep) -> c_int = FI_ENOSYS;
+    cm_accept(*mut fid_ep, *const c_void, usize) -> c_int = FI_ENOSYS;
+    cm_reject(*mut fid_pep, fid_t, *const c_void, usize) -> c_int = FI_ENOSYS;
+    cm_shutdown(*mut fid_ep, u64) -> c_int = FI_ENOSYS;
+    cm_join(*mut fid_ep, *const c_void, u64, *mut *mut fid_mc, *mut c_void) -> c_int = FI_ENOSYS;
+}
+
+/// The endpoint behind a fid, if it is ours.
+fn from_fid<'a>(p: *const fid) -> Option<&'a Ep> {
+    // SAFETY: libfabric hands us fids it got from us (or application
+    // garbage, which the ops-table check rejects when it is a live fid).
+    unsafe { object::obj::<Ep>(p, &FI_OPS) }
+}
+
+/// The endpoint state behind a `fid_ep`, for the data operations.
+pub(crate) fn inner<'a>(ep: *mut fid_ep) -> Option<&'a EpInner> {
+    from_fid(ep.cast()).map(|e| &*e.inner)
+}
+
+pub(crate) unsafe extern "C" fn open(
+    domain: *mut fid_domain,
+    info: *mut fi_info,
+    ep: *mut *mut fid_ep,
+    context: *mut c_void,
 ) -> c_int {
-    -(FI_ENOSYS as c_int)
+    guard(|| ret_int(create(domain, info, ep, context)))
+}
+
+pub(crate) unsafe extern "C" fn open2(
+    domain: *mut fid_domain,
+    info: *mut fi_info,
+    ep: *mut *mut fid_ep,
+    flags: u64,
+    context: *mut c_void,
+) -> c_int {
+    if flags != 0 {
+        return -(FI_ENOSYS as c_int);
+    }
+    guard(|| ret_int(create(domain, info, ep, context)))
+}
+
+fn create(
+    domain: *mut fid_domain,
+    info: *mut fi_info,
+    ep: *mut *mut fid_ep,
+    context: *mut c_void,
+) -> FiResult<()> {
+    let dom = domain::from_ptr(domain).ok_or(FI_EINVAL)?;
+    // SAFETY: info is NULL or a valid fi_info.
+    let info = unsafe { info.as_ref() }.ok_or(FI_EINVAL)?;
+    if ep.is_null() {
+        return Err(FI_EINVAL);
+    }
+    // SAFETY: the attribute pointers are NULL or valid.
+    let (ep_attr, tx_attr, rx_attr) = unsafe {
+        (
+            info.ep_attr.as_ref(),
+            info.tx_attr.as_ref(),
+            info.rx_attr.as_ref(),
+        )
+    };
+    if ep_attr.is_some_and(|a| a.type_ != FI_EP_RDM && a.type_ != FI_EP_UNSPEC) {
+        return Err(FI_EINVAL);
+    }
+    let family = Family::from_format(info.addr_format).unwrap_or(dom.inner.family);
+    let config = &dom.inner.config;
+    // SAFETY: src_addr/dest_addr hold src_addrlen/dest_addrlen bytes.
+    let (src, dest) = unsafe {
+        (
+            addr::from_raw(info.src_addr, info.src_addrlen),
+            addr::from_raw(info.dest_addr, info.dest_addrlen),
+        )
+    };
+    let bind_to = match (src, dest) {
+        (Some(s), _) => s,
+        (None, Some(d)) => addr::source_for(&d, config.port),
+        (None, None) => addr::default_source(family, config.port),
+    };
+    let endpoint = uet::Endpoint::bind(config, bind_to).map_err(|e| {
+        crate::log::warn(FI_LOG_EP_CTRL, &format!("binding {bind_to}: {e}"));
+        fi_errno(&e)
+    })?;
+    crate::log::info(
+        FI_LOG_EP_CTRL,
+        &format!("endpoint bound to {}", endpoint.local_addr()),
+    );
+    let caps = if info.caps == 0 { CAPS } else { info.caps };
+    let inner = EpInner {
+        state: Mutex::new(EpState {
+            ep: endpoint,
+            enabled: false,
+            av: None,
+            tx_cq: None,
+            rx_cq: None,
+            tx_selective: false,
+            rx_selective: false,
+            _eq: None,
+            tx_op_flags: tx_attr.map_or(0, |a| a.op_flags),
+            rx_op_flags: rx_attr.map_or(0, |a| a.op_flags),
+        }),
+        domain: Arc::clone(&dom.inner),
+        caps,
+    };
+    let obj = Box::new(Ep {
+        fid: fid_ep {
+            fid: fid {
+                fclass: FI_CLASS_EP as usize,
+                context,
+                ops: ops_ptr(&FI_OPS),
+            },
+            ops: ops_ptr(&OPS),
+            cm: ops_ptr(&CM_OPS),
+            msg: ops_ptr(&msg::OPS),
+            rma: ops_ptr(&rma_atomic::RMA_OPS),
+            tagged: ops_ptr(&tagged::OPS),
+            atomic: ops_ptr(&rma_atomic::ATOMIC_OPS),
+            collective: ptr::null_mut(),
+        },
+        inner: Arc::new(inner),
+    });
+    // SAFETY: ep is a valid out-pointer (checked above).
+    unsafe { *ep = &mut Box::leak(obj).fid };
+    Ok(())
+}
+
+extern "C" fn ep_close(f: *mut fid) -> c_int {
+    guard(|| {
+        // SAFETY: take verifies the fid is one of our endpoints. CQs hold
+        // only weak references, so the socket closes here.
+        match unsafe { object::take::<Ep>(f, &FI_OPS) } {
+            Some(b) => {
+                drop(b);
+                0
+            }
+            None => -(FI_EINVAL as c_int),
+        }
+    })
+}
+
+fn bind(ep: &Ep, bfid: *mut fid, flags: u64) -> FiResult<()> {
+    // SAFETY: bfid is NULL or a live fid; as_ref checks NULL.
+    let class = unsafe { bfid.as_ref() }.ok_or(FI_EINVAL)?.fclass as u32;
+    let mut st = ep.inner.state.lock();
+    if st.enabled {
+        return Err(FI_EOPBADSTATE);
+    }
+    match class {
+        FI_CLASS_AV => {
+            // SAFETY: bfid is a live fid (checked above).
+            let av = unsafe { av::from_fid(bfid) }.ok_or(FI_EINVAL)?;
+            if st.av.is_some() {
+                return Err(FI_EINVAL);
+            }
+            st.av = Some(Arc::clone(&av.inner));
+        }
+        FI_CLASS_CQ => {
+            // SAFETY: as above.
+            let cq = unsafe { cq::from_fid(bfid) }.ok_or(FI_EINVAL)?;
+            let (tx, rx) = (flags & FI_TRANSMIT as u64 != 0, flags & FI_RECV as u64 != 0);
+            if !tx && !rx {
+                return Err(FI_EINVAL);
+            }
+            let selective = flags & FI_SELECTIVE_COMPLETION != 0;
+            if tx {
+                st.tx_cq = Some(Arc::clone(&cq.inner));
+                st.tx_selective = selective;
+            }
+            if rx {
+                st.rx_cq = Some(Arc::clone(&cq.inner));
+                st.rx_selective = selective;
+            }
+            drop(st);
+            cq.inner.attach(&ep.inner);
+        }
+        FI_CLASS_EQ => {
+            // SAFETY: as above.
+            let eq = unsafe { eq::from_fid(bfid) }.ok_or(FI_EINVAL)?;
+            st._eq = Some(Arc::clone(&eq.inner));
+        }
+        FI_CLASS_CNTR => return Err(FI_ENOSYS),
+        _ => return Err(FI_EINVAL),
+    }
+    Ok(())
+}
+
+extern "C" fn ep_bind(f: *mut fid, bfid: *mut fid, flags: u64) -> c_int {
+    guard(|| match from_fid(f) {
+        Some(ep) => ret_int(bind(ep, bfid, flags)),
+        None => -(FI_EINVAL as c_int),
+    })
+}
+
+fn control(ep: &Ep, command: c_int, arg: *mut c_void) -> FiResult<()> {
+    let mut st = ep.inner.state.lock();
+    let caps = ep.inner.caps;
+    let sends = caps & FI_SEND as u64 != 0 || caps & (FI_SEND | FI_RECV) as u64 == 0;
+    let recvs = caps & FI_RECV as u64 != 0 || caps & (FI_SEND | FI_RECV) as u64 == 0;
+    match command as u32 {
+        FI_ENABLE => {
+            if (sends && st.tx_cq.is_none()) || (recvs && st.rx_cq.is_none()) {
+                return Err(FI_ENOCQ);
+            }
+            if st.av.is_none() {
+                return Err(FI_ENOAV);
+            }
+            st.enabled = true;
+            Ok(())
+        }
+        FI_GETOPSFLAG | FI_SETOPSFLAG => {
+            // SAFETY: arg is NULL or points to a u64 of flags.
+            let flags = unsafe { arg.cast::<u64>().as_mut() }.ok_or(FI_EINVAL)?;
+            let dirs = FI_TRANSMIT as u64 | FI_RECV as u64;
+            let slot = match *flags & dirs {
+                d if d == FI_TRANSMIT as u64 => &mut st.tx_op_flags,
+                d if d == FI_RECV as u64 => &mut st.rx_op_flags,
+                _ => return Err(FI_EINVAL),
+            };
+            if command as u32 == FI_GETOPSFLAG {
+                *flags = *slot | (*flags & dirs);
+            } else {
+                *slot = *flags & !dirs;
+            }
+            Ok(())
+        }
+        _ => Err(FI_ENOSYS),
+    }
+}
+
+extern "C" fn ep_control(f: *mut fid, command: c_int, arg: *mut c_void) -> c_int {
+    guard(|| match from_fid(f) {
+        Some(ep) => ret_int(control(ep, command, arg)),
+        None => -(FI_EINVAL as c_int),
+    })
+}
+
+extern "C" fn ep_cancel(f: fid_t, context: *mut c_void) -> isize {
+    guard(|| match from_fid(f) {
+        Some(ep) => {
+            if ep.inner.state.lock().ep.cancel(context as u64) {
+                0
+            } else {
+                -(FI_ENOENT as isize)
+            }
+        }
+        None => -(FI_EINVAL as isize),
+    })
+}
+
+extern "C" fn ep_getopt(
+    f: fid_t,
+    _level: c_int,
+    _name: c_int,
+    _val: *mut c_void,
+    _len: *mut usize,
+) -> c_int {
+    guard(|| match from_fid(f) {
+        Some(_) => -(FI_ENOPROTOOPT as c_int),
+        None => -(FI_EINVAL as c_int),
+    })
+}
+
+extern "C" fn ep_setopt(
+    f: fid_t,
+    _level: c_int,
+    _name: c_int,
+    _val: *const c_void,
+    _len: usize,
+) -> c_int {
+    guard(|| match from_fid(f) {
+        Some(_) => -(FI_ENOPROTOOPT as c_int),
+        None => -(FI_EINVAL as c_int),
+    })
+}
+
+extern "C" fn ep_getname(f: fid_t, out: *mut c_void, addrlen: *mut usize) -> c_int {
+    guard(|| {
+        let Some(ep) = from_fid(f) else {
+            return -(FI_EINVAL as c_int);
+        };
+        if addrlen.is_null() {
+            return -(FI_EINVAL as c_int);
+        }
+        let bytes = addr::to_bytes(&ep.inner.state.lock().ep.local_addr());
+        // SAFETY: addrlen is valid (checked); out is NULL or holds *addrlen bytes.
+        unsafe {
+            let room = *addrlen;
+            *addrlen = bytes.len();
+            if room < bytes.len() || out.is_null() {
+                return -(FI_ETOOSMALL as c_int);
+            }
+            ptr::copy_nonoverlapping(bytes.as_ptr(), out.cast::<u8>(), bytes.len());
+        }
+        0
+    })
+}
+
+extern "C" fn ep_setname(f: fid_t, a: *mut c_void, addrlen: usize) -> c_int {
+    guard(|| {
+        let Some(ep) = from_fid(f) else {
+            return -(FI_EINVAL as c_int);
+        };
+        // SAFETY: a holds addrlen bytes.
+        let Some(new) = (unsafe { addr::from_raw(a, addrlen) }) else {
+            return -(FI_EINVAL as c_int);
+        };
+        if !ep.inner.domain.family.admits(&new) {
+            return -(FI_EINVAL as c_int);
+        }
+        let mut st = ep.inner.state.lock();
+        if st.enabled {
+            return -(FI_EOPBADSTATE as c_int);
+        }
+        match uet::Endpoint::bind(&ep.inner.domain.config, new) {
+            Ok(e) => {
+                st.ep = e;
+                0
+            }
+            Err(e) => -(fi_errno(&e) as c_int),
+        }
+    })
+}
+
+/// Most iovecs an operation may carry.
+pub(crate) const fn iov_limit() -> usize {
+    IOV_LIMIT
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn op_flags_pick_the_completion_level() {
+        assert_eq!(level_of(0), None);
+        assert_eq!(
+            level_of(FI_INJECT_COMPLETE as u64),
+            Some(CompletionLevel::Inject)
+        );
+        assert_eq!(
+            level_of(FI_TRANSMIT_COMPLETE as u64),
+            Some(CompletionLevel::Transmit)
+        );
+        assert_eq!(
+            level_of(FI_DELIVERY_COMPLETE as u64 | FI_TRANSMIT_COMPLETE as u64),
+            Some(CompletionLevel::Delivery)
+        );
+    }
 }

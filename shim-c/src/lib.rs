@@ -28,6 +28,7 @@ mod mr;
 mod msg;
 mod object;
 mod params;
+mod rma_atomic;
 mod tagged;
 
 use std::ptr;
