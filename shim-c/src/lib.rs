@@ -10,6 +10,17 @@
 //! libfabric struct, so the `fid` pointer libfabric hands back is also a
 //! pointer to ours. Shared state lives behind `Arc`s, so objects may be closed
 //! in any order without dangling references.
+//!
+//! Addressing: an endpoint binds `info->src_addr` when given (FI_SOURCE with
+//! node/service, or the hints' src_addr); with only a destination it binds
+//! the local address the kernel routes to that destination; with neither it
+//! binds `FI_UET_SRC_ADDR` (default 127.0.0.1, `auto` = default-route
+//! interface) on port `FI_UET_PORT` (default any). Multi-host runs without
+//! explicit addresses therefore need `FI_UET_SRC_ADDR=auto` or an IP.
+//!
+//! Progress is manual: every CQ read progresses each endpoint bound to it,
+//! and each endpoint routes its completions to the CQ bound for that
+//! direction.
 
 pub mod bindings;
 
