@@ -26,7 +26,7 @@ pub const PARAMS: &[ParamSpec] = &[
     ParamSpec {
         name: "mtu",
         kind: ParamKind::Int,
-        help: "Largest UDP payload per packet in bytes, UET headers included (default 9000; 1024..65000). Loopback carries up to 65000; use 4096 to mimic a real fabric.",
+        help: "Largest UDP payload per packet in bytes, UET headers included (1024..65000; default 0 = auto: 65000 on loopback, 1472 (one standard Ethernet frame) elsewhere). Use 4096 to mimic a UET fabric, 9000 on jumbo-frame networks.",
     },
     ParamSpec {
         name: "window",
@@ -64,6 +64,11 @@ pub const PARAMS: &[ParamSpec] = &[
         help: "Empty progress calls before the polling thread yields its core, so oversubscribed ranks make progress (default 64; 0 = always yield).",
     },
     ParamSpec {
+        name: "src_addr",
+        kind: ParamKind::Str,
+        help: "IP address an endpoint binds when the application names no source or destination address (default 127.0.0.1; \"auto\" = the address of the interface holding the default route).",
+    },
+    ParamSpec {
         name: "port",
         kind: ParamKind::Int,
         help: "UDP port an endpoint binds when the application names none (default 0: any free port).",
@@ -73,6 +78,7 @@ pub const PARAMS: &[ParamSpec] = &[
 /// Runtime configuration of an endpoint, filled from the `FI_UET_*` parameters.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Config {
+    /// 0 = choose from the bound address (see [`Config::effective_mtu`]).
     pub mtu: usize,
     pub window: usize,
     pub rto_min_us: u64,
@@ -82,12 +88,14 @@ pub struct Config {
     pub inject_size: usize,
     pub spin_before_yield: u32,
     pub port: u16,
+    /// Empty = loopback.
+    pub src_addr: String,
 }
 
 impl Default for Config {
     fn default() -> Self {
         Config {
-            mtu: 9000,
+            mtu: 0,
             window: 256,
             rto_min_us: 1000,
             rto_max_us: 200_000,
@@ -96,6 +104,7 @@ impl Default for Config {
             inject_size: 4096,
             spin_before_yield: 64,
             port: 0,
+            src_addr: String::new(),
         }
     }
 }
@@ -121,8 +130,29 @@ impl Config {
     /// field, 32 bits).
     pub const MAX_MSG_SIZE: usize = (u32::MAX as usize) & !0xfff;
 
+    /// Most operations an endpoint holds per direction: sends not yet
+    /// complete, and posted receives. Beyond it posting returns `Again`.
+    pub const QUEUE_DEPTH: usize = 8192;
+
+    /// MTU on loopback, where the kernel carries 64 KiB datagrams cheaply.
+    pub const LOOPBACK_MTU: usize = 65000;
+    /// MTU elsewhere: one standard Ethernet frame (1500 - IP - UDP headers).
+    pub const ETHERNET_MTU: usize = 1472;
+
+    /// The packet size an endpoint bound at `local` uses.
+    pub fn effective_mtu(&self, local: std::net::IpAddr) -> usize {
+        match self.mtu {
+            0 if local.is_loopback() => Self::LOOPBACK_MTU,
+            0 => Self::ETHERNET_MTU,
+            n => n,
+        }
+    }
+
     /// The current value of a parameter, by its `PARAMS` name.
     pub fn get(&self, name: &str) -> Option<ParamValue> {
+        if name == "src_addr" {
+            return Some(ParamValue::Str(self.src_addr.clone()));
+        }
         let v = match name {
             "mtu" => self.mtu as i64,
             "window" => self.window as i64,
@@ -153,7 +183,13 @@ impl Config {
             }
         };
         match name {
-            "mtu" => self.mtu = int(1024, 65000)? as usize,
+            "mtu" => {
+                let v = int(0, 65000)?;
+                if v != 0 && v < 1024 {
+                    return Err(err(format!("{v} is below 1024 (0 = auto)")));
+                }
+                self.mtu = v as usize
+            }
             "window" => self.window = int(8, 1024)? as usize,
             "rto_min_us" => self.rto_min_us = int(10, 10_000_000)? as u64,
             "rto_max_us" => self.rto_max_us = int(10, 100_000_000)? as u64,
@@ -162,6 +198,10 @@ impl Config {
             "inject_size" => self.inject_size = int(0, 65536)? as usize,
             "spin_before_yield" => self.spin_before_yield = int(0, 1 << 30)? as u32,
             "port" => self.port = int(0, 65535)? as u16,
+            "src_addr" => match value {
+                ParamValue::Str(s) => self.src_addr = s,
+                _ => return Err(err("expects an IP address or \"auto\"".into())),
+            },
             _ => return Err(err("unknown parameter".into())),
         }
         if self.rto_max_us < self.rto_min_us {

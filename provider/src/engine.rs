@@ -102,13 +102,19 @@ pub struct Engine {
     send_ring: VecDeque<usize>,
     /// Earliest delayed-ACK deadline (0 = none).
     ack_timer: u64,
+    /// Sends posted and not yet retired, over all peers.
+    sends_outstanding: usize,
     stats: Stats,
 }
 
 impl Engine {
     pub fn new(config: &Config, _local: SocketAddr, seed: u64) -> Engine {
         Engine {
-            mtu: config.mtu.max(DATA_HEADERS + 64),
+            // An unresolved "auto" (0) means the caller did not pick: be safe.
+            mtu: match config.mtu {
+                0 => Config::ETHERNET_MTU,
+                n => n.max(DATA_HEADERS + 64),
+            },
             window: config.window.max(1),
             rto_min: config.rto_min_us * 1000,
             rto_max: config.rto_max_us.max(config.rto_min_us) * 1000,
@@ -125,6 +131,7 @@ impl Engine {
             ack_queue: VecDeque::new(),
             send_ring: VecDeque::new(),
             ack_timer: 0,
+            sends_outstanding: 0,
             stats: Stats::default(),
         }
     }
@@ -204,10 +211,14 @@ impl Engine {
                 max: Config::MAX_MSG_SIZE,
             });
         }
+        if self.sends_outstanding >= Config::QUEUE_DEPTH {
+            return Err(Error::Again);
+        }
         let p = self.peer_index(op.dest);
         if self.peers[p].messages.len() >= MAX_MSGS_PER_PEER {
             return Err(Error::Again);
         }
+        self.sends_outstanding += 1;
         let mut payload = op.payload;
         let mut completed = !op.signal;
         if op.level == CompletionLevel::Inject {
@@ -256,6 +267,7 @@ impl Engine {
         let found = self.unexpected.iter().position(|u| u.matches(&op));
         match found.and_then(|i| self.unexpected.remove(i)) {
             Some(u) => self.bind_receive(u.peer, u.msg_id, op),
+            None if self.posted.len() >= Config::QUEUE_DEPTH => return Err(Error::Again),
             None => self.posted.push(op),
         }
         Ok(())
@@ -662,7 +674,9 @@ impl Engine {
             self.completions
                 .push_back(Completion::send(m.context, m.tagged, m.len() as usize));
         }
-        Self::retire_message(peer, r.message_id);
+        if Self::retire_message(peer, r.message_id) {
+            self.sends_outstanding -= 1;
+        }
     }
 
     fn on_ack(&mut self, now: u64, from: SocketAddr, data: &[u8]) {
@@ -703,11 +717,14 @@ impl Engine {
             self.completions
                 .push_back(Completion::send(m.context, m.tagged, m.len() as usize));
         }
-        Self::retire_message(peer, msg_id);
+        if Self::retire_message(peer, msg_id) {
+            self.sends_outstanding -= 1;
+        }
     }
 
-    /// Drop a message whose completion is out and whose packets are all acked.
-    fn retire_message(peer: &mut Peer, msg_id: u16) {
+    /// Drop a message whose completion is out and whose packets are all
+    /// acked; true when it was dropped.
+    fn retire_message(peer: &mut Peer, msg_id: u16) -> bool {
         let done = peer.messages.get(&msg_id).is_some_and(|m| {
             m.fully_acked()
                 && m.completed
@@ -716,6 +733,7 @@ impl Engine {
         if done {
             peer.messages.remove(&msg_id);
         }
+        done
     }
 
     // ----- timers -----------------------------------------------------------------------
@@ -777,6 +795,7 @@ impl Engine {
         self.tx_by_id.insert(id, p);
         peer.queue.clear();
         let mut failed: Vec<(u16, TxMessage)> = peer.messages.drain().collect();
+        self.sends_outstanding -= failed.len();
         failed.sort_by_key(|(id, _)| *id);
         for (_, m) in failed {
             if !m.completed {

@@ -39,7 +39,7 @@ const TX_OP_FLAGS: u64 = FI_COMPLETION as u64
     | FI_DELIVERY_COMPLETE as u64;
 const RX_OP_FLAGS: u64 = FI_COMPLETION as u64;
 /// Operations a transmit or receive context queues before FI_EAGAIN.
-pub(crate) const QUEUE_SIZE: usize = 8192;
+pub(crate) const QUEUE_SIZE: usize = uet::Config::QUEUE_DEPTH;
 /// Most iovec entries per operation.
 pub(crate) const IOV_LIMIT: usize = 8;
 pub(crate) const CQ_DATA_SIZE: usize = 8;

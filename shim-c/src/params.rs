@@ -10,15 +10,6 @@ use uet::config::{Config, ParamKind, ParamValue, PARAMS};
 use crate::bindings::*;
 use crate::log;
 
-/// Parameters the shim itself reads (not engine configuration).
-pub(crate) const SRC_ADDR: &str = "src_addr";
-const SHIM_PARAMS: &[(&str, &str)] = &[(
-    SRC_ADDR,
-    "IP address an endpoint binds when the application names no source or \
-     destination address (default 127.0.0.1; \"auto\" = the address of the \
-     interface holding the default route).",
-)];
-
 fn kind_of(kind: ParamKind) -> fi_param_type {
     match kind {
         ParamKind::Int => FI_PARAM_INT,
@@ -42,9 +33,6 @@ fn define_one(prov: *mut fi_provider, name: &str, kind: fi_param_type, help: &st
 pub(crate) fn define(prov: *mut fi_provider) {
     for p in PARAMS {
         define_one(prov, p.name, kind_of(p.kind), p.help);
-    }
-    for (name, help) in SHIM_PARAMS {
-        define_one(prov, name, FI_PARAM_STRING, help);
     }
 }
 
@@ -96,8 +84,5 @@ pub(crate) fn config() -> Config {
 
 /// `FI_UET_SRC_ADDR`, if set.
 pub(crate) fn src_addr() -> Option<String> {
-    match get(SRC_ADDR, ParamKind::Str) {
-        Some(ParamValue::Str(s)) if !s.is_empty() => Some(s),
-        _ => None,
-    }
+    Some(config().src_addr).filter(|s| !s.is_empty())
 }

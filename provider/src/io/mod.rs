@@ -40,7 +40,9 @@ impl Endpoint {
         let socket = open_socket(config, addr)?;
         let local = socket.local_addr()?;
         let seed = seed_from(local);
-        let mut engine = Engine::new(config, local, seed);
+        let mut config = config.clone();
+        config.mtu = config.effective_mtu(local.ip());
+        let mut engine = Engine::new(&config, local, seed);
         // The peer runs the same configuration, so our own receive buffer is
         // the best guess of how many packets it can absorb before the kernel
         // drops them; a larger window only turns into retransmissions.
