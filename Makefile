@@ -1,8 +1,8 @@
 # uet: build, install, test and demo. `make help` lists the targets.
 #
-# Everything a fresh Debian machine lacks is installed by `make deps` (root
-# runs apt-get; everyone else is told what to install). Nothing is installed
-# outside the checkout unless PREFIX says so.
+# `make deps` (run by every build) installs the Debian packages that are
+# missing and checks the Rust toolchain. Nothing is installed outside the
+# checkout unless PREFIX says so.
 
 PREFIX    ?= $(CURDIR)/install
 BUILD     := $(CURDIR)/build
@@ -13,94 +13,147 @@ CFLAGS    ?= -O2 -g -Wall -Wextra
 LIBDIR    := $(PREFIX)/lib/libfabric
 SO        := target/release/libuet_fi.so
 
-# Debian packages the targets use; see `deps`.
-DEB_PKGS  := libfabric-dev libfabric-bin libclang-dev openmpi-bin libopenmpi-dev pkg-config valgrind iproute2 python3
+export CARGO_TERM_COLOR ?= never
 
+# Debian packages: libfabric headers/tools and Open MPI for the C tests,
+# libclang for bindgen, valgrind for leak runs; python3 and iproute2 (ss)
+# are used by fabtests/scripts.
+DEB_PKGS  := libfabric-dev libfabric-bin libclang-dev openmpi-bin libopenmpi-dev \
+             pkg-config valgrind python3 iproute2
+
+# C programs: every fabtests/functional/*.c and fabtests/mpi/*.c is one
+# program (headers beside them are shared). Absent directories build nothing.
 FUNC_SRC  := $(wildcard fabtests/functional/*.c)
 MPI_SRC   := $(wildcard fabtests/mpi/*.c)
+FUNC_HDR  := $(wildcard fabtests/functional/*.h)
+MPI_HDR   := $(wildcard fabtests/mpi/*.h)
 FUNC_BIN  := $(patsubst fabtests/functional/%.c,$(BUILD)/bin/%,$(FUNC_SRC))
 MPI_BIN   := $(patsubst fabtests/mpi/%.c,$(BUILD)/bin/%,$(MPI_SRC))
 SCRIPTS   := $(wildcard fabtests/scripts/*.sh)
 
-# Every test stage runs with the freshly installed provider and nothing else.
+# What selects the freshly installed provider in the test stages.
 RUN_ENV   := FI_PROVIDER_PATH=$(LIBDIR) FI_PROVIDER=uet
 
-.PHONY: all build deps install test test-rust test-discovery test-c test-pingpong \
-        test-mpi test-big demo lint fmt clean help
+# Upper bounds (seconds) that stop a hung stage; typical runs are far shorter.
+T_CARGO   := 600
+T_FUNC    := 180
+T_PP      := 300
+T_MPI     := 150
+T_BIG     := 180
 
-all: build ## Build the provider, tools and C test programs
+TEST_STAGES := test-lint test-rust test-discovery test-functional test-pingpong test-mpi test-big
+
+.PHONY: all build rust c-progs deps install test $(TEST_STAGES) demo lint fmt clean help
+
+all: build ## Default: deps, the Rust workspace (release) and the C test programs
 
 help: ## List the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 18
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 10
 
-deps: ## Install missing system packages (apt-get) and check the Rust toolchain
-	@missing=""; for p in $(DEB_PKGS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+deps: ## Install missing Debian packages (apt-get) and check the Rust toolchain
+	@missing=""; for p in $(DEB_PKGS); do \
+	  dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
-	  if [ "$$(id -u)" = 0 ]; then \
-	    echo "== installing:$$missing"; \
-	    export DEBIAN_FRONTEND=noninteractive; \
-	    apt-get update -q && apt-get install -y -q --no-install-recommends $$missing; \
-	  else echo "missing Debian packages:$$missing (run: sudo apt-get install$$missing)"; exit 1; fi; \
+	  if [ "$$(id -u)" != 0 ]; then \
+	    echo "missing Debian packages:$$missing"; \
+	    echo "install them as root: apt-get install$$missing"; exit 1; fi; \
+	  echo "== installing Debian packages:$$missing"; \
+	  export DEBIAN_FRONTEND=noninteractive; \
+	  apt-get update -q && apt-get install -y -q --no-install-recommends $$missing; \
 	fi
-	@command -v $(CARGO) >/dev/null || { echo "cargo not found: install Rust stable from https://rustup.rs"; exit 1; }
-	@if command -v rustup >/dev/null; then \
-	  rustup component list --installed 2>/dev/null | grep -q '^clippy' || rustup component add clippy rustfmt; \
+	@command -v $(CARGO) >/dev/null 2>&1 || { \
+	  echo "cargo not found. Install Rust stable with rustup:"; \
+	  echo "  curl --proto '=https' --tlsv1.2 -sSf https://sh.rustup.rs | sh"; \
+	  echo "then open a new shell (or: . \$$HOME/.cargo/env) and run make again."; \
+	  exit 1; }
+	@if command -v rustup >/dev/null 2>&1; then \
+	  have=$$(rustup component list --installed 2>/dev/null); \
+	  for c in clippy rustfmt; do \
+	    echo "$$have" | grep -q "^$$c" || rustup component add $$c; done; \
 	fi
 
-build: deps
+build: rust c-progs ## deps + cargo build --release --workspace + C programs in build/bin
+
+rust: deps
 	$(CARGO) build --release --workspace
-	@$(MAKE) --no-print-directory $(FUNC_BIN) $(MPI_BIN)
 
-$(BUILD)/bin/%: fabtests/functional/%.c
+c-progs: $(FUNC_BIN) $(MPI_BIN)
+
+# `| deps`: the compilers and headers come from the Debian packages.
+$(BUILD)/bin/%: fabtests/functional/%.c $(FUNC_HDR) | deps
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) -o $@ $< -lfabric
+	$(CC) $(CFLAGS) -I$(CURDIR)/include $$(pkg-config --cflags libfabric) -o $@ $< \
+	  $$(pkg-config --libs libfabric)
 
-$(BUILD)/bin/%: fabtests/mpi/%.c
+$(BUILD)/bin/%: fabtests/mpi/%.c $(MPI_HDR) | deps
 	@mkdir -p $(@D)
-	$(MPICC) $(CFLAGS) -o $@ $<
+	$(MPICC) $(CFLAGS) -I$(CURDIR)/include -o $@ $<
 
-install: build ## Install into PREFIX (default: ./install)
+install: build ## Install into PREFIX (default ./install; no root needed)
 	install -d $(LIBDIR) $(PREFIX)/include/rdma $(PREFIX)/bin
 	install -m 0755 $(SO) $(LIBDIR)/libuet-fi.so
 	install -m 0644 include/rdma/fi_ext_uet.h $(PREFIX)/include/rdma/
 	install -m 0755 target/release/uet-emu $(FUNC_BIN) $(MPI_BIN) $(SCRIPTS) $(PREFIX)/bin/
 
-test: install ## Lint, Rust tests, then the C, fi_pingpong and MPI suites over uet
-	@$(MAKE) --no-print-directory lint test-rust test-discovery test-c test-pingpong test-mpi test-big
+# The stages run one after another (also under -j) and the first failure
+# stops make.
+test: install ## Install, then lint, Rust tests, discovery, C suite, fi_pingpong, MPI, 256 MiB
+	@for s in $(TEST_STAGES); do \
+	  $(MAKE) --no-print-directory $$s || { echo "== make test: FAILED in $$s"; exit 1; }; done
 	@echo "== make test: all stages passed"
 
+test-lint:
+	@echo "== [1/7] cargo fmt --check, clippy -D warnings"
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
+
 test-rust:
-	@echo "== Rust unit, property and loopback tests"
-	$(CARGO) test --release --workspace
+	@echo "== [2/7] Rust unit, property and loopback tests"
+	timeout $(T_CARGO) $(CARGO) test --workspace --release
 
+# fi_info must list the RDM endpoint and every parameter the public header
+# names; the header must compile on its own against the installed libfabric.
 test-discovery:
-	@echo "== provider discovery (fi_info) and the extension header"
-	$(RUN_ENV) fi_info -p uet | grep -q 'FI_EP_RDM'
-	FI_PROVIDER_PATH=$(LIBDIR) fi_info -e | grep -a -q 'FI_UET_MTU'
-	@printf '#include <rdma/fi_ext_uet.h>\nint main(void) { return FI_UET_DEFAULT_PORT != 4793; }\n' \
-	  | $(CC) -Wall -Werror -I$(PREFIX)/include -x c - -o $(BUILD)/header_check && $(BUILD)/header_check
+	@echo "== [3/7] provider discovery (fi_info) and fi_ext_uet.h"
+	$(RUN_ENV) fi_info -p uet > $(BUILD)/fi_info.txt
+	grep -q 'FI_EP_RDM' $(BUILD)/fi_info.txt
+	FI_PROVIDER_PATH=$(LIBDIR) fi_info -e > $(BUILD)/fi_info_e.txt
+	@params=$$(sed -n 's/^#define FI_UET_PARAM_[A-Z_]* *"\(FI_UET_[A-Z_]*\)".*/\1/p' \
+	    $(PREFIX)/include/rdma/fi_ext_uet.h); \
+	[ -n "$$params" ] || { echo "no FI_UET_PARAM_* in fi_ext_uet.h"; exit 1; }; \
+	for p in $$params; do \
+	  grep -a -q "$$p:" $(BUILD)/fi_info_e.txt || { echo "fi_info -e lacks $$p"; exit 1; }; \
+	done; echo "fi_info -e lists" $$params
+	printf '%s\n' '#include <rdma/fi_ext_uet.h>' '#include <string.h>' \
+	  'int main(void) { return FI_UET_DEFAULT_PORT != 4793 || strcmp(FI_UET_PARAM_MTU, "FI_UET_MTU") ||' \
+	  '  FI_UET_DSCP_TO_TOS(FI_UET_DSCP_TRIMMED, 0) != 0x2C; }' > $(BUILD)/header_check.c
+	$(CC) -std=c99 -pedantic -Wall -Wextra -Werror -I$(PREFIX)/include \
+	  -o $(BUILD)/header_check $(BUILD)/header_check.c
+	$(BUILD)/header_check
 
-test-c:
-	@echo "== C functional suite over the public fi_* API"
-	@if [ -x $(PREFIX)/bin/uet_functional ]; then \
-	  $(RUN_ENV) timeout 600 $(PREFIX)/bin/uet_functional -p uet; \
-	else echo "no C functional suite built"; exit 1; fi
+test-functional:
+	@echo "== [4/7] C functional suite over the public fi_* API"
+	$(RUN_ENV) timeout $(T_FUNC) $(PREFIX)/bin/uet_functional -p uet
 
 test-pingpong:
-	@echo "== fi_pingpong over uet (msg and tagged, all sizes, data checks)"
-	timeout 900 fabtests/scripts/pingpong.sh $(PREFIX) -S all -I 1000 -c
-	timeout 900 fabtests/scripts/pingpong.sh $(PREFIX) -S all -I 1000 -c -m tagged
+	@echo "== [5/7] fi_pingpong over uet: msg, then tagged (all sizes, data checks)"
+	timeout $(T_PP) fabtests/scripts/pingpong.sh $(PREFIX) -S all -I 1000 -c
+	timeout $(T_PP) fabtests/scripts/pingpong.sh $(PREFIX) -S all -I 1000 -c -m tagged
 
 test-mpi:
-	@echo "== Open MPI (pml cm, mtl ofi) over uet"
-	timeout 600 fabtests/scripts/mpi.sh $(PREFIX) 2 $(PREFIX)/bin/mpi_check
-	timeout 600 fabtests/scripts/mpi.sh $(PREFIX) 4 $(PREFIX)/bin/mpi_check
+	@echo "== [6/7] Open MPI (pml cm, mtl ofi) over uet: 2 and 4 ranks"
+	timeout $(T_MPI) fabtests/scripts/mpi.sh $(PREFIX) 2 $(PREFIX)/bin/mpi_check
+	timeout $(T_MPI) fabtests/scripts/mpi.sh $(PREFIX) 4 $(PREFIX)/bin/mpi_check
 
 test-big:
-	@echo "== one 256 MiB message"
-	$(RUN_ENV) timeout 600 $(PREFIX)/bin/uet_functional -p uet -b -t big
+	@echo "== [7/7] one 256 MiB message"
+	$(RUN_ENV) timeout $(T_BIG) $(PREFIX)/bin/uet_functional -p uet -b -t big
 
-demo: install ## fi_pingpong over uet beside tcp on 127.0.0.1
+$(TEST_STAGES): | $(BUILD)
+$(BUILD):
+	@mkdir -p $@
+
+demo: install ## Install, then fi_pingpong over uet beside tcp on 127.0.0.1
 	fabtests/scripts/demo.sh $(PREFIX)
 
 lint: ## cargo fmt --check and clippy -D warnings
@@ -110,6 +163,6 @@ lint: ## cargo fmt --check and clippy -D warnings
 fmt: ## Format the Rust code
 	$(CARGO) fmt --all
 
-clean: ## Remove build outputs and the default install
+clean: ## Remove target/, build/ and the default install dir
 	$(CARGO) clean
 	rm -rf $(BUILD) $(CURDIR)/install

@@ -3,8 +3,9 @@
  *
  * uet is an Ultra-Ethernet-Transport-like reliable datagram provider over
  * UDP. Applications select it with FI_PROVIDER=uet and
- * FI_PROVIDER_PATH=<dir holding libuet-fi.so>; this header names its
- * parameters and wire constants for programs that want to set or report them.
+ * FI_PROVIDER_PATH=<dir holding libuet-fi.so>. This header names its
+ * parameters and its wire constants, for programs that set or report them;
+ * nothing in it is needed to use the provider through the plain fi_* API.
  */
 #ifndef FI_EXT_UET_H
 #define FI_EXT_UET_H
@@ -15,28 +16,47 @@
 extern "C" {
 #endif
 
+/* Name to pass as hints->fabric_attr->prov_name, or FI_PROVIDER=uet. */
 #define FI_UET_PROV_NAME "uet"
 
-/* UDP destination port of the UET fabric (IANA: 4793). Endpoints bind an
- * ephemeral port unless FI_UET_PORT names one. */
+/*
+ * UDP destination port of a UET fabric (IANA-assigned to Ultra Ethernet,
+ * 4793). It is the wire default for fabric-wide addressing; an endpoint
+ * itself binds an ephemeral port unless the application names one or
+ * FI_UET_PORT is set.
+ */
 #define FI_UET_DEFAULT_PORT 4793
 
-/* DSCP values a switch writes into the IP header of a trimmed packet: cut
- * inside the fabric, or at the last hop (the receiver's downlink). */
-#define FI_UET_DSCP_TRIMMED 0x0B
-#define FI_UET_DSCP_TRIMMED_LASTHOP 0x0C
+/*
+ * DSCP values (6 bits, the IP TOS byte >> 2) that a switch writes into the
+ * IP header of a trimmed packet: TRIMMED when the payload was cut inside the
+ * fabric, TRIMMED_LASTHOP when it was cut at the receiver's downlink. The
+ * receiver answers with NACK code 0x01 or 0x02 respectively. UET leaves the
+ * values to the operator; these defaults come from the RFC 2474 pool for
+ * local/experimental use (xxxx11), so they never collide with a standard
+ * class (CS*, AF*, EF, LE). emu-net and the provider use these unless
+ * configured otherwise.
+ */
+#define FI_UET_DSCP_TRIMMED         0x0B /* 001011 */
+#define FI_UET_DSCP_TRIMMED_LASTHOP 0x0F /* 001111 */
 
-/* Parameters (environment variables; `fi_info -e` prints their help). */
-#define FI_UET_PARAM_MTU "FI_UET_MTU"
-#define FI_UET_PARAM_WINDOW "FI_UET_WINDOW"
-#define FI_UET_PARAM_RTO_MIN_US "FI_UET_RTO_MIN_US"
-#define FI_UET_PARAM_RTO_MAX_US "FI_UET_RTO_MAX_US"
-#define FI_UET_PARAM_MAX_RETRIES "FI_UET_MAX_RETRIES"
-#define FI_UET_PARAM_SOCKBUF "FI_UET_SOCKBUF"
-#define FI_UET_PARAM_INJECT_SIZE "FI_UET_INJECT_SIZE"
-#define FI_UET_PARAM_SPIN_BEFORE_YIELD "FI_UET_SPIN_BEFORE_YIELD"
-#define FI_UET_PARAM_SRC_ADDR "FI_UET_SRC_ADDR"
-#define FI_UET_PARAM_PORT "FI_UET_PORT"
+/* The IP TOS byte carrying DSCP d with ECN codepoint ecn (0..3). */
+#define FI_UET_DSCP_TO_TOS(d, ecn) ((unsigned char)((((d) & 0x3F) << 2) | ((ecn) & 0x3)))
+
+/*
+ * Parameters: environment variables read through libfabric's fi_param_get;
+ * `fi_info -e` prints each with its help text. Defaults in brackets.
+ */
+#define FI_UET_PARAM_MTU               "FI_UET_MTU"               /* bytes per UDP payload, headers included [0 = auto: 65000 on loopback, 1472 elsewhere] */
+#define FI_UET_PARAM_WINDOW            "FI_UET_WINDOW"            /* unacknowledged packets per peer [256] */
+#define FI_UET_PARAM_RTO_MIN_US        "FI_UET_RTO_MIN_US"        /* smallest retransmission timeout, us [1000] */
+#define FI_UET_PARAM_RTO_MAX_US        "FI_UET_RTO_MAX_US"        /* largest timeout after backoff, us [200000] */
+#define FI_UET_PARAM_MAX_RETRIES       "FI_UET_MAX_RETRIES"       /* retransmissions before FI_EIO [30] */
+#define FI_UET_PARAM_SOCKBUF           "FI_UET_SOCKBUF"           /* socket buffer request, bytes [8388608] */
+#define FI_UET_PARAM_INJECT_SIZE       "FI_UET_INJECT_SIZE"       /* largest fi_inject, bytes [4096] */
+#define FI_UET_PARAM_SPIN_BEFORE_YIELD "FI_UET_SPIN_BEFORE_YIELD" /* empty progress calls before yielding [64] */
+#define FI_UET_PARAM_SRC_ADDR          "FI_UET_SRC_ADDR"          /* address bound when none is named [127.0.0.1; "auto"] */
+#define FI_UET_PARAM_PORT              "FI_UET_PORT"              /* UDP port bound when none is named [0 = any] */
 
 #ifdef __cplusplus
 }
