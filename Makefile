@@ -5,6 +5,8 @@
 # checkout unless PREFIX says so.
 
 PREFIX    ?= $(CURDIR)/install
+# Absolute, so FI_PROVIDER_PATH and the scripts work from any directory.
+override PREFIX := $(abspath $(PREFIX))
 BUILD     := $(CURDIR)/build
 CARGO     ?= cargo
 CC        ?= cc
