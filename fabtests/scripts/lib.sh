@@ -1,11 +1,21 @@
 # Shared helpers for the run scripts (sourced, not executed).
 
-# A UDP/TCP port nobody is bound to, for fi_pingpong's control connection.
+# A TCP port on 127.0.0.1 that nobody is bound to right now, for
+# fi_pingpong's control connection.
 free_port() {
-    python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+    if command -v python3 >/dev/null 2>&1; then
+        python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])' && return
+    fi
+    local p
+    for _ in $(seq 50); do
+        p=$((20000 + RANDOM % 20000))
+        if ! ss -ltn 2>/dev/null | grep -q ":$p "; then echo "$p"; return; fi
+    done
+    echo 47592
 }
 
-# provider_env PREFIX: export what selects the installed uet provider.
+# provider_env PREFIX: export what makes libfabric load the installed uet
+# provider. Other providers (PROVIDER=tcp, sockets) need nothing.
 provider_env() {
     local prefix=$1
     if [[ ! -f $prefix/lib/libfabric/libuet-fi.so ]]; then

@@ -1,29 +1,44 @@
 #!/usr/bin/env bash
 # pingpong.sh PREFIX [fi_pingpong options...]
-# Runs an fi_pingpong server and client on 127.0.0.1 over the provider named
-# by $PROVIDER (default uet, loaded from PREFIX) and prints the client's table.
-# Fails when either side fails or runs past $PINGPONG_TIMEOUT seconds.
+#
+# Runs an fi_pingpong server in the background and a client against it on
+# 127.0.0.1 (control port picked free, -B/-P), both with -p $PROVIDER -e rdm.
+# PROVIDER defaults to uet, loaded from PREFIX/lib/libfabric; PROVIDER=tcp or
+# sockets runs the same thing over a stock provider (PREFIX is then unused).
+# Prints the client's table; exits non-zero if either side fails or runs
+# past $PINGPONG_TIMEOUT seconds (default 300) each.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 source "$here/lib.sh"
 [[ $# -ge 1 ]] || { echo "usage: $0 PREFIX [fi_pingpong options]" >&2; exit 2; }
 prefix=$1; shift
 provider=${PROVIDER:-uet}
-limit=${PINGPONG_TIMEOUT:-600}
+limit=${PINGPONG_TIMEOUT:-300}
 [[ $provider == uet ]] && provider_env "$prefix"
 
 port=$(free_port)
 log=$(mktemp)
-trap 'rm -f "$log"; [[ -n ${server:-} ]] && kill "$server" 2>/dev/null || true' EXIT
+server=
+trap 'rm -f "$log"; [[ -n $server ]] && kill "$server" 2>/dev/null; true' EXIT
 timeout "$limit" fi_pingpong -p "$provider" -e rdm -B "$port" "$@" >"$log" 2>&1 &
 server=$!
-# The server listens on its control port once its endpoint is up.
-for _ in $(seq 100); do
-    if ss -ltn 2>/dev/null | grep -q ":$port "; then break; fi
+# The server accepts the control connection once its endpoint is up.
+for _ in $(seq 200); do
+    ss -ltn 2>/dev/null | grep -q ":$port " && break
+    kill -0 "$server" 2>/dev/null || break
     sleep 0.05
 done
 status=0
 timeout "$limit" fi_pingpong -p "$provider" -e rdm -P "$port" "$@" 127.0.0.1 || status=$?
-wait "$server" || { echo "server failed (status $?):" >&2; cat "$log" >&2; exit 1; }
+sstatus=0
+wait "$server" || sstatus=$?
 server=
-[[ $status -eq 0 ]] || { echo "client failed (status $status)" >&2; cat "$log" >&2; exit "$status"; }
+if [[ $sstatus -ne 0 ]]; then
+    echo "fi_pingpong server ($provider) failed with status $sstatus:" >&2
+    cat "$log" >&2
+    exit 1
+fi
+if [[ $status -ne 0 ]]; then
+    echo "fi_pingpong client ($provider) failed with status $status" >&2
+    exit 1
+fi
