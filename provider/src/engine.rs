@@ -474,13 +474,6 @@ impl Engine {
                 });
             }
         }
-        if h.want_response {
-            peer.queue.push_back(TxItem::Response {
-                msg_id,
-                len: h.len.min(u32::MAX as u64) as u32,
-            });
-            self.mark_ready(p);
-        }
     }
 
     // ----- datagram input -------------------------------------------------------------
@@ -656,6 +649,14 @@ impl Engine {
             inb.header.cq_data = Some(s.header_data);
         }
         inb.place(s.buffer_offset, payload);
+        // Delivery complete (fi_cq(3)): the message was processed here once
+        // all its bytes are in, whether placed in a posted buffer or held
+        // as unexpected until the application posts one.
+        if inb.complete() && inb.header.want_response {
+            let len = inb.header.len.min(u32::MAX as u64) as u32;
+            peer.queue.push_back(TxItem::Response { msg_id: id, len });
+            self.mark_ready(p);
+        }
         self.match_in_order(p);
         self.finish_if_complete(p, id);
     }

@@ -84,8 +84,8 @@ pub enum CompletionLevel {
     /// the peer's delivery layer.
     #[default]
     Transmit,
-    /// FI_DELIVERY_COMPLETE: the peer placed the whole message into a matched
-    /// receive buffer (or discarded it on the application's request).
+    /// FI_DELIVERY_COMPLETE: the peer processed the whole message: placed it
+    /// into a posted receive buffer, or holds it until one is posted.
     Delivery,
 }
 
