@@ -2,8 +2,9 @@
 #![allow(dead_code)]
 
 use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
 
-use uet::{Completion, CompletionLevel, Payload, ProbeFlags, RecvOp, SendOp};
+use uet::{Completion, CompletionLevel, MsgBuffer, Payload, ProbeFlags, RecvOp, SendOp};
 
 /// Bytes that depend on the message and position, so misplacement shows.
 pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
@@ -46,4 +47,20 @@ pub fn recv(len: usize, tag: Option<u64>, context: u64) -> RecvOp {
 /// own the Vec through a side table instead: see `Receiver`.
 pub fn ok(c: &Completion) -> bool {
     c.error.is_none()
+}
+
+/// A receive buffer the test can read after completion.
+#[derive(Clone)]
+pub struct Shared(pub Arc<Mutex<Vec<u8>>>);
+
+impl MsgBuffer for Shared {
+    fn len(&self) -> usize {
+        self.0.lock().unwrap().len()
+    }
+    fn read_at(&self, offset: usize, out: &mut [u8]) {
+        out.copy_from_slice(&self.0.lock().unwrap()[offset..offset + out.len()]);
+    }
+    fn write_at(&mut self, offset: usize, data: &[u8]) {
+        self.0.lock().unwrap()[offset..offset + data.len()].copy_from_slice(data);
+    }
 }

@@ -5,24 +5,8 @@ mod common;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{pattern, send};
-use uet::{CompletionError, CompletionKind, Config, Endpoint, MsgBuffer, ProbeFlags, RecvOp};
-
-/// A receive buffer the test can read after completion.
-#[derive(Clone)]
-struct Shared(Arc<Mutex<Vec<u8>>>);
-
-impl MsgBuffer for Shared {
-    fn len(&self) -> usize {
-        self.0.lock().unwrap().len()
-    }
-    fn read_at(&self, offset: usize, out: &mut [u8]) {
-        out.copy_from_slice(&self.0.lock().unwrap()[offset..offset + out.len()]);
-    }
-    fn write_at(&mut self, offset: usize, data: &[u8]) {
-        self.0.lock().unwrap()[offset..offset + data.len()].copy_from_slice(data);
-    }
-}
+use common::{pattern, send, Shared};
+use uet::{CompletionError, CompletionKind, Config, Endpoint, ProbeFlags, RecvOp};
 
 fn pair() -> (Endpoint, Endpoint) {
     let cfg = Config::default();

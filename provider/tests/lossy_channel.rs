@@ -12,23 +12,8 @@ use proptest::prelude::*;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
-use common::{pattern, send};
-use uet::{CompletionKind, Config, Engine, MsgBuffer, ProbeFlags, RecvOp};
-
-#[derive(Clone)]
-struct Shared(Arc<Mutex<Vec<u8>>>);
-
-impl MsgBuffer for Shared {
-    fn len(&self) -> usize {
-        self.0.lock().unwrap().len()
-    }
-    fn read_at(&self, offset: usize, out: &mut [u8]) {
-        out.copy_from_slice(&self.0.lock().unwrap()[offset..offset + out.len()]);
-    }
-    fn write_at(&mut self, offset: usize, data: &[u8]) {
-        self.0.lock().unwrap()[offset..offset + data.len()].copy_from_slice(data);
-    }
-}
+use common::{pattern, send, Shared};
+use uet::{CompletionKind, Config, Engine, ProbeFlags, RecvOp};
 
 #[derive(Clone, Copy, Debug)]
 struct Impairments {
