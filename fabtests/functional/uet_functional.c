@@ -45,8 +45,8 @@
 #define MAX_DOM 2
 #define STASH_LEN 4096
 #define MAX_ALLOCS 64
-#define MAX_INFOS 16
-#define DEFAULT_BUDGET 10.0 /* seconds; a hang guard, not a performance bound */
+#define MAX_INFOS 32
+#define DEFAULT_BUDGET 20.0 /* seconds; a hang guard, not a performance bound */
 
 static const char *prov = "uet";
 static int verbose;
@@ -616,6 +616,9 @@ static int getinfo_rc(struct fi_info *hints, const char *node,
 	return rc;
 }
 
+static void t_getinfo_reject(void);
+static void t_getinfo_node(void);
+
 static void t_getinfo(void)
 {
 	struct fi_info *hints = base_hints(), *info;
@@ -637,6 +640,8 @@ static void t_getinfo(void)
 	CHECK(info->tx_attr->inject_size > 0, "inject_size 0");
 	CHECK((info->domain_attr->mr_mode & FI_MR_LOCAL) == 0,
 	      "mr_mode 0x%x requires FI_MR_LOCAL", info->domain_attr->mr_mode);
+	t_getinfo_reject();
+	t_getinfo_node();
 }
 
 static void t_getinfo_reject(void)
@@ -700,14 +705,14 @@ static void t_getinfo_node(void)
 
 	/* Without FI_SOURCE they name the destination. */
 	hints = base_hints();
-	CHECK_RC(getinfo_rc(hints, "127.0.0.1", "4793", 0, &info));
+	CHECK_RC(getinfo_rc(hints, "127.0.0.1", "4000", 0, &info));
 	sin = as_sin(info->dest_addr, info->dest_addrlen);
 	CHECK(sin->sin_addr.s_addr == htonl(INADDR_LOOPBACK), "dest_addr not 127.0.0.1");
-	CHECK(ntohs(sin->sin_port) == 4793, "dest port %d", ntohs(sin->sin_port));
+	CHECK(ntohs(sin->sin_port) == 4000, "dest port %d", ntohs(sin->sin_port));
 
 	/* A node name that cannot be resolved fails. */
 	hints = base_hints();
-	rc = getinfo_rc(hints, "no-such-host.invalid", "4793", 0, &info);
+	rc = getinfo_rc(hints, "no-such-host.invalid", "4000", 0, &info);
 	CHECK(rc != 0, "unresolvable node accepted");
 }
 
@@ -740,12 +745,12 @@ static void av_checks(enum fi_av_type type)
 	msg_exchange(0, 1, 100, 1);
 	msg_exchange(1, 0, 100, 2);
 
-	/* An address of the wrong family is rejected. */
+	/* An address of an unknown family is not inserted. */
 	memset(&bad, 0, sizeof bad);
-	bad.sin_family = AF_UNIX;
+	bad.sin_family = 0xffff;
 	fa = 0;
 	n = fi_av_insert(av, &bad, 1, &fa, 0, NULL);
-	CHECK(n != 1, "address of family AF_UNIX inserted (fi_addr %llu)",
+	CHECK(n != 1, "address of family 0xffff inserted (fi_addr %llu)",
 	      (unsigned long long)fa);
 	if (n == 0)
 		CHECK(fa == FI_ADDR_NOTAVAIL, "failed insert left fi_addr %llu",
@@ -829,9 +834,9 @@ static void t_unknown_addr(void)
 		note("send to an unknown fi_addr is only checked for uet");
 		return;
 	}
-	rc = fi_send(E.ep[0].ep, buf, sizeof buf, NULL, (fi_addr_t)1000, &ctx);
+	rc = fi_send(E.ep[0].ep, buf, sizeof buf, NULL, (fi_addr_t)12345, &ctx);
 	CHECK(rc == -FI_EINVAL, "fi_send: %zd (%s)", rc, fi_strerror((int)-rc));
-	rc = fi_tsend(E.ep[0].ep, buf, sizeof buf, NULL, (fi_addr_t)1000, 7, &ctx);
+	rc = fi_tsend(E.ep[0].ep, buf, sizeof buf, NULL, (fi_addr_t)12345, 7, &ctx);
 	CHECK(rc == -FI_EINVAL, "fi_tsend: %zd (%s)", rc, fi_strerror((int)-rc));
 	msg_exchange(0, 1, 10, 5);
 }
@@ -867,7 +872,7 @@ static void t_inject_too_big(void)
 
 static void t_msg_sizes(void)
 {
-	static const size_t sizes[] = { 0, 1, 63, 4096, 65536, 1 << 20 };
+	static const size_t sizes[] = { 0, 1, 63, 4096, 65536, 1 << 20, (5 << 20) + 3 };
 	size_t i;
 
 	setup(NULL);
@@ -1693,41 +1698,39 @@ struct test {
 
 static const struct test tests[] = {
 	{ "getinfo", t_getinfo, 0, 0 },
-	{ "getinfo_reject", t_getinfo_reject, 0, 0 },
-	{ "getinfo_node", t_getinfo_node, 0, 0 },
 	{ "av_table", t_av_table, 0, 0 },
 	{ "av_map", t_av_map, 0, 0 },
-	{ "getname_toosmall", t_getname, 0, 0 },
+	{ "getname_too_small", t_getname, 0, 0 },
 	{ "not_enabled", t_not_enabled, 0, 0 },
-	{ "unknown_addr", t_unknown_addr, 0, 0 },
-	{ "inject_too_large", t_inject_too_big, 0, 0 },
+	{ "bad_addr", t_unknown_addr, 0, 0 },
+	{ "inject_too_big", t_inject_too_big, 0, 0 },
 	{ "msg_sizes", t_msg_sizes, 0, 0 },
 	{ "msg_iov", t_msg_iov, 0, 0 },
-	{ "msg_sendmsg", t_msg_sendmsg, 0, 0 },
-	{ "msg_senddata", t_msg_senddata, 0, 0 },
-	{ "msg_inject", t_msg_inject, 0, 0 },
+	{ "msg_sendmsg_recvmsg", t_msg_sendmsg, 0, 0 },
+	{ "senddata", t_msg_senddata, 0, 0 },
+	{ "inject_and_injectdata", t_msg_inject, 0, 0 },
 	{ "tagged_basic", t_tagged_basic, 0, 0 },
-	{ "tagged_ignore", t_tagged_ignore, 0, 0 },
-	{ "tagged_directed_recv", t_directed_recv, 0, 0 },
-	{ "tagged_order", t_tagged_order, 0, 0 },
+	{ "tag_ignore", t_tagged_ignore, 0, 0 },
+	{ "directed_recv", t_directed_recv, 0, 0 },
+	{ "ordering", t_tagged_order, 0, 0 },
 	{ "tagged_unexpected_small", t_unexpected_small, 0, 0 },
-	{ "tagged_unexpected_large", t_unexpected_large, 0, 0 },
-	{ "tagged_source", t_source, 0, 0 },
-	{ "peek_nomsg", t_peek_nomsg, 0, 0 },
+	{ "unexpected_large", t_unexpected_large, 0, 0 },
+	{ "readfrom", t_source, 0, 0 },
+	{ "peek_none", t_peek_nomsg, 0, 0 },
 	{ "peek_found", t_peek_found, 0, 0 },
 	{ "peek_claim", t_peek_claim, 0, 0 },
 	{ "peek_discard", t_peek_discard, 0, 0 },
 	{ "claim_discard", t_claim_discard, 0, 0 },
 	{ "cancel", t_cancel, 0, 0 },
-	{ "truncate", t_truncate, 0, 0 },
+	{ "truncation", t_truncate, 0, 0 },
 	{ "selective_completion", t_selective_completion, 0, 0 },
 	{ "completion_levels", t_completion_levels, 0, 0 },
 	{ "delivery_complete_unexpected", t_delivery_complete_unexpected, 0, 0 },
 	{ "cq_formats", t_cq_formats, 0, 0 },
 	{ "eq", t_eq, 0, 0 },
 	{ "mr", t_mr, 0, 0 },
-	{ "close_order", t_close_order, 0, 0 },
 	{ "two_domains", t_two_domains, 0, 0 },
+	{ "close_order", t_close_order, 0, 0 },
 	{ "big", t_big, 150, 1 },
 };
 
