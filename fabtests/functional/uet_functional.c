@@ -1066,6 +1066,27 @@ static void t_tagged_basic(void)
 	c = wait_ok(0, &s2);
 	check_flags(&c, FI_SEND | FI_TAGGED, FI_RECV);
 	wait_ok(0, &s1);
+
+	/* Tagged and untagged queues are separate: with an untagged receive
+	 * and a tagged receive posted, a tagged send goes to the tagged one
+	 * and an untagged send to the untagged one, whatever the order. */
+	POST(fi_recv(E.ep[1].ep, b1, 500, NULL, FI_ADDR_UNSPEC, &r1));
+	fill_pattern(s, 500, 0x7A);
+	POST(fi_tsend(E.ep[0].ep, s, 40, NULL, E.ep[0].peer[1], 0, &s1));
+	c = peek_until_found(1, 0, 0, &r2);
+	CHECK(c.len == 40, "peek len %zu", c.len);
+	POST(fi_trecv(E.ep[1].ep, b2, 500, NULL, FI_ADDR_UNSPEC, 0, 0, &r2));
+	c = wait_ok(1, &r2);
+	CHECK(c.len == 40, "tagged receive len %zu", c.len);
+	check_pattern(b2, 40, 0x7A, "tagged message next to an untagged receive");
+	fill_pattern(s, 500, 0x7B);
+	POST(fi_send(E.ep[0].ep, s, 60, NULL, E.ep[0].peer[1], &s2));
+	c = wait_ok(1, &r1);
+	CHECK(c.len == 60, "untagged receive len %zu", c.len);
+	check_flags(&c, FI_RECV | FI_MSG, FI_TAGGED);
+	check_pattern(b1, 60, 0x7B, "untagged message");
+	wait_ok(0, &s1);
+	wait_ok(0, &s2);
 }
 
 static void t_tagged_ignore(void)
