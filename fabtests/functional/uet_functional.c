@@ -1458,6 +1458,34 @@ static void t_truncate(void)
 	CHECK(c.olen == 900, "olen %zu", c.olen);
 	check_pattern(r, 100, 1000, "truncated message");
 	wait_ok(0, &sctx);
+
+	/* A 1 MiB message into 100 bytes, receive posted first and after. */
+	{
+		const size_t big = 1 << 20;
+		uint8_t *bs = xalloc(big);
+		int posted_first;
+		double until;
+
+		fill_pattern(bs, big, big);
+		for (posted_first = 1; posted_first >= 0; posted_first--) {
+			memset(r, 0xEE, 200);
+			if (posted_first)
+				POST(fi_trecv(E.ep[1].ep, r, 100, NULL, FI_ADDR_UNSPEC, 0x92, 0, &rctx));
+			POST(fi_tsend(E.ep[0].ep, bs, big, NULL, E.ep[0].peer[1], 0x92, &sctx));
+			if (!posted_first) {
+				until = now() + 0.1;
+				while (now() < until)
+					progress();
+				POST(fi_trecv(E.ep[1].ep, r, 100, NULL, FI_ADDR_UNSPEC, 0x92, 0, &rctx));
+			}
+			c = wait_err(1, &rctx, FI_ETRUNC);
+			CHECK(c.olen == big - 100, "1 MiB (%s): olen %zu",
+			      posted_first ? "pre-posted" : "unexpected", c.olen);
+			check_pattern(r, 100, big, "truncated 1 MiB message");
+			check_untouched(r + 100, 100, "bytes past the receive buffer");
+			wait_ok(0, &sctx);
+		}
+	}
 }
 
 static void send_msg(int from, int to, void *buf, size_t len, void *ctx,
