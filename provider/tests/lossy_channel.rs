@@ -150,7 +150,7 @@ fn run(seed: u64, imp: Impairments, sizes: &[usize], tagged: bool) -> u64 {
         now = next.max(now).min(now + 10_000).max(now + 1);
         while net.peek().is_some_and(|p| p.at <= now) {
             let p = net.pop().unwrap();
-            eng[p.to].handle_datagram(now, p.from, &p.data);
+            eng[p.to].handle_datagram(now, p.from, 0, &p.data);
         }
         for e in eng.iter_mut() {
             if e.next_timeout().is_some_and(|t| t <= now) {

@@ -5,7 +5,11 @@ use super::*;
 impl Engine {
     // ----- datagram input -------------------------------------------------------------
 
-    pub fn handle_datagram(&mut self, now: u64, from: SocketAddr, data: &[u8]) {
+    /// One arriving datagram: its source, the IP TOS byte it arrived with
+    /// (ECN codepoint and DSCP; 0 when the driver cannot read it) and its
+    /// bytes.
+    pub fn handle_datagram(&mut self, now: u64, from: SocketAddr, tos: u8, data: &[u8]) {
+        let _ = tos;
         let Ok(prologue) = Prologue::parse(data) else {
             self.stats.malformed += 1;
             return;

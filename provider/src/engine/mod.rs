@@ -25,7 +25,7 @@ use crate::ses::{Inbound, InboundState, MsgHeader, PostedQueues, TxMessage, Unex
 use crate::wire::prologue::flags as pflags;
 use crate::wire::ses::flags as sflags;
 use crate::wire::{
-    AckRepr, NextHeader, PacketType, Prologue, RequestRepr, SesOpcode, SesRequestRepr,
+    AckRepr, Ecn, NextHeader, PacketType, Prologue, RequestRepr, SesOpcode, SesRequestRepr,
     SesResponseRepr,
 };
 use crate::{Config, Error, Result};
@@ -35,6 +35,11 @@ use crate::{Config, Error, Result};
 pub struct Transmit {
     pub dest: SocketAddr,
     pub len: usize,
+    /// Which of the endpoint's entropy sockets (UDP source ports) sends it:
+    /// 0 is the endpoint's own address, `1..` the spraying pool.
+    pub entropy: u16,
+    /// ECN codepoint for the IP header: ECT(0) on data, Not-ECT on control.
+    pub ecn: Ecn,
 }
 
 /// ACK when this many payload bytes arrived since the last one (NSCC.md §6).

@@ -18,6 +18,8 @@ impl Engine {
                 return Some(Transmit {
                     dest: peer.addr,
                     len: AckRepr::LEN,
+                    entropy: 0,
+                    ecn: Ecn::NotEct,
                 });
             }
         }
@@ -53,6 +55,8 @@ impl Engine {
             return Some(Transmit {
                 dest: peer.addr,
                 len,
+                entropy: 0,
+                ecn: Ecn::Ect0,
             });
         }
         if peer.tx.in_flight() >= window {
@@ -91,6 +95,8 @@ impl Engine {
         Some(Transmit {
             dest: peer.addr,
             len,
+            entropy: 0,
+            ecn: Ecn::Ect0,
         })
     }
 }

@@ -9,14 +9,18 @@
 //! is `prologue+ACK_CC (32 B)`.
 
 pub mod ack;
+pub mod ip;
 pub mod nack;
 pub mod prologue;
+pub mod relay;
 pub mod request;
 pub mod ses;
 
 pub use ack::AckRepr;
+pub use ip::{Ecn, Trim};
 pub use nack::{NackCode, NackRepr};
 pub use prologue::{NextHeader, PacketType, Prologue};
+pub use relay::RelayHeader;
 pub use request::RequestRepr;
 pub use ses::{SesOpcode, SesRequestRepr, SesResponseRepr};
 
