@@ -9,12 +9,14 @@
 //! is `prologue+ACK_CC (32 B)`.
 
 pub mod ack;
+pub mod control;
 pub mod nack;
 pub mod prologue;
 pub mod request;
 pub mod ses;
 
 pub use ack::AckRepr;
+pub use control::{ControlRepr, ControlType};
 pub use nack::{NackCode, NackRepr};
 pub use prologue::{NextHeader, PacketType, Prologue};
 pub use request::RequestRepr;
