@@ -12,7 +12,7 @@
 //! a control packet is never followed by an SES header.
 
 use super::prologue::{PacketType, Prologue};
-use super::{be16, be32, put16, put32, WireError};
+use super::{be16, be32, packet_view, put16, put32, WireError};
 
 /// Control packet types.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -64,37 +64,12 @@ mod field {
     pub const PAYLOAD: usize = 12;
 }
 
-/// A bounds-checked view of a control packet.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Packet<T: AsRef<[u8]>> {
-    buffer: T,
-}
+packet_view!(
+    /// A bounds-checked view of a control packet.
+    Packet, len = ControlRepr::LEN
+);
 
 impl<T: AsRef<[u8]>> Packet<T> {
-    /// Wrap a buffer without checking it; accessors panic if it is short.
-    pub const fn new_unchecked(buffer: T) -> Packet<T> {
-        Packet { buffer }
-    }
-
-    /// Wrap a buffer that holds at least a whole control header.
-    pub fn new_checked(buffer: T) -> Result<Packet<T>, WireError> {
-        let p = Packet::new_unchecked(buffer);
-        p.check_len()?;
-        Ok(p)
-    }
-
-    pub fn check_len(&self) -> Result<(), WireError> {
-        if self.buffer.as_ref().len() < ControlRepr::LEN {
-            Err(WireError::Truncated)
-        } else {
-            Ok(())
-        }
-    }
-
-    pub fn into_inner(self) -> T {
-        self.buffer
-    }
-
     /// Raw packet type (5 bits); 11 for a control packet.
     pub fn packet_type(&self) -> u8 {
         self.buffer.as_ref()[field::PROLOGUE] >> 3

@@ -5,13 +5,20 @@
 //! input, and `emit`, which writes the header into a buffer the caller sized
 //! with `LEN`. All multi-byte fields are big-endian.
 //!
-//! A data packet is `prologue+request (12 B) | SES header | payload`; an ACK
-//! is `prologue+ACK_CC (32 B)`.
+//! Each module also has a `Packet<T: AsRef<[u8]>>` view (smoltcp style):
+//! `new_checked` validates the length, after which the field accessors never
+//! panic; setters exist when `T: AsMut<[u8]>`.
+//!
+//! A data packet is `prologue+request (12 B) | SES header (44 B) |
+//! [rendezvous extension (28 B)] | payload`; an ACK is `prologue+ACK_CC
+//! (32 B)` (or a plain 24 B ACK); NACKs and control packets are 16 B.
+//! `provider/README.md` draws every layout.
 
 pub mod ack;
 pub mod control;
 pub mod nack;
 pub mod prologue;
+pub mod rendezvous;
 pub mod request;
 pub mod ses;
 
@@ -19,6 +26,7 @@ pub use ack::{AckRepr, PlainAckRepr};
 pub use control::{ControlRepr, ControlType};
 pub use nack::{NackCode, NackRepr};
 pub use prologue::{NextHeader, PacketType, Prologue};
+pub use rendezvous::RendezvousRepr;
 pub use request::RequestRepr;
 pub use ses::{SesOpcode, SesRequestRepr, SesResponseRepr};
 
