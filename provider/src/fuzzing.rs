@@ -183,7 +183,7 @@ pub fn engine_datagram(data: &[u8]) {
                     break;
                 };
                 input = rest;
-                h.now += ((ticks as u64 & 0x1f) + 1) * 50_000 << (ticks >> 5);
+                h.now += (((ticks as u64 & 0x1f) + 1) * 50_000) << (ticks >> 5);
                 h.a.handle_timeout(h.now);
                 h.b.handle_timeout(h.now);
             }
@@ -529,7 +529,7 @@ fn engine_seeds() -> Vec<(String, Vec<u8>)> {
         // Everything lost, then timers: retransmissions, backoff, failure.
         (
             "loss-then-rto".into(),
-            [vec![7, 11], vec![2, 0xff].repeat(40)].concat(),
+            [vec![7, 11], [2, 0xff].repeat(40)].concat(),
         ),
         ("loss-recover".into(), vec![11, 2, 0x10, 3, 2, 0x40, 3]),
         // A stranger's datagram and a truncated request.
