@@ -9,19 +9,20 @@ impl Engine {
     /// (ECN codepoint and DSCP; 0 when the driver cannot read it) and its
     /// bytes.
     pub fn handle_datagram(&mut self, now: u64, from: SocketAddr, tos: u8, data: &[u8]) {
-        let _ = tos;
         let Ok(prologue) = Prologue::parse(data) else {
             self.stats.malformed += 1;
             return;
         };
         match prologue.ptype {
-            PacketType::RudRequest => self.on_request(now, from, data),
+            PacketType::RudRequest => self.on_request(now, from, tos, data),
             PacketType::AckCc => self.on_ack(now, from, data),
+            PacketType::Nack => self.on_nack(now, from, data),
+            PacketType::Control => self.on_control(now, from, data),
             _ => self.stats.malformed += 1,
         }
     }
 
-    pub(super) fn on_request(&mut self, now: u64, from: SocketAddr, data: &[u8]) {
+    pub(super) fn on_request(&mut self, now: u64, from: SocketAddr, tos: u8, data: &[u8]) {
         let Ok(req) = RequestRepr::parse(data) else {
             self.stats.malformed += 1;
             return;
@@ -54,6 +55,28 @@ impl Engine {
         let p = self.peer_index(from);
         if !self.rx_context(p, &req) {
             self.stats.unknown_pdc += 1;
+            // Not SYN and no context of ours: the sender holds a context we
+            // closed or lost (we restarted). Tell it, so it starts afresh.
+            self.queue_nack(
+                from,
+                NackRepr {
+                    flags: 0,
+                    code: NackCode::InvalidDpdcid,
+                    vendor_code: 0,
+                    psn: req.psn,
+                    spdcid: req.dpdcid,
+                    dpdcid: req.spdcid,
+                    payload: 0,
+                },
+            );
+            return;
+        }
+        let payload_len = body.len().saturating_sub(match ses {
+            Ses::Request(_) => SesRequestRepr::LEN,
+            Ses::Response(_) => SesResponseRepr::LEN,
+        });
+        if let Some(trim) = trimmed(tos, &ses, payload_len) {
+            self.on_trimmed(p, &req, trim);
             return;
         }
         if let Ses::Request(s) = &ses {
@@ -72,10 +95,12 @@ impl Engine {
         let arrival = rx.arrive(req.psn);
         rx.last_psn = req.psn;
         rx.last_was_retx = req.flags & pflags::RETX != 0;
-        let payload_len = body.len().saturating_sub(match ses {
-            Ses::Request(_) => SesRequestRepr::LEN,
-            Ses::Response(_) => SesResponseRepr::LEN,
-        });
+        let ce = Ecn::from_tos(tos) == Ecn::Ce;
+        if ce {
+            // Echoed in the next ACK's M flag, which leaves at once.
+            self.stats.ecn_ce_received += 1;
+            rx.ecn_echo = true;
+        }
         match arrival {
             Arrival::OutOfWindow => {
                 self.stats.out_of_window += 1;
@@ -91,9 +116,12 @@ impl Engine {
         self.stats.packets_received += 1;
         rx.rcvd_bytes += payload_len as u64;
         rx.unacked_bytes += payload_len.max(1);
-        let immediate = req.flags & (pflags::AR | pflags::SYN) != 0
-            || rx.unacked_bytes >= ACK_COALESCE_BYTES
-            || req.flags & pflags::RETX != 0;
+        // NSCC.md section 6: at once on CE, AR (the sender sets it on
+        // retransmissions too) and the first packets (SYN); otherwise every
+        // 16 KiB or after a short delay.
+        let immediate = ce
+            || req.flags & (pflags::AR | pflags::SYN | pflags::RETX) != 0
+            || rx.unacked_bytes >= ACK_COALESCE_BYTES;
         if immediate {
             self.queue_ack(p);
         } else if !rx.ack_pending {
@@ -211,6 +239,165 @@ impl Engine {
         }
     }
 
+    /// A data packet whose payload the fabric cut: NACK it at once so the
+    /// sender retransmits without waiting for a timeout (NSCC.md section 5).
+    /// The PSN is not accepted, so the retransmission is a new arrival.
+    fn on_trimmed(&mut self, p: usize, req: &RequestRepr, trim: Trim) {
+        self.stats.trimmed_received += 1;
+        let Some(rx) = self.peers[p].rx.as_ref() else {
+            return;
+        };
+        if rx.has(req.psn) {
+            // The full copy already arrived (a duplicate was trimmed).
+            self.queue_ack(p);
+            return;
+        }
+        let nack = NackRepr {
+            flags: 0,
+            code: match trim {
+                Trim::Fabric => NackCode::Trimmed,
+                Trim::LastHop => NackCode::TrimmedLastHop,
+            },
+            vendor_code: 0,
+            psn: req.psn,
+            spdcid: rx.local_id,
+            dpdcid: req.spdcid,
+            payload: 0,
+        };
+        let to = self.peers[p].addr;
+        self.queue_nack(to, nack);
+    }
+
+    pub(super) fn on_nack(&mut self, now: u64, from: SocketAddr, data: &[u8]) {
+        let Ok(nack) = NackRepr::parse(data) else {
+            self.stats.malformed += 1;
+            return;
+        };
+        let Some(&p) = self.tx_by_id.get(&nack.dpdcid) else {
+            self.stats.unknown_pdc += 1;
+            return;
+        };
+        if self.peers[p].addr != from
+            || self.peers[p].tx.remote_id.is_some_and(|r| r != nack.spdcid)
+        {
+            self.stats.unknown_pdc += 1;
+            return;
+        }
+        self.stats.nacks_received += 1;
+        match nack.code {
+            NackCode::Trimmed | NackCode::TrimmedLastHop => {
+                if self.peers[p].tx.nack(nack.psn, now) {
+                    self.stats.nack_retransmits += 1;
+                    self.mark_ready(p);
+                }
+            }
+            // The receiver had no room or the PSN fell outside its window:
+            // the packet stays outstanding and its timer resends it.
+            NackCode::NoPacketBuffer | NackCode::PsnOutOfWindow => {}
+            // The receiver does not know our context (it restarted, or
+            // closed it): what was in flight is lost with it.
+            NackCode::InvalidDpdcid | NackCode::Closing | NackCode::InvalidSyn => {
+                if self.peers[p].tx.in_flight() > 0 {
+                    self.fail_peer(p);
+                } else {
+                    self.reset_tx_pdc(p);
+                }
+            }
+        }
+    }
+
+    pub(super) fn on_control(&mut self, now: u64, from: SocketAddr, data: &[u8]) {
+        let Ok(ctl) = ControlRepr::parse(data) else {
+            self.stats.malformed += 1;
+            return;
+        };
+        match ctl.ctl_type {
+            ControlType::Close => self.on_close(now, from, &ctl),
+            // Answered with an ACK of the receive context they name.
+            ControlType::AckRequest | ControlType::Probe => match self.rx_by_id.get(&ctl.dpdcid) {
+                Some(&p) if self.peers[p].addr == from => self.queue_ack(p),
+                _ => self.stats.unknown_pdc += 1,
+            },
+            // Credit-based flow control is not used by this provider.
+            ControlType::CloseRequest | ControlType::Credit | ControlType::CreditRequest => {
+                self.stats.malformed += 1
+            }
+        }
+    }
+
+    /// A close travels twice: sender -> receiver asks to close the receive
+    /// context; receiver -> sender (same packet type, [`CLOSE_CONFIRM`])
+    /// confirms it is gone, or refuses ([`CLOSE_REFUSED`]) while it still
+    /// holds unmatched messages of the peer or misses packets below the
+    /// close PSN.
+    fn on_close(&mut self, now: u64, from: SocketAddr, ctl: &ControlRepr) {
+        if ctl.flags & CLOSE_CONFIRM != 0 {
+            // The answer to our own close; a stale one is dropped, never
+            // answered (answering could ping-pong forever).
+            if let Some(&p) = self.tx_by_id.get(&ctl.dpdcid) {
+                let peer = &mut self.peers[p];
+                if peer.addr == from
+                    && peer.closing.is_some_and(|c| c.psn == ctl.psn)
+                    && peer.tx.remote_id == Some(ctl.spdcid)
+                {
+                    if ctl.flags & CLOSE_REFUSED != 0 {
+                        // The receiver still needs the context; try again
+                        // after another idle period.
+                        peer.closing = None;
+                        peer.tx_active_at = now;
+                        self.mark_ready(p);
+                    } else {
+                        self.stats.pdcs_closed += 1;
+                        self.reset_tx_pdc(p);
+                        self.peers[p].tx_active_at = now;
+                    }
+                }
+            }
+            return;
+        }
+        let confirm = ControlRepr {
+            flags: CLOSE_CONFIRM,
+            spdcid: ctl.dpdcid,
+            dpdcid: ctl.spdcid,
+            ..*ctl
+        };
+        match self.rx_by_id.get(&ctl.dpdcid) {
+            Some(&p) if self.peers[p].addr == from => {
+                let peer = &mut self.peers[p];
+                let Some(rx) = peer.rx.as_ref() else {
+                    return;
+                };
+                if rx.remote_id != ctl.spdcid {
+                    self.stats.unknown_pdc += 1;
+                    return;
+                }
+                if rx.cack() != ctl.psn.wrapping_sub(1) || !peer.inbound.is_empty() {
+                    let refuse = ControlRepr {
+                        flags: CLOSE_CONFIRM | CLOSE_REFUSED,
+                        ..confirm
+                    };
+                    self.control_queue
+                        .push_back((from, ControlOut::Control(refuse)));
+                    return;
+                }
+                let id = rx.local_id;
+                peer.rx = None;
+                peer.next_match_seq = 0;
+                peer.in_ack_queue = false;
+                self.rx_by_id.remove(&id);
+                self.ack_queue.retain(|&q| q != p);
+                self.control_queue
+                    .push_back((from, ControlOut::Control(confirm)));
+            }
+            // Already closed (our confirmation was lost): confirm again.
+            None if self.peer_by_addr.contains_key(&from) => {
+                self.control_queue
+                    .push_back((from, ControlOut::Control(confirm)));
+            }
+            _ => self.stats.unknown_pdc += 1,
+        }
+    }
+
     pub(super) fn on_ack(&mut self, now: u64, from: SocketAddr, data: &[u8]) {
         let Ok(ack) = AckRepr::parse(data) else {
             self.stats.malformed += 1;
@@ -226,7 +413,12 @@ impl Engine {
             return;
         }
         self.stats.acks_received += 1;
-        let out = self.peers[p].tx.on_ack(&ack, now);
+        if ack.flags & pflags::ACK_M != 0 {
+            self.stats.ecn_echoes_received += 1;
+        }
+        let peer = &mut self.peers[p];
+        peer.tx_active_at = now;
+        let out = peer.tx.on_ack(&ack, now);
         for kind in out.newly_acked {
             if let SlotKind::Data { msg_id, .. } = kind {
                 self.on_packet_acked(p, msg_id);
@@ -272,4 +464,36 @@ impl Engine {
 enum Ses {
     Request(SesRequestRepr),
     Response(SesResponseRepr),
+}
+
+/// Control flag of a close that answers one (receiver -> sender).
+pub(super) const CLOSE_CONFIRM: u8 = 0x01;
+/// With [`CLOSE_CONFIRM`]: the receiver keeps the context (it still holds
+/// unmatched messages of the peer, or misses packets below the close PSN).
+pub(super) const CLOSE_REFUSED: u8 = 0x02;
+
+/// Whether a data packet lost its payload in the fabric, and where.
+///
+/// A switch that trims rewrites the DSCP ([`crate::wire::ip::trim_of`]).
+/// When that mark did not survive, the length gives it away: a packet of a
+/// message with bytes left always carries some, and packets without
+/// immediate data name their payload length (14 bits) in the SES header.
+fn trimmed(tos: u8, ses: &Ses, payload_len: usize) -> Option<Trim> {
+    if let Some(t) = crate::wire::ip::trim_of(tos) {
+        return Some(t);
+    }
+    let Ses::Request(s) = ses else {
+        return None;
+    };
+    // Only sends promise payload in every packet (a read request has none).
+    if !matches!(s.opcode(), Ok(SesOpcode::Send | SesOpcode::TaggedSend)) {
+        return None;
+    }
+    let remaining = (s.request_length as u64).saturating_sub(s.buffer_offset);
+    if payload_len == 0 && remaining > 0 {
+        return Some(Trim::Fabric);
+    }
+    let immediate_data = s.flags & sflags::SOM != 0 && s.flags & sflags::HD != 0;
+    let claimed = ((s.header_data >> 32) & 0x3fff) as usize;
+    (!immediate_data && claimed != payload_len & 0x3fff).then_some(Trim::Fabric)
 }

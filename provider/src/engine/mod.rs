@@ -25,8 +25,8 @@ use crate::ses::{Inbound, InboundState, MsgHeader, PostedQueues, TxMessage, Unex
 use crate::wire::prologue::flags as pflags;
 use crate::wire::ses::flags as sflags;
 use crate::wire::{
-    AckRepr, Ecn, NextHeader, PacketType, Prologue, RequestRepr, SesOpcode, SesRequestRepr,
-    SesResponseRepr,
+    AckRepr, ControlRepr, ControlType, Ecn, NackCode, NackRepr, NextHeader, PacketType, Prologue,
+    RequestRepr, SesOpcode, SesRequestRepr, SesResponseRepr, Trim,
 };
 use crate::{Config, Error, Result};
 
@@ -67,6 +67,25 @@ pub struct Stats {
     pub unknown_pdc: u64,
     pub out_of_window: u64,
     pub peers_failed: u64,
+    /// Data packets that arrived trimmed (payload cut by the fabric).
+    pub trimmed_received: u64,
+    /// Data packets that arrived with ECN CE in their IP header.
+    pub ecn_ce_received: u64,
+    /// ACKs that echoed a CE mark back to us.
+    pub ecn_echoes_received: u64,
+    pub nacks_sent: u64,
+    pub nacks_received: u64,
+    /// Retransmissions triggered by a NACK (trimmed packet), not a timer.
+    pub nack_retransmits: u64,
+    /// Idle delivery contexts closed with the close handshake.
+    pub pdcs_closed: u64,
+}
+
+/// A packet of the control class waiting in [`Engine::control_queue`].
+#[derive(Clone, Copy, Debug)]
+enum ControlOut {
+    Nack(NackRepr),
+    Control(ControlRepr),
 }
 
 enum TxItem {
@@ -86,11 +105,31 @@ struct Peer {
     inbound: HashMap<u16, Inbound>,
     in_send_ring: bool,
     in_ack_queue: bool,
+    /// Last time the send side had anything to do (idle-close clock).
+    tx_active_at: u64,
+    /// Close handshake in progress on the send side; data waits for it.
+    closing: Option<Closing>,
+}
+
+/// The send side asked the receiver to close an idle context.
+#[derive(Clone, Copy, Debug)]
+struct Closing {
+    /// Next PSN of the context: the receiver must have everything below.
+    psn: u32,
+    sent_at: u64,
+    tries: u32,
 }
 
 impl Peer {
     fn has_work(&self, window: usize) -> bool {
-        !self.tx.retransmit.is_empty() || (!self.queue.is_empty() && self.tx.in_flight() < window)
+        self.closing.is_none()
+            && (!self.tx.retransmit.is_empty()
+                || (!self.queue.is_empty() && self.tx.in_flight() < window))
+    }
+
+    /// Nothing posted, queued or unacknowledged on the send side.
+    fn tx_idle(&self) -> bool {
+        self.tx.in_flight() == 0 && self.queue.is_empty() && self.messages.is_empty()
     }
 }
 
@@ -100,6 +139,8 @@ pub struct Engine {
     rto_min: u64,
     rto_max: u64,
     max_retries: u32,
+    /// Close a send context idle this long (ns; 0 = never).
+    pdc_idle: u64,
     rng: SmallRng,
     peers: Vec<Peer>,
     peer_by_addr: HashMap<SocketAddr, usize>,
@@ -110,6 +151,8 @@ pub struct Engine {
     unexpected: VecDeque<Unexpected>,
     completions: VecDeque<Completion>,
     ack_queue: VecDeque<usize>,
+    /// NACKs and control packets, sent ahead of ACKs and data.
+    control_queue: VecDeque<(SocketAddr, ControlOut)>,
     send_ring: VecDeque<usize>,
     /// Earliest delayed-ACK deadline (0 = none).
     ack_timer: u64,
@@ -130,6 +173,7 @@ impl Engine {
             rto_min: config.rto_min_us * 1000,
             rto_max: config.rto_max_us.max(config.rto_min_us) * 1000,
             max_retries: config.max_retries,
+            pdc_idle: config.pdc_idle_us.saturating_mul(1000),
             rng: SmallRng::seed_from_u64(seed),
             peers: Vec::new(),
             peer_by_addr: HashMap::new(),
@@ -140,6 +184,7 @@ impl Engine {
             unexpected: VecDeque::new(),
             completions: VecDeque::new(),
             ack_queue: VecDeque::new(),
+            control_queue: VecDeque::new(),
             send_ring: VecDeque::new(),
             ack_timer: 0,
             sends_outstanding: 0,
@@ -190,6 +235,8 @@ impl Engine {
             inbound: HashMap::new(),
             in_send_ring: false,
             in_ack_queue: false,
+            tx_active_at: 0,
+            closing: None,
         });
         self.tx_by_id.insert(id, i);
         self.peer_by_addr.insert(addr, i);
@@ -202,6 +249,11 @@ impl Engine {
             peer.in_send_ring = true;
             self.send_ring.push_back(p);
         }
+    }
+
+    fn queue_nack(&mut self, to: SocketAddr, nack: NackRepr) {
+        self.stats.nacks_sent += 1;
+        self.control_queue.push_back((to, ControlOut::Nack(nack)));
     }
 
     fn queue_ack(&mut self, p: usize) {

@@ -8,6 +8,24 @@ impl Engine {
     /// Write the next datagram to send into `buf` (at least `mtu` bytes).
     /// Control (ACKs) goes ahead of data; peers with data take turns.
     pub fn poll_transmit(&mut self, now: u64, buf: &mut [u8]) -> Option<Transmit> {
+        if let Some((dest, pkt)) = self.control_queue.pop_front() {
+            let len = match pkt {
+                ControlOut::Nack(n) => {
+                    n.emit(buf);
+                    NackRepr::LEN
+                }
+                ControlOut::Control(c) => {
+                    c.emit(buf);
+                    ControlRepr::LEN
+                }
+            };
+            return Some(Transmit {
+                dest,
+                len,
+                entropy: 0,
+                ecn: Ecn::NotEct,
+            });
+        }
         while let Some(p) = self.ack_queue.pop_front() {
             let peer = &mut self.peers[p];
             peer.in_ack_queue = false;

@@ -5,7 +5,7 @@ use super::*;
 impl Engine {
     // ----- application operations -------------------------------------------------
 
-    pub fn post_send(&mut self, _now: u64, op: SendOp) -> Result<()> {
+    pub fn post_send(&mut self, now: u64, op: SendOp) -> Result<()> {
         let len = op.payload.len();
         if len > Config::MAX_MSG_SIZE {
             return Err(Error::MessageTooLong {
@@ -37,6 +37,7 @@ impl Engine {
             completed = true;
         }
         let peer = &mut self.peers[p];
+        peer.tx_active_at = now;
         let id = peer.next_msg_id;
         peer.next_msg_id = id.wrapping_add(1);
         peer.messages.insert(
