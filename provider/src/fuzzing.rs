@@ -134,7 +134,8 @@ fn read_views(b: &[u8]) {
 ///
 /// * `0`: a raw datagram: `len` (u8) then `len` bytes, delivered to B
 ///   (bit 2 clear) or A (set), from the other engine's address (bit 3
-///   clear) or a stranger's (set);
+///   clear) or a stranger's (set); the high 4 bits pick the IP TOS byte it
+///   arrives with from [`FUZZ_TOS`] (ECN marks, trimmed DSCPs);
 /// * `1`: a mutated copy of a recorded valid datagram: index (u8), position
 ///   (u8), XOR value (u8); bits 2 and 3 as above;
 /// * `2`: the clock advances by ((low 5 bits of the next byte) + 1) x 50 µs,
@@ -145,6 +146,12 @@ fn read_views(b: &[u8]) {
 ///   loses everything sent this time.
 ///
 /// The end runs the clock until both engines are quiet (bounded).
+/// TOS bytes an injected datagram may arrive with: plain, each ECN
+/// codepoint, the trimmed DSCPs with and without CE, and a few others.
+pub const FUZZ_TOS: [u8; 16] = [
+    0x00, 0x01, 0x02, 0x03, 0x2C, 0x2E, 0x2F, 0x3C, 0x3E, 0x3F, 0xB8, 0xBA, 0xBB, 0x2D, 0x3D, 0xFF,
+];
+
 pub fn engine_datagram(data: &[u8]) {
     let mut h = Harness::new();
     h.setup();
@@ -153,6 +160,7 @@ pub fn engine_datagram(data: &[u8]) {
         input = rest;
         let to_a = op & 4 != 0;
         let stranger = op & 8 != 0;
+        let tos = FUZZ_TOS[(op >> 4) as usize];
         match op & 3 {
             0 => {
                 let Some((&len, rest)) = input.split_first() else {
@@ -161,7 +169,7 @@ pub fn engine_datagram(data: &[u8]) {
                 let len = (len as usize).min(rest.len());
                 let (dgram, rest) = rest.split_at(len);
                 input = rest;
-                h.inject(to_a, stranger, dgram);
+                h.inject(to_a, stranger, tos, dgram);
             }
             1 => {
                 let [idx, pos, xor, ..] = *input else {
@@ -176,7 +184,7 @@ pub fn engine_datagram(data: &[u8]) {
                     let at = pos as usize % dgram.len();
                     dgram[at] ^= xor;
                 }
-                h.inject(to_a, stranger, &dgram);
+                h.inject(to_a, stranger, tos, &dgram);
             }
             2 => {
                 let Some((&ticks, rest)) = input.split_first() else {
@@ -307,7 +315,7 @@ impl Harness {
         self.drain_completions();
     }
 
-    fn inject(&mut self, to_a: bool, stranger: bool, dgram: &[u8]) {
+    fn inject(&mut self, to_a: bool, stranger: bool, tos: u8, dgram: &[u8]) {
         if claims_huge_message(dgram) {
             return;
         }
@@ -322,7 +330,7 @@ impl Harness {
                 if stranger { self.stranger } else { self.a_addr },
             )
         };
-        engine.handle_datagram(self.now, from, dgram);
+        engine.handle_datagram(self.now, from, tos, dgram);
     }
 
     /// Move up to `max` datagrams each way, recording them.
@@ -332,7 +340,7 @@ impl Harness {
             if let Some(t) = self.a.poll_transmit(self.now, &mut self.buf) {
                 let d = self.buf[..t.len].to_vec();
                 if t.dest == self.b_addr {
-                    self.b.handle_datagram(self.now, self.a_addr, &d);
+                    self.b.handle_datagram(self.now, self.a_addr, 0, &d);
                 }
                 self.record(d);
                 moved = true;
@@ -340,7 +348,7 @@ impl Harness {
             if let Some(t) = self.b.poll_transmit(self.now, &mut self.buf) {
                 let d = self.buf[..t.len].to_vec();
                 if t.dest == self.a_addr {
-                    self.a.handle_datagram(self.now, self.b_addr, &d);
+                    self.a.handle_datagram(self.now, self.b_addr, 0, &d);
                 }
                 self.record(d);
                 moved = true;
