@@ -69,6 +69,11 @@ pub const PARAMS: &[ParamSpec] = &[
         help: "IP address an endpoint binds when the application names no source or destination address (default 127.0.0.1; \"auto\" = the address of the interface holding the default route).",
     },
     ParamSpec {
+        name: "unexpected_bytes",
+        kind: ParamKind::Int,
+        help: "Most payload bytes an endpoint holds for messages that arrived before a matching receive was posted (default 67108864). Past it, further packets of unmatched messages are refused with NACK 0x07 and resent by the sender later, so memory stays bounded whatever the senders claim.",
+    },
+    ParamSpec {
         name: "pdc_idle_us",
         kind: ParamKind::Int,
         help: "Idle time in microseconds after which a delivery context with nothing in flight is closed with the close handshake, freeing its state; the next message reopens it in 0 RTT (default 1000000; 0 = never close).",
@@ -94,6 +99,7 @@ pub struct Config {
     pub spin_before_yield: u32,
     pub port: u16,
     pub pdc_idle_us: u64,
+    pub unexpected_bytes: usize,
     /// Empty = loopback.
     pub src_addr: String,
 }
@@ -111,6 +117,7 @@ impl Default for Config {
             spin_before_yield: 64,
             port: 0,
             pdc_idle_us: 1_000_000,
+            unexpected_bytes: 64 << 20,
             src_addr: String::new(),
         }
     }
@@ -171,6 +178,7 @@ impl Config {
             "spin_before_yield" => self.spin_before_yield as i64,
             "port" => self.port as i64,
             "pdc_idle_us" => self.pdc_idle_us as i64,
+            "unexpected_bytes" => self.unexpected_bytes as i64,
             _ => return None,
         };
         Some(ParamValue::Int(v))
@@ -207,6 +215,7 @@ impl Config {
             "spin_before_yield" => self.spin_before_yield = int(0, 1 << 30)? as u32,
             "port" => self.port = int(0, 65535)? as u16,
             "pdc_idle_us" => self.pdc_idle_us = int(0, 1 << 40)? as u64,
+            "unexpected_bytes" => self.unexpected_bytes = int(0, 1 << 40)? as usize,
             "src_addr" => match value {
                 ParamValue::Str(s) => self.src_addr = s,
                 _ => return Err(err("expects an IP address or \"auto\"".into())),

@@ -13,6 +13,7 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
 use common::{pattern, send, Shared};
+use uet::engine::Stats;
 use uet::wire::ip::{self, Ecn, DSCP_TRIMMED, DSCP_TRIMMED_LASTHOP};
 use uet::{CompletionKind, Config, Engine, ProbeFlags, RecvOp};
 
@@ -33,6 +34,8 @@ struct Impairments {
     /// Split the messages into two bursts with an idle gap longer than
     /// this (us) between them, so the delivery context closes and reopens.
     idle_close_us: Option<u64>,
+    /// The receiver's budget for unmatched messages (FI_UET_UNEXPECTED_BYTES).
+    unexpected_bytes: Option<usize>,
 }
 
 struct InFlight {
@@ -62,7 +65,7 @@ impl Ord for InFlight {
 
 /// Run `sizes` messages from engine 0 to engine 1; returns the number of
 /// virtual nanoseconds it took.
-fn run(seed: u64, imp: Impairments, sizes: &[usize], tagged: bool) -> u64 {
+fn run(seed: u64, imp: Impairments, sizes: &[usize], tagged: bool) -> (u64, [Stats; 2]) {
     let cfg = Config {
         mtu: 1500,
         window: 64,
@@ -70,6 +73,7 @@ fn run(seed: u64, imp: Impairments, sizes: &[usize], tagged: bool) -> u64 {
         rto_max_us: 2000,
         max_retries: 1000,
         pdc_idle_us: imp.idle_close_us.unwrap_or(0),
+        unexpected_bytes: imp.unexpected_bytes.unwrap_or(64 << 20),
         ..Config::default()
     };
     let addrs: [SocketAddr; 2] = [
@@ -223,6 +227,7 @@ fn run(seed: u64, imp: Impairments, sizes: &[usize], tagged: bool) -> u64 {
             }
         }
     }
+    assert_eq!(eng[1].staged_bytes(), 0, "staging not released");
     for (i, b) in bufs.iter().enumerate() {
         assert_eq!(sends_done[i], 1, "send {i} completions");
         assert_eq!(recvs_done[i], 1, "recv {i} completions");
@@ -231,7 +236,7 @@ fn run(seed: u64, imp: Impairments, sizes: &[usize], tagged: bool) -> u64 {
             "message {i} corrupted"
         );
     }
-    now
+    (now, [eng[0].stats(), eng[1].stats()])
 }
 
 #[test]
@@ -259,7 +264,7 @@ fn heavy_loss_duplication_reordering() {
 #[test]
 fn trimming_is_recovered_by_nacks() {
     for seed in 0..6 {
-        run(
+        let stats = run(
             seed,
             Impairments {
                 trim: 0.1,
@@ -269,12 +274,15 @@ fn trimming_is_recovered_by_nacks() {
             &[200_000, 3000, 0, 64_000],
             seed % 2 == 1,
         );
+        let (_, [tx, rx]) = stats;
+        assert!(rx.trimmed_received > 0 && rx.nacks_sent > 0, "{rx:?}");
+        assert!(tx.nack_retransmits > 0, "{tx:?}");
     }
 }
 
 #[test]
 fn ecn_marks_are_echoed_without_harm() {
-    run(
+    let (_, [tx, rx]) = run(
         3,
         Impairments {
             ce: 0.3,
@@ -283,6 +291,28 @@ fn ecn_marks_are_echoed_without_harm() {
         &[100_000, 10, 50_000],
         true,
     );
+    assert!(rx.ecn_ce_received > 0);
+    assert!(tx.ecn_echoes_received > 0 && tx.ecn_echoes_received <= rx.acks_sent);
+}
+
+#[test]
+fn unexpected_messages_stay_within_the_budget() {
+    for seed in 0..4 {
+        let stats = run(
+            seed,
+            Impairments {
+                drop: 0.02,
+                jitter: 2_000,
+                unexpected_bytes: Some(20_000),
+                ..Impairments::default()
+            },
+            &[100_000, 30_000, 5, 250_000, 64_000, 1],
+            seed % 2 == 0,
+        );
+        let (_, [tx, rx]) = stats;
+        assert!(rx.backpressure > 0, "budget never reached: {rx:?}");
+        assert!(tx.nacks_received > 0);
+    }
 }
 
 #[test]
@@ -316,8 +346,10 @@ proptest! {
         sizes in proptest::collection::vec(0usize..40_000, 1..12),
         tagged in any::<bool>(),
     ) {
-        let imp = Impairments { drop, duplicate, jitter, trim, ce, idle_close_us: idle_close };
-        let took = run(seed, imp, &sizes, tagged);
+        let imp = Impairments {
+            drop, duplicate, jitter, trim, ce, idle_close_us: idle_close, unexpected_bytes: None,
+        };
+        let (took, _) = run(seed, imp, &sizes, tagged);
         // Bounded: every message through within a bounded number of
         // (virtual) maximum RTOs of 2 ms, plus the idle gap.
         let gap = idle_close.map_or(0, |us| us * 3000 + 40_000_000);

@@ -89,6 +89,30 @@ impl Engine {
                 }
             }
         }
+        if let Ses::Request(s) = &ses {
+            let new = self.peers[p]
+                .rx
+                .as_ref()
+                .is_some_and(|rx| rx.classify(req.psn) == Arrival::New);
+            if new && payload_len > 0 && !self.stage_has_room(p, s, payload_len) {
+                // Backpressure: the sender resends later, without counting
+                // it against the peer (NACK 0x07).
+                self.stats.backpressure += 1;
+                if let Some(rx) = self.peers[p].rx.as_ref() {
+                    let nack = NackRepr {
+                        flags: 0,
+                        code: NackCode::NoPacketBuffer,
+                        vendor_code: 0,
+                        psn: req.psn,
+                        spdcid: rx.local_id,
+                        dpdcid: req.spdcid,
+                        payload: 0,
+                    };
+                    self.queue_nack(from, nack);
+                }
+                return;
+            }
+        }
         let Some(rx) = self.peers[p].rx.as_mut() else {
             return;
         };
@@ -164,6 +188,11 @@ impl Engine {
                     self.rx_by_id.remove(&old.local_id);
                 }
                 peer.rx = Some(RxPdc::new(id, req.spdcid, start, window));
+                self.staged_bytes -= peer
+                    .inbound
+                    .values()
+                    .map(Inbound::staged_bytes)
+                    .sum::<usize>();
                 peer.inbound.clear();
                 peer.next_match_seq = 0;
                 self.unexpected.retain(|u| u.peer != p);
@@ -178,36 +207,60 @@ impl Engine {
                 .is_some_and(|rx| rx.remote_id == req.spdcid)
     }
 
-    pub(super) fn on_ses_request(&mut self, p: usize, s: &SesRequestRepr, payload: &[u8]) {
+    /// Create the receive state of a message on its first packet (any of
+    /// them: each carries the header).
+    fn ensure_inbound(&mut self, p: usize, s: &SesRequestRepr) {
         let peer = &mut self.peers[p];
         let id = s.message_id;
-        if !peer.inbound.contains_key(&id) {
-            // Message IDs are consecutive per peer; the distance from the next
-            // one to match recovers the full sequence number.
-            let ahead = id.wrapping_sub(peer.next_match_seq as u16) as u64;
-            peer.inbound.insert(
-                id,
-                Inbound {
-                    seq: peer.next_match_seq + ahead,
-                    header: MsgHeader {
-                        tagged: s.opcode == SesOpcode::TaggedSend as u8,
-                        tag: s.match_bits,
-                        len: s.request_length as u64,
-                        cq_data: None,
-                        want_response: s.flags & sflags::DC != 0,
-                    },
-                    received: 0,
-                    state: InboundState::Staged(Vec::new()),
-                },
-            );
+        if peer.inbound.contains_key(&id) {
+            return;
         }
+        // Message IDs are consecutive per peer; the distance from the next
+        // one to match recovers the full sequence number.
+        let ahead = id.wrapping_sub(peer.next_match_seq as u16) as u64;
+        peer.inbound.insert(
+            id,
+            Inbound {
+                seq: peer.next_match_seq + ahead,
+                header: MsgHeader {
+                    tagged: s.opcode == SesOpcode::TaggedSend as u8,
+                    tag: s.match_bits,
+                    len: s.request_length as u64,
+                    cq_data: None,
+                    want_response: s.flags & sflags::DC != 0,
+                },
+                received: 0,
+                state: InboundState::Staged(Vec::new()),
+            },
+        );
+    }
+
+    /// Whether the payload of a new packet can be taken: always when its
+    /// message is matched (it goes to the application's buffer), otherwise
+    /// only while staged data of unmatched messages stays within the
+    /// endpoint's budget. Matching runs first, so a posted receive absorbs
+    /// the message instead of the stage.
+    fn stage_has_room(&mut self, p: usize, s: &SesRequestRepr, len: usize) -> bool {
+        self.ensure_inbound(p, s);
+        self.match_in_order(p);
+        let growth = self.peers[p]
+            .inbound
+            .get(&s.message_id)
+            .map_or(0, |inb| inb.stage_growth(s.buffer_offset, len));
+        growth == 0 || self.staged_bytes + growth <= self.stage_budget
+    }
+
+    pub(super) fn on_ses_request(&mut self, p: usize, s: &SesRequestRepr, payload: &[u8]) {
+        self.ensure_inbound(p, s);
+        let peer = &mut self.peers[p];
+        let id = s.message_id;
         let Some(inb) = peer.inbound.get_mut(&id) else {
             return;
         };
         if s.flags & sflags::SOM != 0 && s.flags & sflags::HD != 0 {
             inb.header.cq_data = Some(s.header_data);
         }
-        inb.place(s.buffer_offset, payload);
+        self.staged_bytes += inb.place(s.buffer_offset, payload);
         // Delivery complete (fi_cq(3)): the message was processed here once
         // all its bytes are in, whether placed in a posted buffer or held
         // as unexpected until the application posts one.
@@ -291,9 +344,12 @@ impl Engine {
                     self.mark_ready(p);
                 }
             }
-            // The receiver had no room or the PSN fell outside its window:
-            // the packet stays outstanding and its timer resends it.
-            NackCode::NoPacketBuffer | NackCode::PsnOutOfWindow => {}
+            // The receiver is alive but has no room for an unmatched
+            // message yet: resend after a fresh timeout, without counting
+            // the attempt towards declaring the peer dead.
+            NackCode::NoPacketBuffer => self.peers[p].tx.defer(nack.psn, now),
+            // Outside the receiver's window: the timer resends it.
+            NackCode::PsnOutOfWindow => {}
             // The receiver does not know our context (it restarted, or
             // closed it): what was in flight is lost with it.
             NackCode::InvalidDpdcid | NackCode::Closing | NackCode::InvalidSyn => {

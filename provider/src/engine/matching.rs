@@ -11,6 +11,7 @@ impl Engine {
         let Some(inb) = self.peers[p].inbound.get_mut(&msg_id) else {
             return;
         };
+        self.staged_bytes = self.staged_bytes.saturating_sub(inb.staged_bytes());
         if let InboundState::Staged(stage) | InboundState::Unexpected(stage) = &inb.state {
             // Parts not yet arrived are zero here and overwritten on arrival.
             if !stage.is_empty() {
@@ -24,6 +25,7 @@ impl Engine {
 
     pub(super) fn discard(&mut self, p: usize, msg_id: u16) {
         if let Some(inb) = self.peers[p].inbound.get_mut(&msg_id) {
+            self.staged_bytes = self.staged_bytes.saturating_sub(inb.staged_bytes());
             inb.state = InboundState::Discard;
         }
         self.finish_if_complete(p, msg_id);

@@ -79,6 +79,9 @@ pub struct Stats {
     pub nack_retransmits: u64,
     /// Idle delivery contexts closed with the close handshake.
     pub pdcs_closed: u64,
+    /// Packets of unmatched messages refused (NACK 0x07) because the
+    /// staging budget was spent.
+    pub backpressure: u64,
 }
 
 /// A packet of the control class waiting in [`Engine::control_queue`].
@@ -158,6 +161,10 @@ pub struct Engine {
     ack_timer: u64,
     /// Sends posted and not yet retired, over all peers.
     sends_outstanding: usize,
+    /// Payload bytes held for messages not matched yet, over all peers,
+    /// and the most allowed (`FI_UET_UNEXPECTED_BYTES`).
+    staged_bytes: usize,
+    stage_budget: usize,
     stats: Stats,
 }
 
@@ -188,12 +195,19 @@ impl Engine {
             send_ring: VecDeque::new(),
             ack_timer: 0,
             sends_outstanding: 0,
+            staged_bytes: 0,
+            stage_budget: config.unexpected_bytes,
             stats: Stats::default(),
         }
     }
 
     pub fn stats(&self) -> Stats {
         self.stats
+    }
+
+    /// Payload bytes held right now for messages not yet matched.
+    pub fn staged_bytes(&self) -> usize {
+        self.staged_bytes
     }
 
     /// Largest payload carried by one packet.

@@ -80,8 +80,8 @@ impl RxPdc {
         (self.cack.wrapping_add(1).wrapping_add(i) % self.window) as usize
     }
 
-    /// Classify an arriving PSN and record it when new.
-    pub fn arrive(&mut self, psn: u32) -> Arrival {
+    /// How an arriving PSN would be treated, without recording it.
+    pub fn classify(&self, psn: u32) -> Arrival {
         if psn_le(psn, self.cack) {
             return Arrival::Duplicate;
         }
@@ -92,6 +92,16 @@ impl RxPdc {
         if self.bit(psn) {
             return Arrival::Duplicate;
         }
+        Arrival::New
+    }
+
+    /// Classify an arriving PSN and record it when new.
+    pub fn arrive(&mut self, psn: u32) -> Arrival {
+        let verdict = self.classify(psn);
+        if verdict != Arrival::New {
+            return verdict;
+        }
+        let ahead = psn.wrapping_sub(self.cack).wrapping_sub(1);
         if ahead > 0 {
             self.ooo_count = self.ooo_count.saturating_add(1);
         }

@@ -145,6 +145,22 @@ impl TxPdc {
         true
     }
 
+    /// The receiver refused `psn` for lack of buffer (NACK 0x07): restart its
+    /// timer from now with no retries counted, so a receiver that keeps
+    /// answering is never declared dead for it.
+    pub fn defer(&mut self, psn: u32, now: u64) {
+        let (base, end) = (self.base, self.next_psn());
+        if !(psn_le(base, psn) && psn_lt(psn, end)) {
+            return;
+        }
+        if let Some(slot) = self.slot_mut(psn) {
+            if !slot.acked && slot.sent_at <= now {
+                slot.sent_at = now;
+                slot.retries = 0;
+            }
+        }
+    }
+
     /// The retransmission timeout for a packet retried `retries` times.
     pub fn rto(&self, min: u64, max: u64, retries: u32) -> u64 {
         rto_for(self.srtt, self.rttvar, min, max, retries)

@@ -91,23 +91,48 @@ impl Inbound {
         self.received >= self.header.len
     }
 
+    /// Bytes of staging memory this message holds.
+    pub fn staged_bytes(&self) -> usize {
+        match &self.state {
+            InboundState::Staged(stage) | InboundState::Unexpected(stage) => stage.len(),
+            _ => 0,
+        }
+    }
+
+    /// Staging memory that placing `len` bytes at `offset` would add. The
+    /// stage grows with what arrives (up to the highest byte so far), never
+    /// to the length a header merely claims.
+    pub fn stage_growth(&self, offset: u64, len: usize) -> usize {
+        match &self.state {
+            InboundState::Staged(stage) | InboundState::Unexpected(stage) if len > 0 => {
+                (offset as usize + len).saturating_sub(stage.len())
+            }
+            _ => 0,
+        }
+    }
+
     /// Store one packet's payload at `offset` (already bounds-checked
-    /// against the header's length).
-    pub fn place(&mut self, offset: u64, data: &[u8]) {
+    /// against the header's length). Returns the staging bytes added.
+    pub fn place(&mut self, offset: u64, data: &[u8]) -> usize {
         self.received += data.len() as u64;
         match &mut self.state {
             InboundState::Staged(stage) | InboundState::Unexpected(stage) => {
                 if data.is_empty() {
-                    return;
-                }
-                if stage.is_empty() {
-                    stage.resize(self.header.len as usize, 0);
+                    return 0;
                 }
                 let o = offset as usize;
+                let before = stage.len();
+                if stage.len() < o + data.len() {
+                    stage.resize(o + data.len(), 0);
+                }
                 stage[o..o + data.len()].copy_from_slice(data);
+                stage.len() - before
             }
-            InboundState::Posted(recv) => write_clipped(recv, offset, data),
-            InboundState::Discard => {}
+            InboundState::Posted(recv) => {
+                write_clipped(recv, offset, data);
+                0
+            }
+            InboundState::Discard => 0,
         }
     }
 }
