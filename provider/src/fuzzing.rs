@@ -211,21 +211,6 @@ pub fn engine_datagram(data: &[u8]) {
     h.settle();
 }
 
-/// Largest message a fuzzed datagram may announce.
-const MAX_FUZZ_MESSAGE: u32 = 1 << 20;
-
-/// Known limitation, not what this target looks for: the receiver stages
-/// the whole announced length of a message on its first packet, so one
-/// datagram announcing a 4 GiB message allocates 4 GiB. Such datagrams are
-/// skipped until large unexpected messages are pulled (rendezvous) instead.
-fn claims_huge_message(dgram: &[u8]) -> bool {
-    RequestRepr::parse(dgram).is_ok()
-        && dgram
-            .get(RequestRepr::LEN..)
-            .and_then(|b| ses::RequestPacket::new_checked(b).ok())
-            .is_some_and(|s| s.request_length() > MAX_FUZZ_MESSAGE)
-}
-
 struct Harness {
     a: Engine,
     b: Engine,
@@ -316,9 +301,6 @@ impl Harness {
     }
 
     fn inject(&mut self, to_a: bool, stranger: bool, tos: u8, dgram: &[u8]) {
-        if claims_huge_message(dgram) {
-            return;
-        }
         let (engine, from) = if to_a {
             (
                 &mut self.a,

@@ -266,3 +266,59 @@ fn silent_peer_fails_the_send() {
     drive(&mut a, &mut b, 2);
     assert_eq!(*buf.0.lock().unwrap(), pattern(2, 10));
 }
+
+/// A receiver that dies in the middle of a transfer: the survivor's sends
+/// fail with FI_EIO-class errors once the retries run out (the bound is in
+/// provider/README.md), and a new endpoint at the same address is then
+/// reached through a fresh delivery context.
+#[test]
+fn peer_killed_mid_transfer() {
+    let cfg = Config {
+        rto_min_us: 200,
+        rto_max_us: 2000,
+        max_retries: 6,
+        ..Config::default()
+    };
+    let mut a = Endpoint::bind(&cfg, "127.0.0.1:0".parse().unwrap()).unwrap();
+    let mut b = Endpoint::bind(&cfg, "127.0.0.1:0".parse().unwrap()).unwrap();
+    let b_addr = b.local_addr();
+    let len = 32 << 20;
+    let (op, _buf) = shared_recv(len, Some(3), 1);
+    b.recv(op).unwrap();
+    a.send(send(b_addr, pattern(1, len), Some(3), 10)).unwrap();
+    a.send(send(b_addr, pattern(2, 1000), Some(3), 11)).unwrap();
+    // Run until the receiver holds part of the message, then kill it.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while b.engine_stats().packets_received < 8 {
+        assert!(Instant::now() < deadline, "transfer never started");
+        a.progress();
+        b.progress();
+    }
+    drop(b);
+    let mut failed = Vec::new();
+    while failed.len() < 2 {
+        assert!(
+            Instant::now() < deadline,
+            "sends to a dead peer never failed"
+        );
+        a.progress();
+        while let Some(c) = a.poll_completion() {
+            failed.push((c.context, c.error));
+        }
+    }
+    failed.sort_by_key(|(ctx, _)| *ctx);
+    assert_eq!(
+        failed,
+        vec![
+            (10, Some(CompletionError::PeerUnreachable)),
+            (11, Some(CompletionError::PeerUnreachable))
+        ]
+    );
+    // The peer comes back at the same address: a fresh context reaches it.
+    let mut b = Endpoint::bind(&cfg, b_addr).unwrap();
+    let (op, buf) = shared_recv(100, None, 2);
+    b.recv(op).unwrap();
+    a.send(send(b_addr, pattern(3, 100), None, 12)).unwrap();
+    drive(&mut a, &mut b, 2);
+    assert_eq!(*buf.0.lock().unwrap(), pattern(3, 100));
+}

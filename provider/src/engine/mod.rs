@@ -278,3 +278,23 @@ impl Engine {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The per-peer figures documented in provider/README.md section 2.4.
+    #[test]
+    fn per_peer_state_stays_small() {
+        let sizes = [
+            ("Peer", std::mem::size_of::<Peer>()),
+            ("TxPdc", std::mem::size_of::<TxPdc>()),
+            ("RxPdc", std::mem::size_of::<RxPdc>()),
+            ("TxSlot", std::mem::size_of::<crate::pds::TxSlot>()),
+            ("TxMessage", std::mem::size_of::<TxMessage>()),
+            ("Inbound", std::mem::size_of::<Inbound>()),
+        ];
+        println!("{sizes:?}");
+        assert!(sizes[0].1 <= 512, "{sizes:?}");
+    }
+}

@@ -65,6 +65,11 @@ impl Endpoint {
         self.local
     }
 
+    /// The engine's counters (packets, retransmits, NACKs, ECN, ...).
+    pub fn engine_stats(&self) -> crate::engine::Stats {
+        self.engine.stats()
+    }
+
     fn now(&self) -> u64 {
         self.epoch.elapsed().as_nanos() as u64
     }
