@@ -325,7 +325,9 @@ impl Nscc {
     fn multiplicative_decrease(&mut self, now: u64, d: &NsccDerived) {
         let avg = self.s.avg_delay as f64;
         let target = d.target_qdelay_ns;
-        if !(avg > target && now.saturating_sub(self.s.last_dec_time) > d.base_rtt_ns) {
+        let rested =
+            self.s.last_dec_time == 0 || now.saturating_sub(self.s.last_dec_time) > d.base_rtt_ns;
+        if !(avg > target && rested) {
             return;
         }
         let severity = if self.cfg.paper.md_rtt {
@@ -493,5 +495,543 @@ impl Nscc {
             nacks_last_hop: n.nacks_last_hop,
             timeouts: n.timeouts,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cms::{PaperFeatures, RttSample};
+
+    const MTU: u32 = 4096;
+    const MSS: u32 = 4032;
+    const BASE: u64 = 12_000;
+    /// 0.75 * base RTT (simulator, trimming).
+    const TARGET: f64 = 9_000.0;
+    const W0: u64 = 100_000;
+
+    fn cfg() -> CcConfig {
+        CcConfig {
+            base_rtt_ns: BASE,
+            initial_cwnd: W0 as u32,
+            ..CcConfig::nscc(100.0, MTU, MSS)
+        }
+    }
+
+    fn nscc(c: CcConfig) -> Nscc {
+        Nscc::new(Arc::new(c))
+    }
+
+    /// An ACK of one MTU whose packet saw `delay` ns of queueing.
+    fn ack(cc: &mut Nscc, now: u64, ecn: bool, delay: u64) {
+        ack_in_flight(cc, now, ecn, delay, 50_000);
+    }
+
+    fn ack_in_flight(cc: &mut Nscc, now: u64, ecn: bool, delay: u64, in_flight: u64) {
+        let fb = AckFeedback {
+            newly_acked_bytes: MTU as u64,
+            in_flight_bytes: in_flight,
+            ecn,
+            rtt: Some(RttSample::validate(BASE + delay, 1, false)),
+        };
+        cc.on_ack(now, &fb);
+    }
+
+    #[test]
+    fn parameters_scale_with_the_bdp() {
+        let d = NsccDerived::compute(&CcConfig::nscc(100.0, MTU, MSS), 12_000);
+        assert_eq!(d.bdp, 150_000.0);
+        assert_eq!(d.maxwnd, 225_000);
+        assert_eq!(d.target_qdelay_ns, 9_000.0);
+        assert_eq!(d.a, 1.0);
+        assert!((d.alpha - 4.0 * 4032.0 / 12_000.0).abs() < 1e-12);
+        assert!((d.fi - 5.0 * 4032.0).abs() < 1e-9);
+        assert!((d.eta - 0.15 * 4032.0).abs() < 1e-9);
+        assert_eq!(d.fast_increase_factor, 0.25);
+
+        let d = NsccDerived::compute(&CcConfig::nscc(800.0, MTU, MSS), 12_000);
+        assert_eq!(d.bdp, 1_200_000.0);
+        assert_eq!(d.maxwnd, 1_800_000);
+        assert_eq!(d.a, 8.0);
+        assert!((d.alpha - 8.0 * 4.0 * 4032.0 / 12_000.0).abs() < 1e-9);
+        assert!((d.fi - 40.0 * 4032.0).abs() < 1e-6);
+        assert!((d.eta - 1.2 * 4032.0).abs() < 1e-6);
+        assert_eq!(d.fast_increase_factor, 2.0);
+        // alpha does not depend on the target; the target scales with R0.
+        let d6 = NsccDerived::compute(&CcConfig::nscc(800.0, MTU, MSS), 6_000);
+        assert_eq!(
+            (d6.a, d6.target_qdelay_ns, d6.maxwnd),
+            (4.0, 4_500.0, 900_000)
+        );
+
+        let no_trim = CcConfig {
+            trimming: false,
+            ..CcConfig::nscc(100.0, MTU, MSS)
+        };
+        assert_eq!(
+            NsccDerived::compute(&no_trim, 12_000).target_qdelay_ns,
+            12_000.0
+        );
+        let paper = CcConfig {
+            paper: PaperFeatures::ALL,
+            ..CcConfig::nscc(100.0, MTU, MSS)
+        };
+        let d = NsccDerived::compute(&paper, 12_000);
+        assert_eq!((d.target_qdelay_ns, d.maxwnd), (6_000.0, 187_500));
+        let explicit = CcConfig {
+            target_pct: 40,
+            ..paper
+        };
+        assert_eq!(
+            NsccDerived::compute(&explicit, 12_000).target_qdelay_ns,
+            4_800.0
+        );
+    }
+
+    #[test]
+    fn initial_window_is_maxwnd_unless_configured() {
+        let c = nscc(CcConfig {
+            initial_cwnd: 0,
+            ..cfg()
+        });
+        assert_eq!(c.cwnd(), 225_000);
+        assert_eq!(nscc(cfg()).cwnd(), W0);
+        // Unseeded: the 12 us reference until measured.
+        let c = nscc(CcConfig::nscc(100.0, MTU, MSS));
+        assert_eq!((c.base_rtt(), c.cwnd()), (REFERENCE_RTT_NS, 225_000));
+    }
+
+    #[test]
+    fn fair_increase_is_batched_until_eight_mtus() {
+        let mut c = nscc(cfg());
+        // No ECN, delay 10 us >= target: fair increase credit, not applied yet.
+        for _ in 0..8 {
+            ack(&mut c, 1_000, false, 10_000);
+        }
+        assert_eq!(c.cwnd(), W0, "32768 acked bytes do not fulfill");
+        ack(&mut c, 1_000, false, 10_000);
+        let fi = 5.0 * MSS as f64;
+        let expect = W0 as f64 + fi * 9.0 * MTU as f64 / W0 as f64;
+        assert_eq!(c.cwnd(), expect as u64);
+        let s = c.stats();
+        assert_eq!((s.fair_increase, s.fulfills), (9, 1));
+    }
+
+    #[test]
+    fn proportional_increase_follows_the_headroom() {
+        let mut c = nscc(cfg());
+        for _ in 0..9 {
+            ack(&mut c, 1_000, false, 3_000);
+        }
+        let alpha = 4.0 * MSS as f64 / 12_000.0;
+        let expect = W0 as f64 + alpha * 9.0 * MTU as f64 * (TARGET - 3_000.0) / W0 as f64;
+        assert_eq!(c.cwnd(), expect as u64);
+        assert_eq!(c.stats().proportional_increase, 9);
+    }
+
+    #[test]
+    fn eta_is_added_once_per_base_rtt() {
+        let mut c = nscc(cfg());
+        // ECN + low delay adds no credit; only the time-driven eta moves cwnd.
+        ack(&mut c, 1_000, true, 3_000);
+        assert_eq!(c.cwnd(), W0);
+        ack(&mut c, 1_000 + BASE, true, 3_000);
+        assert_eq!(c.cwnd(), W0, "exactly one base RTT is not yet a fulfill");
+        ack(&mut c, 1_001 + BASE, true, 3_000);
+        assert_eq!(c.cwnd(), (W0 as f64 + 0.15 * MSS as f64) as u64);
+        ack(&mut c, 2_000 + BASE, true, 3_000);
+        assert_eq!(c.cwnd(), (W0 as f64 + 0.15 * MSS as f64) as u64);
+        assert_eq!(c.stats().steer_only, 4);
+    }
+
+    #[test]
+    fn steer_only_leaves_the_window_alone() {
+        let mut c = nscc(cfg());
+        for _ in 0..20 {
+            ack(&mut c, 1_000, true, 3_000);
+        }
+        assert_eq!(c.cwnd(), W0);
+        let s = c.stats();
+        assert_eq!((s.steer_only, s.fair_decreases, s.ecn_echoes), (20, 0, 20));
+    }
+
+    #[test]
+    fn wait_to_decrease_applies_fair_decrease_above_a_quarter_marked() {
+        let mut c = nscc(CcConfig {
+            paper: PaperFeatures {
+                wait_to_decrease: true,
+                ..PaperFeatures::default()
+            },
+            ..cfg()
+        });
+        // avg_wtd = 1 - 0.875^k: 0.125, 0.234, 0.330 -> only the third decreases.
+        ack(&mut c, 1_000, true, 3_000);
+        ack(&mut c, 1_000, true, 3_000);
+        assert_eq!(c.cwnd(), W0);
+        ack(&mut c, 1_000, true, 3_000);
+        let w1 = W0 as f64 - W0 as f64 / 150_000.0 * 0.8 * MTU as f64;
+        assert_eq!(c.cwnd(), w1 as u64);
+        ack(&mut c, 1_000, true, 3_000);
+        let w1 = w1 as u32 as f64;
+        let w2 = w1 - w1 / 150_000.0 * 0.8 * MTU as f64;
+        assert_eq!(c.cwnd(), w2 as u64);
+        assert_eq!(c.stats().fair_decreases, 2);
+    }
+
+    #[test]
+    fn multiplicative_decrease_uses_the_average_and_is_rate_limited() {
+        // A full-weight EWMA makes avg_delay equal to the last sample.
+        let mut c = nscc(CcConfig {
+            delay_ewma_weight: 1.0,
+            ..cfg()
+        });
+        ack(&mut c, 1_000, true, 18_000);
+        // severity (18 - 9) / 18 = 0.5 -> keep 1 - 0.8 * 0.5 = 0.6
+        assert_eq!(c.cwnd(), 60_000);
+        ack(&mut c, 1_000 + BASE, true, 18_000);
+        assert_eq!(c.cwnd(), 60_000, "at most one decrease per base RTT");
+        ack(&mut c, 1_001 + BASE, true, 18_000);
+        // 0.6 again, then the fulfill of this base RTT adds eta.
+        assert_eq!(c.cwnd(), (36_000.0 + 0.15 * MSS as f64) as u64);
+        let s = c.stats();
+        assert_eq!((s.multiplicative_decrease, s.decreases_applied), (3, 2));
+
+        // Severity 0.82 would keep 34 %; the floor keeps 50 %.
+        let mut c = nscc(CcConfig {
+            delay_ewma_weight: 1.0,
+            ..cfg()
+        });
+        ack(&mut c, 1_000, true, 50_000);
+        assert_eq!(c.cwnd(), W0 / 2);
+    }
+
+    #[test]
+    fn multiplicative_decrease_needs_the_average_above_target() {
+        let mut c = nscc(cfg());
+        ack(&mut c, 1_000, true, 18_000);
+        // avg = 0.0125 * 18000 = 225 ns < target: the raw delay alone does not cut.
+        assert_eq!(c.cwnd(), W0);
+        assert_eq!(c.stats().multiplicative_decrease, 1);
+        assert_eq!(c.stats().decreases_applied, 0);
+    }
+
+    #[test]
+    fn paper_decrease_uses_rtts() {
+        let mut c = nscc(CcConfig {
+            delay_ewma_weight: 1.0,
+            paper: PaperFeatures {
+                md_rtt: true,
+                ..PaperFeatures::default()
+            },
+            ..cfg()
+        });
+        ack(&mut c, 1_000, true, 18_000);
+        // (30 - 21) / 30 = 0.3 -> keep 0.76
+        assert_eq!(c.cwnd(), 76_000);
+    }
+
+    #[test]
+    fn delay_ewma_has_three_cases() {
+        let mut c = nscc(CcConfig {
+            delay_ewma_weight: 0.5,
+            ..cfg()
+        });
+        // Normal: trusted sample (below target, no ECN).
+        ack(&mut c, 1_000, false, 5_000);
+        assert_eq!(c.avg_delay(), 2_500.0);
+        // Discount: no ECN and above target -> 0.25 * base RTT stands in.
+        ack(&mut c, 1_000, false, 20_000);
+        assert_eq!(c.avg_delay(), 0.5 * 3_000.0 + 0.5 * 2_500.0);
+        // Normal with ECN: the high sample is trusted.
+        ack(&mut c, 1_000, true, 20_000);
+        assert_eq!(c.avg_delay(), 0.5 * 20_000.0 + 0.5 * 2_750.0);
+        // Emergency: ECN and more than 5 base RTTs -> weight pinned at 0.0125.
+        let before = c.avg_delay();
+        ack(&mut c, 1_000, true, 70_000);
+        let expect = 0.0125 * 70_000.0 + (1.0 - 0.0125) * before;
+        assert!(
+            (c.avg_delay() - expect).abs() < 0.01,
+            "{} vs {expect}",
+            c.avg_delay()
+        );
+    }
+
+    #[test]
+    fn invalid_samples_neither_move_the_base_nor_the_average() {
+        let mut c = nscc(cfg());
+        ack(&mut c, 1_000, true, 8_000);
+        let avg = c.avg_delay();
+        let fb = AckFeedback {
+            newly_acked_bytes: MTU as u64,
+            in_flight_bytes: 0,
+            ecn: true,
+            rtt: Some(RttSample::validate(2_000, 2, false)),
+        };
+        c.on_ack(1_000, &fb);
+        assert_eq!((c.base_rtt(), c.avg_delay()), (BASE, avg));
+        c.on_ack(1_000, &AckFeedback { rtt: None, ..fb });
+        assert_eq!(c.stats().invalid_rtt_samples, 2);
+        // The invalid ACKs used avg_delay (100 ns < target): steer, not decrease.
+        assert_eq!(c.stats().steer_only, 3);
+    }
+
+    #[test]
+    fn base_rtt_min_tracks_and_rescales() {
+        let mut c = nscc(CcConfig {
+            initial_cwnd: 0,
+            ..cfg()
+        });
+        assert_eq!(c.cwnd(), 225_000);
+        let fb = AckFeedback {
+            newly_acked_bytes: MTU as u64,
+            in_flight_bytes: 0,
+            ecn: true,
+            rtt: Some(RttSample::validate(10_000, 1, false)),
+        };
+        c.on_ack(1_000, &fb);
+        assert_eq!(c.base_rtt(), 10_000);
+        // bdp 125 kB, maxwnd 187.5 kB: the window is clamped at once.
+        assert_eq!(c.cwnd(), 187_500);
+        assert_eq!(c.derived().target_qdelay_ns, 7_500.0);
+        c.on_ack(
+            1_000,
+            &AckFeedback {
+                rtt: Some(RttSample::validate(30_000, 1, false)),
+                ..fb
+            },
+        );
+        assert_eq!(c.base_rtt(), 10_000, "never rises");
+
+        // Unseeded: the first sample replaces the 12 us reference, even upwards.
+        let mut c = nscc(CcConfig::nscc(100.0, MTU, MSS));
+        c.on_ack(
+            1_000,
+            &AckFeedback {
+                rtt: Some(RttSample::validate(30_000, 1, false)),
+                ..fb
+            },
+        );
+        assert_eq!(c.base_rtt(), 30_000);
+        c.on_ack(
+            1_000,
+            &AckFeedback {
+                rtt: Some(RttSample::validate(25_000, 1, false)),
+                ..fb
+            },
+        );
+        assert_eq!(c.base_rtt(), 25_000);
+    }
+
+    /// Opens a QuickAdapt window at t=1000 (ends at 1000 + 12000 + 9000 =
+    /// 22000) and acks `n` MTUs in it.
+    fn qa_window(c: &mut Nscc, n: usize) {
+        ack(c, 1_000, false, 3_000);
+        for _ in 0..n {
+            ack(c, 5_000, false, 3_000);
+        }
+    }
+
+    #[test]
+    fn nack_fires_quick_adapt_then_ignores_stale_signals() {
+        let mut c = nscc(cfg());
+        qa_window(&mut c, 3);
+        let before = c.cwnd();
+        c.on_nack(23_000, MTU as u64, true, 50_000);
+        // achieved 3 MTUs < maxwnd >> 3: the window becomes what was delivered.
+        assert_eq!(c.cwnd(), 3 * MTU as u64);
+        assert!(before > c.cwnd());
+        assert_eq!(c.stats().quick_adapt_events, 1);
+        // Ignore phase: marked ACKs and NACKs of the 50000 bytes in flight
+        // leave the window alone...
+        ack(&mut c, 24_000, true, 20_000);
+        c.on_nack(24_000, MTU as u64, true, 40_000);
+        assert_eq!(c.cwnd(), 3 * MTU as u64);
+        assert_eq!(c.stats().quick_adapt_ignored, 2);
+        // ...unmarked ACKs are processed (fair increase counted)...
+        ack(&mut c, 24_000, false, 20_000);
+        assert_eq!(c.stats().fair_increase, 1);
+        // ...and once 50000 bytes went by, marked feedback counts again.
+        for _ in 0..10 {
+            ack(&mut c, 24_000, false, 3_000);
+        }
+        c.on_nack(24_000, MTU as u64, false, 10_000);
+        assert_eq!(c.stats().quick_adapt_ignored, 2);
+        assert_eq!(c.stats().nacks_fabric, 1);
+    }
+
+    #[test]
+    fn quick_adapt_is_gated_on_achieved_bytes() {
+        let mut c = nscc(cfg());
+        // 8 MTUs = 32768 >= maxwnd >> 3 = 28125: the flow is not stalled.
+        qa_window(&mut c, 8);
+        let before = c.cwnd();
+        c.on_nack(23_000, MTU as u64, false, 50_000);
+        assert_eq!(c.stats().quick_adapt_events, 0);
+        // Without QuickAdapt a NACK takes its size off the window.
+        assert_eq!(c.cwnd(), before - MTU as u64);
+    }
+
+    #[test]
+    fn quick_adapt_waits_for_its_window_to_end() {
+        let mut c = nscc(cfg());
+        qa_window(&mut c, 3);
+        c.on_nack(21_000, MTU as u64, true, 50_000);
+        assert_eq!(c.stats().quick_adapt_events, 0);
+        assert_eq!(c.cwnd(), W0 - MTU as u64);
+        // The NACK armed the trigger: the first feedback after the window fires.
+        ack(&mut c, 22_001, false, 3_000);
+        assert_eq!(c.stats().quick_adapt_events, 1);
+        assert_eq!(c.cwnd(), 4 * MTU as u64);
+    }
+
+    #[test]
+    fn quick_adapt_fires_on_extreme_delay_without_loss() {
+        let mut c = nscc(cfg());
+        qa_window(&mut c, 2);
+        // 40 us > 4 * 9 us target, no ECN, no NACK.
+        ack(&mut c, 23_000, false, 40_000);
+        assert_eq!(c.stats().quick_adapt_events, 1);
+        assert_eq!(c.cwnd(), 3 * MTU as u64);
+        // Moderate delay in the next window does not fire it.
+        let mut c = nscc(cfg());
+        qa_window(&mut c, 2);
+        ack(&mut c, 23_000, false, 30_000);
+        assert_eq!(c.stats().quick_adapt_events, 0);
+    }
+
+    #[test]
+    fn paper_quick_adapt_scales_by_0_8() {
+        let mut c = nscc(CcConfig {
+            paper: PaperFeatures {
+                qa_scaling: true,
+                ..PaperFeatures::default()
+            },
+            ..cfg()
+        });
+        qa_window(&mut c, 5);
+        c.on_nack(23_000, MTU as u64, true, 50_000);
+        assert_eq!(c.cwnd(), (0.8 * 5.0 * MTU as f64) as u64);
+    }
+
+    /// Acks MTUs with 500 ns of queueing until FastIncrease switches on;
+    /// returns how many it took. Checks that it starts exactly when the
+    /// uncongested bytes exceed cwnd.
+    fn until_fast_increase(c: &mut Nscc) -> u64 {
+        for n in 1..100u64 {
+            let before = c.cwnd();
+            ack(c, 1_000, false, 500);
+            if c.stats().fast_increase_events == 1 {
+                assert!(n * MTU as u64 > before, "started early at {n}");
+                return n;
+            }
+            assert!(n * MTU as u64 <= c.cwnd(), "not started at {n}");
+        }
+        panic!("FastIncrease never started");
+    }
+
+    /// Per-ACK growth while FastIncrease is on, on ACKs without a fulfill.
+    fn fast_increase_steps(c: &mut Nscc, acks: usize) -> Vec<u64> {
+        let mut steps = Vec::new();
+        for _ in 0..acks {
+            let (w, f) = (c.cwnd(), c.stats().fulfills);
+            ack(c, 1_000, false, 500);
+            if c.stats().fulfills == f {
+                steps.push(c.cwnd() - w);
+            }
+        }
+        steps
+    }
+
+    #[test]
+    fn fast_increase_after_a_window_of_empty_queue() {
+        let mut c = nscc(cfg());
+        until_fast_increase(&mut c);
+        let steps = fast_increase_steps(&mut c, 10);
+        assert!(steps.len() >= 5);
+        // 0.25 * a per acked byte, with a = 1.
+        assert!(steps.iter().all(|&s| s == MTU as u64 / 4), "{steps:?}");
+        // A delayed ACK ends it; the count starts over.
+        ack(&mut c, 1_000, false, 2_000);
+        let acks = c.stats().fast_increase_acks;
+        ack(&mut c, 1_000, false, 500);
+        assert_eq!(c.stats().fast_increase_acks, acks);
+    }
+
+    #[test]
+    fn paper_fast_increase_adds_k_mtus_per_ack() {
+        let mut c = nscc(CcConfig {
+            paper: PaperFeatures {
+                fast_increase: true,
+                ..PaperFeatures::default()
+            },
+            fast_increase_mtus: 2,
+            ..cfg()
+        });
+        until_fast_increase(&mut c);
+        let steps = fast_increase_steps(&mut c, 10);
+        assert!(steps.len() >= 5);
+        assert!(steps.iter().all(|&s| s == 2 * MTU as u64), "{steps:?}");
+    }
+
+    #[test]
+    fn multiplicative_decrease_ends_fast_increase() {
+        let mut c = nscc(CcConfig {
+            delay_ewma_weight: 1.0,
+            ..cfg()
+        });
+        until_fast_increase(&mut c);
+        ack(&mut c, 1_000, true, 18_000);
+        assert_eq!(c.stats().decreases_applied, 1);
+        let acks = c.stats().fast_increase_acks;
+        ack(&mut c, 1_000, false, 500);
+        assert_eq!(c.stats().fast_increase_acks, acks);
+    }
+
+    #[test]
+    fn nacks_shrink_the_window_and_feed_the_average() {
+        for last_hop in [false, true] {
+            let mut c = nscc(cfg());
+            ack(&mut c, 1_000, false, 3_000);
+            let avg = c.avg_delay();
+            c.on_nack(2_000, MTU as u64, last_hop, 50_000);
+            // A synthetic marked sample of one network RTT of queueing.
+            let expect = 0.0125 * BASE as f64 + (1.0 - 0.0125) * avg;
+            assert!((c.avg_delay() - expect).abs() < 0.01);
+            assert_eq!(c.cwnd(), W0 - MTU as u64);
+            let s = c.stats();
+            assert_eq!(
+                (s.nacks_fabric, s.nacks_last_hop),
+                (!last_hop as u64, last_hop as u64)
+            );
+        }
+    }
+
+    #[test]
+    fn timeouts_shrink_the_window_to_at_least_one_mtu() {
+        let mut c = nscc(CcConfig {
+            initial_cwnd: 2 * MTU,
+            ..cfg()
+        });
+        c.on_timeout(1_000, MTU as u64);
+        assert_eq!(c.cwnd(), MTU as u64);
+        c.on_timeout(2_000, MTU as u64);
+        assert_eq!(c.cwnd(), MTU as u64);
+        assert_eq!(c.stats().timeouts, 2);
+    }
+
+    #[test]
+    fn window_stays_within_one_mtu_and_maxwnd() {
+        let mut c = nscc(CcConfig {
+            initial_cwnd: 220_000,
+            ..cfg()
+        });
+        for i in 0..200 {
+            ack(&mut c, 1_000 + i * 20_000, false, 0);
+        }
+        assert_eq!(c.cwnd(), 225_000);
+        for i in 0..100 {
+            c.on_nack(10_000_000 + i, 20_000, false, 0);
+        }
+        assert_eq!(c.cwnd(), MTU as u64);
     }
 }
