@@ -356,3 +356,184 @@ impl LoadBalancer {
         matches!(&self.kind, Kind::Reps(r) if r.frozen && now < r.frozen_until)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lb(algorithm: LbAlgorithm, entropies: u16) -> LoadBalancer {
+        LoadBalancer::new(
+            LbConfig {
+                algorithm,
+                entropies,
+                freeze_ns: 1_000,
+                explore_packets: 4,
+            },
+            7,
+        )
+    }
+
+    fn send(l: &mut LoadBalancer, now: u64, n: usize) -> Vec<u16> {
+        (0..n).map(|_| l.next_entropy(now)).collect()
+    }
+
+    #[test]
+    fn oblivious_uses_every_entropy_once_per_round() {
+        let mut l = lb(LbAlgorithm::Oblivious, 16);
+        let mut rounds = Vec::new();
+        for _ in 0..4 {
+            let mut r = send(&mut l, 0, 16);
+            rounds.push(r.clone());
+            r.sort_unstable();
+            assert_eq!(r, (0..16).collect::<Vec<u16>>());
+        }
+        assert!(rounds.windows(2).any(|w| w[0] != w[1]), "x is redrawn");
+        // Feedback changes nothing.
+        for e in 0..16 {
+            l.on_feedback(0, e, PathFeedback::Timeout);
+        }
+        let mut r = send(&mut l, 0, 16);
+        r.sort_unstable();
+        assert_eq!(r, (0..16).collect::<Vec<u16>>());
+    }
+
+    #[test]
+    fn reps_recycles_good_entropies_oldest_first() {
+        let mut l = lb(LbAlgorithm::Reps, 256);
+        l.on_feedback(0, 3, PathFeedback::Good);
+        l.on_feedback(0, 7, PathFeedback::Ecn);
+        l.on_feedback(0, 5, PathFeedback::Good);
+        l.on_feedback(0, 9, PathFeedback::Nack { last_hop: false });
+        l.on_feedback(0, 11, PathFeedback::Nack { last_hop: true });
+        // Marked and fabric-trimmed entropies are never recycled; a last-hop
+        // trim is not the path's fault.
+        assert_eq!(send(&mut l, 0, 3), vec![3, 5, 11]);
+        // Each recycled entropy is used once; then random ones.
+        l.on_feedback(0, 3, PathFeedback::Good);
+        assert_eq!(l.next_entropy(0), 3);
+        let r = send(&mut l, 0, 64);
+        assert!(r.iter().collect::<std::collections::HashSet<_>>().len() > 32);
+    }
+
+    #[test]
+    fn reps_buffer_keeps_the_newest_eight() {
+        let mut l = lb(LbAlgorithm::Reps, 256);
+        for e in 100..110 {
+            l.on_feedback(0, e, PathFeedback::Good);
+        }
+        assert_eq!(send(&mut l, 0, 8), (102..110).collect::<Vec<u16>>());
+    }
+
+    #[test]
+    fn reps_freezes_on_a_timeout_then_explores() {
+        let mut l = lb(LbAlgorithm::Reps, 256);
+        for e in [1, 2, 3] {
+            l.on_feedback(0, e, PathFeedback::Good);
+        }
+        l.on_feedback(10, 2, PathFeedback::Timeout);
+        assert!(l.is_frozen(10));
+        // Frozen: the buffer is replayed round robin and feedback ignored.
+        l.on_feedback(20, 50, PathFeedback::Good);
+        assert_eq!(send(&mut l, 20, 7), vec![1, 2, 3, 1, 2, 3, 1]);
+        // After the freeze (1000 ns): buffer reset, 16 random explorations
+        // before recycled entropies are used again.
+        assert!(!l.is_frozen(1_010));
+        l.next_entropy(1_010);
+        l.on_feedback(1_010, 42, PathFeedback::Good);
+        send(&mut l, 1_010, 15);
+        assert_eq!(l.next_entropy(1_010), 42);
+    }
+
+    #[test]
+    fn reps_paper_explores_then_follows_the_cache() {
+        let mut l = lb(LbAlgorithm::RepsPaper, 8);
+        // Round robin over the first BDP (4 packets here).
+        assert_eq!(send(&mut l, 0, 4), vec![0, 1, 2, 3]);
+        assert_eq!(send(&mut l, 0, 2), vec![0, 0]);
+        l.on_feedback(0, 2, PathFeedback::Good);
+        assert_eq!(l.next_entropy(0), 2);
+        // A mark moves on to the next unexplored entropy.
+        l.on_feedback(0, 2, PathFeedback::Ecn);
+        assert_eq!(send(&mut l, 0, 2), vec![4, 4]);
+        l.on_feedback(0, 4, PathFeedback::Nack { last_hop: false });
+        assert_eq!(l.next_entropy(0), 5);
+        l.on_feedback(0, 5, PathFeedback::Timeout);
+        assert_eq!(l.next_entropy(0), 6);
+        // A last-hop trim keeps (caches) the path.
+        l.on_feedback(0, 1, PathFeedback::Nack { last_hop: true });
+        assert_eq!(l.next_entropy(0), 1);
+        // Exploration stops once every entropy was tried.
+        let mut l = LoadBalancer::new(
+            LbConfig {
+                algorithm: LbAlgorithm::RepsPaper,
+                entropies: 3,
+                freeze_ns: 0,
+                explore_packets: 100,
+            },
+            1,
+        );
+        assert_eq!(send(&mut l, 0, 5), vec![0, 1, 2, 0, 0]);
+    }
+
+    #[test]
+    fn bitmap_penalises_and_skips() {
+        let mut l = lb(LbAlgorithm::Bitmap, 4);
+        l.on_feedback(0, 1, PathFeedback::Ecn);
+        assert_eq!(l.entropy_stats()[1].penalty, PENALTY_ECN);
+        // 0, then 1 is skipped (and decremented), 2, 3, and 1 is clean again.
+        assert_eq!(send(&mut l, 0, 5), vec![0, 2, 3, 0, 1]);
+        l.on_feedback(0, 2, PathFeedback::Nack { last_hop: false });
+        l.on_feedback(0, 3, PathFeedback::Nack { last_hop: false });
+        l.on_feedback(0, 0, PathFeedback::Nack { last_hop: true });
+        let p: Vec<u8> = l.entropy_stats().iter().map(|s| s.penalty).collect();
+        assert_eq!(
+            p,
+            vec![0, 0, PENALTY_NACK, PENALTY_NACK],
+            "last-hop trims do not penalise"
+        );
+        // From cursor 2: only the first skipped entropy (2) is decremented.
+        assert_eq!(l.next_entropy(0), 0);
+        let p: Vec<u8> = l.entropy_stats().iter().map(|s| s.penalty).collect();
+        assert_eq!(p, vec![0, 0, PENALTY_NACK - 1, PENALTY_NACK]);
+        l.on_feedback(0, 1, PathFeedback::Timeout);
+        l.on_feedback(0, 1, PathFeedback::Ecn);
+        assert_eq!(l.entropy_stats()[1].penalty, PENALTY_CAP);
+        // Good feedback does not clear a penalty; sends decay it.
+        l.on_feedback(0, 1, PathFeedback::Good);
+        assert_eq!(l.entropy_stats()[1].penalty, PENALTY_CAP);
+        // Everything penalised: the least penalised entropy is used.
+        let mut l = lb(LbAlgorithm::Bitmap, 2);
+        l.on_feedback(0, 0, PathFeedback::Timeout);
+        l.on_feedback(0, 1, PathFeedback::Nack { last_hop: false });
+        assert_eq!(l.next_entropy(0), 1);
+    }
+
+    #[test]
+    fn single_path_and_counters() {
+        let mut l = lb(LbAlgorithm::Single, 16);
+        assert_eq!(send(&mut l, 0, 5), vec![0; 5]);
+        l.on_feedback(0, 0, PathFeedback::Ecn);
+        l.on_feedback(0, 0, PathFeedback::Nack { last_hop: true });
+        l.on_feedback(0, 99, PathFeedback::Ecn); // out of range: ignored
+        let s = l.entropy_stats()[0];
+        assert_eq!((s.sent, s.ecn, s.nacks_last_hop), (5, 1, 1));
+        assert!(l.entropy_stats()[1..]
+            .iter()
+            .all(|s| *s == EntropyStats::default()));
+        assert_eq!(lb(LbAlgorithm::Oblivious, 0).entropies(), 1);
+    }
+
+    #[test]
+    fn names_round_trip() {
+        for a in [
+            LbAlgorithm::Oblivious,
+            LbAlgorithm::Reps,
+            LbAlgorithm::RepsPaper,
+            LbAlgorithm::Bitmap,
+            LbAlgorithm::Single,
+        ] {
+            assert_eq!(LbAlgorithm::parse(a.name()), Some(a));
+        }
+        assert_eq!(LbAlgorithm::parse("ecmp"), None);
+    }
+}
