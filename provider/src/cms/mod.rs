@@ -486,3 +486,57 @@ mod tests {
         assert_eq!(std::mem::size_of::<Nscc>(), 224);
     }
 }
+
+#[cfg(test)]
+mod config_tests {
+    use super::*;
+    use crate::config::ParamValue;
+
+    #[test]
+    fn endpoint_config_maps_to_controller_and_balancer() {
+        let mut c = Config::default();
+        let cc = CcConfig::from_config(&c, 4096, 4032);
+        assert_eq!(cc.algorithm, CcAlgorithm::Nscc);
+        assert_eq!(
+            (cc.link_bytes_per_ns, cc.base_rtt_ns, cc.mtu, cc.mss),
+            (12.5, 0, 4096, 4032)
+        );
+        assert_eq!(cc.fixed_window, 256 * 4096);
+        let lb = LbConfig::from_config(&c, 4096);
+        assert_eq!(
+            (lb.algorithm, lb.entropies, lb.freeze_ns),
+            (LbAlgorithm::Reps, 16, 1_000_000)
+        );
+        // One 150 kB reference BDP of 4 KiB packets.
+        assert_eq!(lb.explore_packets, 37);
+
+        for (k, v) in [
+            ("cc", ParamValue::Str("none".into())),
+            ("link_gbps", ParamValue::Int(800)),
+            ("base_rtt_us", ParamValue::Int(6)),
+            ("lb", ParamValue::Str("reps_paper".into())),
+            ("entropies", ParamValue::Int(256)),
+            ("nscc_variant", ParamValue::Str("paper".into())),
+            ("nscc_target_pct", ParamValue::Int(40)),
+            ("nscc_trimming", ParamValue::Bool(false)),
+            ("nscc_fast_increase_mtus", ParamValue::Int(3)),
+        ] {
+            c.set(k, v).unwrap();
+        }
+        let cc = CcConfig::from_config(&c, 4096, 4032);
+        assert_eq!(cc.algorithm, CcAlgorithm::None);
+        assert_eq!(
+            (cc.link_bytes_per_ns, cc.base_rtt_ns, cc.target_pct),
+            (100.0, 6_000, 40)
+        );
+        assert_eq!(
+            (cc.paper, cc.trimming, cc.fast_increase_mtus),
+            (PaperFeatures::ALL, false, 3)
+        );
+        let lb = LbConfig::from_config(&c, 4096);
+        assert_eq!(
+            (lb.algorithm, lb.entropies, lb.explore_packets),
+            (LbAlgorithm::RepsPaper, 256, 147)
+        );
+    }
+}
