@@ -619,12 +619,17 @@ mod tests {
 
     #[test]
     fn proportional_increase_follows_the_headroom() {
-        let mut c = nscc(cfg());
+        let w0 = 50_000.0;
+        let mut c = nscc(CcConfig {
+            initial_cwnd: w0 as u32,
+            ..cfg()
+        });
         for _ in 0..9 {
             ack(&mut c, 1_000, false, 3_000);
         }
         let alpha = 4.0 * MSS as f64 / 12_000.0;
-        let expect = W0 as f64 + alpha * 9.0 * MTU as f64 * (TARGET - 3_000.0) / W0 as f64;
+        // The credit is divided by cwnd: small windows grow faster.
+        let expect = w0 + alpha * 9.0 * MTU as f64 * (TARGET - 3_000.0) / w0;
         assert_eq!(c.cwnd(), expect as u64);
         assert_eq!(c.stats().proportional_increase, 9);
     }
