@@ -6,7 +6,18 @@
 //! function reads a clock or touches a socket. Windows and byte counts include
 //! headers. The algorithms and every constant follow `spec/NSCC.md`; where the
 //! papers and the reference simulator differ, the simulator is the default and
-//! the paper forms are selectable ([`PaperFeatures`]).
+//! the paper forms are selectable ([`PaperFeatures`], `FI_UET_NSCC_VARIANT`).
+//!
+//! Parameters: `FI_UET_CC` (nscc|none), `FI_UET_LINK_GBPS`,
+//! `FI_UET_BASE_RTT_US` (0 = measure), `FI_UET_NSCC_VARIANT`,
+//! `FI_UET_NSCC_TARGET_PCT`, `FI_UET_NSCC_TRIMMING`,
+//! `FI_UET_NSCC_FAST_INCREASE_MTUS`, `FI_UET_LB`, `FI_UET_ENTROPIES` (see
+//! [`crate::config::PARAMS`]).
+//!
+//! Tests: `cargo test -p uet --lib cms` (every mechanism, with expected
+//! numbers from the formulas, and every load balancer's feedback rules) and
+//! `cargo test -p uet --release --test cms_closed_loop` (NSCC against a
+//! discrete-event bottleneck queue: line rate, 8-flow fairness, 16:1 incast).
 //!
 //! # What the engine holds
 //!

@@ -7,6 +7,32 @@
 //! delivered when a flow is badly overdriven; FastIncrease refills an empty
 //! pipe. Parameters scale with the bandwidth-delay product of the link rate
 //! (configured) and the base RTT (measured, min-tracking).
+//!
+//! Derived parameters ([`NsccDerived`]) are recomputed from the current base
+//! RTT whenever they are needed instead of being stored, so a new minimum
+//! rescales bdp, maxwnd, the target and every gain at once.
+//!
+//! Choices where NSCC.md leaves room (each one covered by a unit test):
+//! * Base RTT: seeded from `FI_UET_BASE_RTT_US`, else the 12 us reference
+//!   stands in until the first valid sample, which replaces it even when
+//!   larger; after that the base only goes down (no upward drift). Samples
+//!   are floored at 1 us so a coarse clock cannot zero the BDP.
+//! * "Network RTT" (fulfill clock, NACK sample) is the current base RTT; a
+//!   NACK feeds the EWMA a marked sample of one base RTT of queueing (what a
+//!   full one-BDP queue causes).
+//! * A NACK or timeout reacts the same whether the trim was at the last hop
+//!   or inside the fabric; only the load balancer tells them apart.
+//! * QuickAdapt's trigger (set by a NACK) is judged at the end of the window
+//!   it arose in and then cleared, so a stale trigger cannot shrink an
+//!   application-limited flow much later. Firing also drops the pending
+//!   increase credit, which was earned before the reset.
+//! * The very first multiplicative decrease is not rate-limited (there is no
+//!   previous one to be a base RTT away from).
+//! * Wait-to-Decrease (paper) only adds the fair decrease in the ECN +
+//!   low-delay quadrant; the multiplicative decrease keeps its own once per
+//!   base RTT limit, as NSCC.md §2 describes.
+//! * FastIncrease (both forms) counts ACKs with less than 1 us of queueing
+//!   delay; the paper's "rtt close to base rtt" uses the same threshold.
 
 use std::sync::Arc;
 
