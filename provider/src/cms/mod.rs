@@ -25,8 +25,8 @@
 //!   [`CcConfig::from_config`] and shared by all peers through an `Arc`.
 //! * Per peer PDC (sender side): one [`CongestionControl`] (NSCC or the
 //!   fixed-window baseline, chosen by `FI_UET_CC`) and one
-//!   [`LoadBalancer`](lb::LoadBalancer) (chosen by `FI_UET_LB`), built with
-//!   [`LbConfig::from_config`](lb::LbConfig::from_config) and a per-peer seed.
+//!   [`LoadBalancer`] (chosen by `FI_UET_LB`), built with
+//!   [`LbConfig::from_config`] and a per-peer seed.
 //!
 //! # When the engine calls what
 //!
