@@ -52,13 +52,15 @@
 //!
 //! The per-peer NSCC state is [`nscc::Nscc`]: the algorithm state proper
 //! ([`nscc::NsccState`], **72 bytes** on 64-bit targets: cwnd, base RTT,
-//! the delay EWMA, the byte counters and the four timestamps, kept as u32/f32
-//! where the range allows and u64 for times), an `Arc` to the shared
+//! the delay EWMA, the byte counters and three timestamps, kept as u32/f32
+//! where the range allows, u64 for times and f64 for the increase credit),
+//! an `Arc` to the shared
 //! configuration (8 bytes) and the diagnostic counters ([`nscc::NsccCounters`],
 //! 144 bytes), **224 bytes** in all. The SMaRTT paper's 19 bytes per flow
 //! assume 16-bit fields and times relative to a NIC clock; we keep full
 //! nanosecond timestamps and counters for measurement. A unit test pins these
-//! numbers so this paragraph stays true.
+//! numbers so this paragraph stays true. A [`LoadBalancer`] takes 136 bytes
+//! plus 56 bytes of counters per entropy (1 KiB at the default 16).
 
 pub mod lb;
 pub mod nscc;
@@ -495,6 +497,8 @@ mod tests {
         assert_eq!(std::mem::size_of::<nscc::NsccState>(), 72);
         assert_eq!(std::mem::size_of::<nscc::NsccCounters>(), 144);
         assert_eq!(std::mem::size_of::<Nscc>(), 224);
+        assert_eq!(std::mem::size_of::<LoadBalancer>(), 136);
+        assert_eq!(std::mem::size_of::<lb::EntropyStats>(), 56);
     }
 }
 
