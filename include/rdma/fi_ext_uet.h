@@ -57,6 +57,15 @@ extern "C" {
 #define FI_UET_PARAM_SPIN_BEFORE_YIELD "FI_UET_SPIN_BEFORE_YIELD" /* empty progress calls before yielding [64] */
 #define FI_UET_PARAM_SRC_ADDR          "FI_UET_SRC_ADDR"          /* address bound when none is named [127.0.0.1; "auto"] */
 #define FI_UET_PARAM_PORT              "FI_UET_PORT"              /* UDP port bound when none is named [0 = any] */
+#define FI_UET_PARAM_CC                "FI_UET_CC"                /* congestion control: nscc | none (fixed window) [nscc] */
+#define FI_UET_PARAM_LINK_GBPS         "FI_UET_LINK_GBPS"         /* link rate NSCC scales with, Gb/s [100] */
+#define FI_UET_PARAM_BASE_RTT_US       "FI_UET_BASE_RTT_US"       /* base RTT seed, us [0 = measure] */
+#define FI_UET_PARAM_LB                "FI_UET_LB"                /* load balancer: reps | reps_paper | bitmap | oblivious | single [reps] */
+#define FI_UET_PARAM_ENTROPIES         "FI_UET_ENTROPIES"         /* entropies (source ports) to spray over [16] */
+#define FI_UET_PARAM_NSCC_VARIANT      "FI_UET_NSCC_VARIANT"      /* sim | paper | list of target,maxwnd,wtd,qa_scaling,fast_increase,md_rtt [sim] */
+#define FI_UET_PARAM_NSCC_TARGET_PCT   "FI_UET_NSCC_TARGET_PCT"   /* target queueing delay, % of base RTT [0 = from variant: 75/100/50] */
+#define FI_UET_PARAM_NSCC_TRIMMING     "FI_UET_NSCC_TRIMMING"     /* fabric trims (target 0.75 R0) or drops (1.0 R0) [1] */
+#define FI_UET_PARAM_NSCC_FAST_INCREASE_MTUS "FI_UET_NSCC_FAST_INCREASE_MTUS" /* k of the paper FastIncrease [2] */
 
 #ifdef __cplusplus
 }

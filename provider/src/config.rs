@@ -5,6 +5,8 @@
 //! and feeds the values it reads back through [`Config::set`]. Defaults work on
 //! loopback.
 
+use crate::cms::{CcAlgorithm, LbAlgorithm, PaperFeatures};
+
 /// The kind of a parameter, mirroring libfabric's `enum fi_param_type`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ParamKind {
@@ -83,6 +85,51 @@ pub const PARAMS: &[ParamSpec] = &[
         kind: ParamKind::Int,
         help: "UDP port an endpoint binds when the application names none (default 0: any free port).",
     },
+    ParamSpec {
+        name: "cc",
+        kind: ParamKind::Str,
+        help: "Congestion control per peer: nscc (NSCC, default) or none (fixed window of FI_UET_WINDOW packets, the no-CC baseline).",
+    },
+    ParamSpec {
+        name: "link_gbps",
+        kind: ParamKind::Int,
+        help: "Link rate in Gb/s that NSCC scales its window and gains with (bdp = rate * base RTT; default 100, a rate loopback sustains with 64 KB datagrams; 1..3200).",
+    },
+    ParamSpec {
+        name: "base_rtt_us",
+        kind: ParamKind::Int,
+        help: "Base (unloaded) round-trip time in microseconds NSCC starts from (default 0 = measure it: the smallest valid RTT sample; a seed is still lowered by smaller samples).",
+    },
+    ParamSpec {
+        name: "lb",
+        kind: ParamKind::Str,
+        help: "Load balancer choosing the entropy (UDP source port) per packet: reps (default; recycles good entropies, simulator form), reps_paper (explore then one cached entropy), bitmap (per-entropy penalties), oblivious (spray without feedback), single (one path).",
+    },
+    ParamSpec {
+        name: "entropies",
+        kind: ParamKind::Int,
+        help: "Number of entropies (source ports, i.e. paths) to spray over (default 16; 1..1024).",
+    },
+    ParamSpec {
+        name: "nscc_variant",
+        kind: ParamKind::Str,
+        help: "NSCC form: sim (reference simulator, default), paper (every SMaRTT/SMaRTT-REPS form), or a comma list of paper features: target (target queueing delay 0.5 base RTT), maxwnd (1.25 bdp), wtd (Wait-to-Decrease with fair decrease), qa_scaling (QuickAdapt to 0.8 of achieved), fast_increase (k MTUs per ACK, see FI_UET_NSCC_FAST_INCREASE_MTUS), md_rtt (decrease severity from RTTs).",
+    },
+    ParamSpec {
+        name: "nscc_target_pct",
+        kind: ParamKind::Int,
+        help: "NSCC target queueing delay in percent of the base RTT (default 0 = from the variant: 75 with trimming, 100 without, 50 for the paper target; 1..1000).",
+    },
+    ParamSpec {
+        name: "nscc_trimming",
+        kind: ParamKind::Bool,
+        help: "Whether the fabric trims packets instead of dropping them; sets the simulator's target queueing delay to 0.75 (on, default) or 1.0 (off) base RTT.",
+    },
+    ParamSpec {
+        name: "nscc_fast_increase_mtus",
+        kind: ParamKind::Int,
+        help: "k of the paper FastIncrease: MTUs added per ACK while the pipe is empty (default 2; used with FI_UET_NSCC_VARIANT=paper or fast_increase; 1..64).",
+    },
 ];
 
 /// Runtime configuration of an endpoint, filled from the `FI_UET_*` parameters.
@@ -102,6 +149,17 @@ pub struct Config {
     pub unexpected_bytes: usize,
     /// Empty = loopback.
     pub src_addr: String,
+    pub cc: CcAlgorithm,
+    pub link_gbps: u32,
+    /// 0 = measure.
+    pub base_rtt_us: u64,
+    pub lb: LbAlgorithm,
+    pub entropies: u16,
+    pub nscc_variant: PaperFeatures,
+    /// 0 = from the variant.
+    pub nscc_target_pct: u32,
+    pub trimming: bool,
+    pub nscc_fast_increase_mtus: u32,
 }
 
 impl Default for Config {
@@ -119,6 +177,15 @@ impl Default for Config {
             pdc_idle_us: 1_000_000,
             unexpected_bytes: 64 << 20,
             src_addr: String::new(),
+            cc: CcAlgorithm::Nscc,
+            link_gbps: 100,
+            base_rtt_us: 0,
+            lb: LbAlgorithm::Reps,
+            entropies: 16,
+            nscc_variant: PaperFeatures::default(),
+            nscc_target_pct: 0,
+            trimming: true,
+            nscc_fast_increase_mtus: 2,
         }
     }
 }
@@ -164,8 +231,13 @@ impl Config {
 
     /// The current value of a parameter, by its `PARAMS` name.
     pub fn get(&self, name: &str) -> Option<ParamValue> {
-        if name == "src_addr" {
-            return Some(ParamValue::Str(self.src_addr.clone()));
+        match name {
+            "src_addr" => return Some(ParamValue::Str(self.src_addr.clone())),
+            "cc" => return Some(ParamValue::Str(self.cc.name().into())),
+            "lb" => return Some(ParamValue::Str(self.lb.name().into())),
+            "nscc_variant" => return Some(ParamValue::Str(self.nscc_variant.name())),
+            "nscc_trimming" => return Some(ParamValue::Bool(self.trimming)),
+            _ => {}
         }
         let v = match name {
             "mtu" => self.mtu as i64,
@@ -179,6 +251,11 @@ impl Config {
             "port" => self.port as i64,
             "pdc_idle_us" => self.pdc_idle_us as i64,
             "unexpected_bytes" => self.unexpected_bytes as i64,
+            "link_gbps" => self.link_gbps as i64,
+            "base_rtt_us" => self.base_rtt_us as i64,
+            "entropies" => self.entropies as i64,
+            "nscc_target_pct" => self.nscc_target_pct as i64,
+            "nscc_fast_increase_mtus" => self.nscc_fast_increase_mtus as i64,
             _ => return None,
         };
         Some(ParamValue::Int(v))
@@ -197,6 +274,10 @@ impl Config {
                 ParamValue::Int(v) => Err(err(format!("{v} is outside {lo}..={hi}"))),
                 _ => Err(err("expects an integer".into())),
             }
+        };
+        let text = || match &value {
+            ParamValue::Str(s) => Ok(s.trim().to_ascii_lowercase()),
+            _ => Err(err("expects a string".into())),
         };
         match name {
             "mtu" => {
@@ -220,6 +301,35 @@ impl Config {
                 ParamValue::Str(s) => self.src_addr = s,
                 _ => return Err(err("expects an IP address or \"auto\"".into())),
             },
+            "cc" => {
+                let t = text()?;
+                self.cc = CcAlgorithm::parse(&t)
+                    .ok_or_else(|| err(format!("{t:?} is not nscc or none")))?
+            }
+            "lb" => {
+                let t = text()?;
+                self.lb = LbAlgorithm::parse(&t).ok_or_else(|| {
+                    err(format!(
+                        "{t:?} is not oblivious, reps, reps_paper, bitmap or single"
+                    ))
+                })?
+            }
+            "nscc_variant" => {
+                let t = text()?;
+                self.nscc_variant = PaperFeatures::parse(&t).ok_or_else(|| {
+                    err(format!("{t:?} is not sim, paper or a list of target, maxwnd, wtd, qa_scaling, fast_increase, md_rtt"))
+                })?
+            }
+            "nscc_trimming" => match value {
+                ParamValue::Bool(b) => self.trimming = b,
+                ParamValue::Int(v) => self.trimming = v != 0,
+                _ => return Err(err("expects a boolean".into())),
+            },
+            "link_gbps" => self.link_gbps = int(1, 3200)? as u32,
+            "base_rtt_us" => self.base_rtt_us = int(0, 1_000_000)? as u64,
+            "entropies" => self.entropies = int(1, 1024)? as u16,
+            "nscc_target_pct" => self.nscc_target_pct = int(0, 1000)? as u32,
+            "nscc_fast_increase_mtus" => self.nscc_fast_increase_mtus = int(1, 64)? as u32,
             _ => return Err(err("unknown parameter".into())),
         }
         if self.rto_max_us < self.rto_min_us {
@@ -251,5 +361,39 @@ mod tests {
         assert!(c.set("window", ParamValue::Str("x".into())).is_err());
         assert!(c.set("nonsense", ParamValue::Int(1)).is_err());
         assert_eq!(c, Config::default());
+    }
+
+    #[test]
+    fn congestion_parameters_parse() {
+        let mut c = Config::default();
+        c.set("cc", ParamValue::Str("none".into())).unwrap();
+        assert_eq!(c.cc, CcAlgorithm::None);
+        c.set("lb", ParamValue::Str(" Bitmap ".into())).unwrap();
+        assert_eq!(c.lb, LbAlgorithm::Bitmap);
+        c.set("nscc_variant", ParamValue::Str("wtd,qa_scaling".into()))
+            .unwrap();
+        assert!(
+            c.nscc_variant.wait_to_decrease && c.nscc_variant.qa_scaling && !c.nscc_variant.target
+        );
+        c.set("nscc_variant", ParamValue::Str("paper".into()))
+            .unwrap();
+        assert_eq!(c.nscc_variant, PaperFeatures::ALL);
+        c.set("link_gbps", ParamValue::Int(800)).unwrap();
+        c.set("base_rtt_us", ParamValue::Int(12)).unwrap();
+        c.set("entropies", ParamValue::Int(256)).unwrap();
+        c.set("nscc_trimming", ParamValue::Bool(false)).unwrap();
+        assert_eq!(
+            (c.link_gbps, c.base_rtt_us, c.entropies, c.trimming),
+            (800, 12, 256, false)
+        );
+        let before = c.clone();
+        assert!(c.set("cc", ParamValue::Str("cubic".into())).is_err());
+        assert!(c.set("lb", ParamValue::Int(1)).is_err());
+        assert!(c
+            .set("nscc_variant", ParamValue::Str("target,bogus".into()))
+            .is_err());
+        assert!(c.set("link_gbps", ParamValue::Int(0)).is_err());
+        assert!(c.set("entropies", ParamValue::Int(0)).is_err());
+        assert_eq!(c, before);
     }
 }

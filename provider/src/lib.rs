@@ -2,6 +2,7 @@
 //!
 //! The crate is split the way quinn-proto/quinn are:
 //!
+//! * [`cms`]   congestion management: NSCC, the no-CC baseline, load balancers.
 //! * [`wire`]  packet layouts (UET 1.0 PDS and SES headers), bounds-checked views
 //!   and parsed representations.
 //! * [`pds`]   packet delivery: per-peer delivery contexts, PSNs, SACK, RTO.
@@ -14,6 +15,7 @@
 //! The libfabric ABI lives in the separate `shim-c` crate; it only calls the
 //! types re-exported here.
 
+pub mod cms;
 pub mod config;
 pub mod engine;
 pub mod error;
