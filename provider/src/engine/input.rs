@@ -339,7 +339,16 @@ impl Engine {
         self.stats.nacks_received += 1;
         match nack.code {
             NackCode::Trimmed | NackCode::TrimmedLastHop => {
-                if self.peers[p].tx.nack(nack.psn, now) {
+                let last_hop = nack.code == NackCode::TrimmedLastHop;
+                let peer = &mut self.peers[p];
+                if let Some((bytes, entropy)) = peer.tx.uncount(nack.psn) {
+                    peer.in_flight_bytes = peer.in_flight_bytes.saturating_sub(bytes as u64);
+                    peer.cc
+                        .on_nack(now, bytes as u64, last_hop, peer.in_flight_bytes);
+                    peer.lb
+                        .on_feedback(now, entropy, PathFeedback::Nack { last_hop });
+                }
+                if peer.tx.nack(nack.psn, now) {
                     self.stats.nack_retransmits += 1;
                     self.mark_ready(p);
                 }
@@ -475,6 +484,42 @@ impl Engine {
         let peer = &mut self.peers[p];
         peer.tx_active_at = now;
         let out = peer.tx.on_ack(&ack, now);
+        // In flight is clocked by the receiver's cumulative received bytes
+        // (24 bits of 256-byte units, wrapping); an older ACK overtaken by a
+        // newer one reports nothing new.
+        let delta = ack.rcvd_bytes.wrapping_sub(peer.rcvd_units) & 0x00ff_ffff;
+        let newly = if delta < 1 << 23 {
+            peer.rcvd_units = ack.rcvd_bytes;
+            delta as u64 * 256
+        } else {
+            0
+        };
+        peer.in_flight_bytes = peer.in_flight_bytes.saturating_sub(newly);
+        if peer.tx.in_flight() == 0 {
+            // Nothing outstanding: drop the sub-unit remainder.
+            peer.in_flight_bytes = 0;
+        }
+        let ecn = ack.flags & pflags::ACK_M != 0;
+        let retx_echo = ack.flags & pflags::ACK_RETX != 0;
+        peer.cc.on_ack(
+            now,
+            &AckFeedback {
+                newly_acked_bytes: newly,
+                in_flight_bytes: peer.in_flight_bytes,
+                ecn,
+                rtt: out
+                    .rtt_raw
+                    .map(|raw| RttSample::validate(raw, out.trigger_sends, retx_echo)),
+            },
+        );
+        if let Some(entropy) = out.trigger_entropy {
+            let fb = if ecn {
+                PathFeedback::Ecn
+            } else {
+                PathFeedback::Good
+            };
+            peer.lb.on_feedback(now, entropy, fb);
+        }
         for kind in out.newly_acked {
             if let SlotKind::Data { msg_id, .. } = kind {
                 self.on_packet_acked(p, msg_id);

@@ -62,22 +62,37 @@ impl Engine {
         let window = self.window;
         let rto = self.peers[p].tx.rto(self.rto_min, self.rto_max, 0);
         let peer = &mut self.peers[p];
-        // Retransmissions first.
+        // Retransmissions first, on a path the load balancer picks anew.
         while let Some(psn) = peer.tx.retransmit.pop_front() {
-            let Some(slot) = peer.tx.resend(psn, now) else {
+            let entropy = peer.lb.next_entropy(now);
+            let Some(slot) = peer.tx.resend(psn, now, entropy) else {
                 continue;
             };
+            if !slot.in_flight {
+                // A NACK took it out of flight; it counts again now.
+                peer.in_flight_bytes += slot.bytes as u64;
+            }
             self.stats.retransmits += 1;
             self.stats.packets_sent += 1;
             let len = build_packet(peer, psn, slot.kind, pflags::RETX | pflags::AR, buf);
             return Some(Transmit {
                 dest: peer.addr,
                 len,
-                entropy: 0,
+                entropy,
                 ecn: Ecn::Ect0,
             });
         }
         if peer.tx.in_flight() >= window {
+            return None;
+        }
+        // NSCC.md section 6: send only while in_flight + packet <= cwnd.
+        let next_bytes = match *peer.queue.front()? {
+            TxItem::Response { .. } => (RequestRepr::LEN + SesResponseRepr::LEN) as u64,
+            TxItem::Message(id) => peer.messages.get(&id).map_or(0, |m| {
+                DATA_HEADERS as u64 + (m.len() - m.next_offset).min(max_payload as u64)
+            }),
+        };
+        if !peer.cc.can_send(peer.in_flight_bytes, next_bytes) {
             return None;
         }
         let (kind, last_of_item) = match *peer.queue.front()? {
@@ -105,15 +120,24 @@ impl Engine {
         if last_of_item {
             peer.queue.pop_front();
         }
-        let psn = peer.tx.push(kind, now, rto);
-        // Ask for an immediate ACK when the backlog empties or the window fills.
-        let ar = peer.queue.is_empty() || peer.tx.in_flight() >= window;
+        let entropy = match kind {
+            SlotKind::Data { .. } => peer.lb.next_entropy(now),
+            // Responses are control-like: the endpoint's own address.
+            SlotKind::Response { .. } => 0,
+        };
+        let psn = peer.tx.push(kind, now, rto, next_bytes as u32, entropy);
+        peer.in_flight_bytes += next_bytes;
+        // Ask for an immediate ACK when the backlog empties or the next
+        // packet would not fit the window (NSCC.md section 6).
+        let ar = peer.queue.is_empty()
+            || peer.tx.in_flight() >= window
+            || !peer.cc.can_send(peer.in_flight_bytes, next_bytes);
         let len = build_packet(peer, psn, kind, if ar { pflags::AR } else { 0 }, buf);
         self.stats.packets_sent += 1;
         Some(Transmit {
             dest: peer.addr,
             len,
-            entropy: 0,
+            entropy,
             ecn: Ecn::Ect0,
         })
     }

@@ -41,7 +41,14 @@ impl Engine {
             if due == 0 || due > now {
                 continue;
             }
-            let worst = self.peers[p].tx.on_timeout(now, self.rto_min, self.rto_max);
+            let peer = &mut self.peers[p];
+            let (cc, lb) = (&mut peer.cc, &mut peer.lb);
+            let worst =
+                peer.tx
+                    .on_timeout_with(now, self.rto_min, self.rto_max, |bytes, entropy| {
+                        cc.on_timeout(now, bytes as u64);
+                        lb.on_feedback(now, entropy, PathFeedback::Timeout);
+                    });
             if worst > self.max_retries {
                 self.fail_peer(p);
             } else {
@@ -127,6 +134,10 @@ impl Engine {
         peer.tx = TxPdc::new(id, start);
         peer.next_msg_id = 0;
         peer.closing = None;
+        // The congestion state stays (same path, same peer); what was in
+        // flight on the old context is gone.
+        peer.in_flight_bytes = 0;
+        peer.rcvd_units = 0;
         self.tx_by_id.insert(id, p);
         self.mark_ready(p);
     }

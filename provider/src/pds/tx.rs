@@ -21,9 +21,16 @@ pub struct TxSlot {
     pub kind: SlotKind,
     pub sent_at: u64,
     pub retries: u32,
+    /// Bytes on the wire (headers included), for congestion control.
+    pub bytes: u32,
+    /// Entropy (source-port index) of the latest transmission.
+    pub entropy: u16,
     pub acked: bool,
     /// Already queued for retransmission and not yet resent.
     pub queued: bool,
+    /// Counted in the sender's in-flight bytes (false after a NACK took it
+    /// out, until it is resent).
+    pub in_flight: bool,
 }
 
 /// Result of processing one ACK.
@@ -36,6 +43,9 @@ pub struct AckOutcome {
     /// Raw round trip of the triggering PSN whether or not the sample is
     /// valid (congestion control keeps its own filter).
     pub rtt_raw: Option<u64>,
+    /// Times the triggering packet was sent, and its entropy.
+    pub trigger_sends: u32,
+    pub trigger_entropy: Option<u16>,
 }
 
 /// Sender state of one PDC.
@@ -88,14 +98,17 @@ impl TxPdc {
     }
 
     /// Record a new packet; returns its PSN.
-    pub fn push(&mut self, kind: SlotKind, now: u64, rto: u64) -> u32 {
+    pub fn push(&mut self, kind: SlotKind, now: u64, rto: u64, bytes: u32, entropy: u16) -> u32 {
         let psn = self.next_psn();
         self.slots.push_back(TxSlot {
             kind,
             sent_at: now,
             retries: 0,
+            bytes,
+            entropy,
             acked: false,
             queued: false,
+            in_flight: true,
         });
         if self.rto_due == 0 {
             self.rto_due = now + rto;
@@ -113,16 +126,38 @@ impl TxPdc {
         self.slots.get_mut(i)
     }
 
-    /// Mark a queued retransmission as sent again; returns the slot to rebuild.
-    pub fn resend(&mut self, psn: u32, now: u64) -> Option<TxSlot> {
+    /// Mark a queued retransmission as sent again on `entropy`; returns the
+    /// slot as it was (its `in_flight` says whether it still counted).
+    pub fn resend(&mut self, psn: u32, now: u64, entropy: u16) -> Option<TxSlot> {
         let slot = self.slot_mut(psn)?;
         if slot.acked {
             return None;
         }
+        let before = *slot;
         slot.queued = false;
         slot.retries += 1;
         slot.sent_at = now;
-        Some(*slot)
+        slot.entropy = entropy;
+        slot.in_flight = true;
+        Some(TxSlot {
+            retries: slot.retries,
+            ..before
+        })
+    }
+
+    /// Take a NACKed packet out of the in-flight count; returns its bytes
+    /// and entropy when it was counted.
+    pub fn uncount(&mut self, psn: u32) -> Option<(u32, u16)> {
+        let (base, end) = (self.base, self.next_psn());
+        if !(psn_le(base, psn) && psn_lt(psn, end)) {
+            return None;
+        }
+        let slot = self.slot_mut(psn)?;
+        if slot.acked || !slot.in_flight {
+            return None;
+        }
+        slot.in_flight = false;
+        Some((slot.bytes, slot.entropy))
     }
 
     /// A NACK says `psn` was trimmed: queue it for retransmission now.
@@ -193,6 +228,8 @@ impl TxPdc {
         if let Some(s) = self.slot(trigger) {
             if !s.acked && now >= s.sent_at {
                 out.rtt_raw = Some(now - s.sent_at);
+                out.trigger_sends = s.retries + 1;
+                out.trigger_entropy = Some(s.entropy);
                 // The receiver echoes whether the copy it saw was a
                 // retransmission, so one resend still gives a sample
                 // (NSCC.md section 2; plain Karn would discard it).
@@ -256,8 +293,19 @@ impl TxPdc {
     }
 
     /// Queue every packet whose timer expired. Returns the highest retry
-    /// count among them, so the caller can give up on a dead peer.
+    /// count among them, so the caller can give up on a dead peer; `expired`
+    /// gets each one's bytes and entropy (for congestion control).
     pub fn on_timeout(&mut self, now: u64, min: u64, max: u64) -> u32 {
+        self.on_timeout_with(now, min, max, |_, _| {})
+    }
+
+    pub fn on_timeout_with(
+        &mut self,
+        now: u64,
+        min: u64,
+        max: u64,
+        mut expired: impl FnMut(u32, u16),
+    ) -> u32 {
         let mut worst = 0;
         let mut next_due = u64::MAX;
         let (srtt, rttvar) = (self.srtt, self.rttvar);
@@ -270,6 +318,7 @@ impl TxPdc {
             let due = s.sent_at + rto(s.retries);
             if due <= now {
                 s.queued = true;
+                expired(s.bytes, s.entropy);
                 worst = worst.max(s.retries + 1);
                 self.retransmit.push_back(self.base.wrapping_add(i as u32));
                 next_due = next_due.min(now + rto(s.retries + 1));
@@ -339,7 +388,7 @@ mod tests {
     fn cumulative_and_selective() {
         let mut tx = TxPdc::new(1, u32::MAX - 1);
         for i in 0..6 {
-            tx.push(data(i), 0, 1000);
+            tx.push(data(i), 0, 1000, 100, 0);
         }
         // cack = start (u32::MAX - 1), SACK the packets at +2 and +4.
         let out = tx.on_ack(&ack(u32::MAX - 1, 0b1010), 10);
@@ -355,7 +404,7 @@ mod tests {
     #[test]
     fn bogus_ack_ignored() {
         let mut tx = TxPdc::new(1, 100);
-        tx.push(data(0), 0, 1000);
+        tx.push(data(0), 0, 1000, 100, 0);
         assert!(tx.on_ack(&ack(500, 0), 5).newly_acked.is_empty());
         assert_eq!(tx.in_flight(), 1);
     }
@@ -363,11 +412,11 @@ mod tests {
     #[test]
     fn timeout_backs_off() {
         let mut tx = TxPdc::new(1, 0);
-        tx.push(data(0), 0, 1000);
+        tx.push(data(0), 0, 1000, 100, 0);
         assert_eq!(tx.on_timeout(999, 1000, 8000), 0);
         assert_eq!(tx.on_timeout(1000, 1000, 8000), 1);
         assert_eq!(tx.retransmit.pop_front(), Some(0));
-        let s = tx.resend(0, 1000).unwrap();
+        let s = tx.resend(0, 1000, 0).unwrap();
         assert_eq!(s.retries, 1);
         // Second timer is twice as long.
         assert_eq!(tx.on_timeout(2999, 1000, 8000), 0);
@@ -382,10 +431,10 @@ mod tests {
         assert!(sample_is_valid(1, true));
         assert!(!sample_is_valid(2, true));
         let mut tx = TxPdc::new(1, 0);
-        tx.push(data(0), 0, 1000);
+        tx.push(data(0), 0, 1000, 100, 0);
         tx.on_timeout(1000, 1000, 8000);
         tx.retransmit.clear();
-        tx.resend(0, 1000).unwrap();
+        tx.resend(0, 1000, 0).unwrap();
         // The ACK says the retransmission was seen: a valid 500 ns sample.
         let a = AckRepr {
             flags: crate::wire::prologue::flags::ACK_RETX,
@@ -400,13 +449,13 @@ mod tests {
     fn nack_queues_once_and_first() {
         let mut tx = TxPdc::new(1, 10);
         for i in 0..4 {
-            tx.push(data(i), 0, 1000);
+            tx.push(data(i), 0, 1000, 100, 0);
         }
         tx.on_timeout(1000, 1000, 8000);
         assert_eq!(tx.retransmit.len(), 4);
         tx.retransmit.clear();
         for psn in 10..14 {
-            tx.resend(psn, 1000);
+            tx.resend(psn, 1000, 0);
         }
         assert!(tx.nack(12, 1100));
         assert!(!tx.nack(12, 1100), "already queued");
@@ -421,7 +470,7 @@ mod tests {
     fn sack_hole_is_retransmitted() {
         let mut tx = TxPdc::new(1, 0);
         for i in 0..8 {
-            tx.push(data(i), 0, 1000);
+            tx.push(data(i), 0, 1000, 100, 0);
         }
         // PSN 0 arrived, 1 lost, 2..=5 arrived.
         tx.on_ack(&ack(0, 0b11110), 100);
