@@ -6,6 +6,7 @@ use std::path::PathBuf;
 
 fn main() {
     println!("cargo:rerun-if-changed=wrapper.h");
+    println!("cargo:rerun-if-changed=../include/rdma/fi_ext_uet.h");
     println!("cargo:rerun-if-changed=build.rs");
     println!("cargo:rustc-link-lib=fabric");
 

@@ -10,3 +10,4 @@
 #include <rdma/fi_errno.h>
 #include <rdma/providers/fi_prov.h>
 #include <rdma/providers/fi_log.h>
+#include "../include/rdma/fi_ext_uet.h"

@@ -10,7 +10,10 @@
 #ifndef FI_EXT_UET_H
 #define FI_EXT_UET_H
 
+#include <stdint.h>
+#include <stddef.h>
 #include <rdma/fabric.h>
+#include <rdma/fi_endpoint.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -66,6 +69,60 @@ extern "C" {
 #define FI_UET_PARAM_NSCC_TARGET_PCT   "FI_UET_NSCC_TARGET_PCT"   /* target queueing delay, % of base RTT [0 = from variant: 75/100/50] */
 #define FI_UET_PARAM_NSCC_TRIMMING     "FI_UET_NSCC_TRIMMING"     /* fabric trims (target 0.75 R0) or drops (1.0 R0) [1] */
 #define FI_UET_PARAM_NSCC_FAST_INCREASE_MTUS "FI_UET_NSCC_FAST_INCREASE_MTUS" /* k of the paper FastIncrease [2] */
+
+/*
+ * Statistics extension. Open it on an endpoint:
+ *
+ *   struct fi_uet_stats_ops *ops;
+ *   fi_open_ops(&ep->fid, FI_UET_STATS_OPS, 0, (void **)&ops, NULL);
+ *   struct fi_uet_peer_stats ps;
+ *   ops->peer_stats(ep, peer_fi_addr, &ps);
+ *
+ * Every call returns 0 or a negative fi_errno (-FI_EINVAL for an unknown
+ * endpoint, -FI_ENODATA for a peer this endpoint never sent to). Counters
+ * only grow; the other fields are current values. Times in nanoseconds,
+ * windows in bytes with headers.
+ */
+#define FI_UET_STATS_OPS "uet_stats_ops_v1"
+
+/* Endpoint-wide packet-delivery counters. */
+struct fi_uet_ep_stats {
+	uint64_t packets_sent, packets_received, retransmits, duplicates;
+	uint64_t acks_sent, acks_received;
+	uint64_t malformed, unknown_pdc, out_of_window, peers_failed;
+	uint64_t trimmed_received, ecn_ce_received, ecn_echoes_received;
+	uint64_t nacks_sent, nacks_received, nack_retransmits;
+	uint64_t pdcs_closed, backpressure;
+};
+
+/* Congestion state of the send side towards one peer (NSCC). */
+struct fi_uet_peer_stats {
+	uint64_t cwnd, maxwnd, in_flight, base_rtt_ns, target_qdelay_ns;
+	double avg_delay_ns;
+	uint64_t acks, ecn_echoes, invalid_rtt_samples;
+	/* ACKs per quadrant */
+	uint64_t fair_increase, proportional_increase, multiplicative_decrease, steer_only;
+	uint64_t decreases_applied, fair_decreases;
+	uint64_t fast_increase_acks, fast_increase_events;
+	uint64_t quick_adapt_events, quick_adapt_ignored, fulfills;
+	uint64_t nacks_fabric, nacks_last_hop, timeouts;
+	uint64_t entropies; /* entries entropy_stats can return */
+};
+
+/* Use of one entropy (UDP source port) towards one peer. */
+struct fi_uet_entropy_stats {
+	uint64_t sent, good, ecn, nacks_fabric, nacks_last_hop, timeouts;
+	uint64_t penalty; /* bitmap load balancer only */
+};
+
+struct fi_uet_stats_ops {
+	size_t size;
+	int (*ep_stats)(struct fid_ep *ep, struct fi_uet_ep_stats *stats);
+	int (*peer_stats)(struct fid_ep *ep, fi_addr_t peer, struct fi_uet_peer_stats *stats);
+	/* Fills up to *count entries; sets *count to the number of entropies. */
+	int (*entropy_stats)(struct fid_ep *ep, fi_addr_t peer,
+			     struct fi_uet_entropy_stats *stats, size_t *count);
+};
 
 #ifdef __cplusplus
 }

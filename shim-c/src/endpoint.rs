@@ -195,7 +195,10 @@ pub(crate) struct Ep {
     pub(crate) inner: Arc<EpInner>,
 }
 
-static FI_OPS: fi_ops = fid_ops!(ep_close, ep_bind, ep_control);
+static FI_OPS: fi_ops = fi_ops {
+    ops_open: Some(crate::stats_ext::ep_ops_open),
+    ..fid_ops!(ep_close, ep_bind, ep_control)
+};
 static OPS: fi_ops_ep = fi_ops_ep {
     size: std::mem::size_of::<fi_ops_ep>(),
     cancel: Some(ep_cancel),
@@ -237,6 +240,18 @@ fn from_fid<'a>(p: *const fid) -> Option<&'a Ep> {
     // SAFETY: libfabric hands us fids it got from us (or application
     // garbage, which the ops-table check rejects when it is a live fid).
     unsafe { object::obj::<Ep>(p, &FI_OPS) }
+}
+
+impl EpInner {
+    /// Run `f` on the provider endpoint (for the statistics extension).
+    pub(crate) fn with_endpoint<R>(&self, f: impl FnOnce(&uet::Endpoint) -> R) -> R {
+        f(&self.state.lock().ep)
+    }
+
+    /// The address an fi_addr_t names in the bound AV.
+    pub(crate) fn peer_addr(&self, fi_addr: fi_addr_t) -> FiResult<SocketAddr> {
+        Self::peer(&self.state.lock(), fi_addr)
+    }
 }
 
 /// The endpoint state behind a `fid_ep`, for the data operations.

@@ -40,6 +40,7 @@ mod msg;
 mod object;
 mod params;
 mod rma_atomic;
+mod stats_ext;
 mod tagged;
 
 use std::ptr;

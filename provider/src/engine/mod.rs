@@ -21,6 +21,8 @@ mod timers;
 
 use std::sync::Arc;
 
+use crate::cms::lb::EntropyStats;
+use crate::cms::CcStats;
 use crate::cms::{
     AckFeedback, CcConfig, CongestionControl, LbConfig, LoadBalancer, PathFeedback, RttSample,
 };
@@ -226,6 +228,15 @@ impl Engine {
 
     pub fn stats(&self) -> Stats {
         self.stats
+    }
+
+    /// Congestion state and per-entropy path use towards `addr`; `None`
+    /// when this engine never exchanged packets with it.
+    pub fn peer_stats(&self, addr: SocketAddr) -> Option<(CcStats, Vec<EntropyStats>)> {
+        let peer = &self.peers[*self.peer_by_addr.get(&addr)?];
+        let mut cc = peer.cc.stats();
+        cc.in_flight = peer.in_flight_bytes;
+        Some((cc, peer.lb.entropy_stats().to_vec()))
     }
 
     /// Payload bytes held right now for messages not yet matched.

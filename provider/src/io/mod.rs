@@ -70,6 +70,14 @@ impl Endpoint {
         self.engine.stats()
     }
 
+    /// Congestion state and path use towards one peer.
+    pub fn peer_stats(
+        &self,
+        peer: SocketAddr,
+    ) -> Option<(crate::cms::CcStats, Vec<crate::cms::lb::EntropyStats>)> {
+        self.engine.peer_stats(peer)
+    }
+
     fn now(&self) -> u64 {
         self.epoch.elapsed().as_nanos() as u64
     }
