@@ -76,6 +76,11 @@ pub const PARAMS: &[ParamSpec] = &[
         help: "Most payload bytes an endpoint holds for messages that arrived before a matching receive was posted (default 67108864). Past it, further packets of unmatched messages are refused with NACK 0x07 and resent by the sender later, so memory stays bounded whatever the senders claim.",
     },
     ParamSpec {
+        name: "trace",
+        kind: ParamKind::Str,
+        help: "File to write a CSV trace of congestion-control events to (one line per ACK, NACK and timeout: time, peer, entropy, RTT, ECN, cwnd, in flight, base RTT, average delay); \"%p\" in the name becomes the process ID, \"%e\" the endpoint's port (default empty: no trace).",
+    },
+    ParamSpec {
         name: "pdc_idle_us",
         kind: ParamKind::Int,
         help: "Idle time in microseconds after which a delivery context with nothing in flight is closed with the close handshake, freeing its state; the next message reopens it in 0 RTT (default 1000000; 0 = never close).",
@@ -147,6 +152,8 @@ pub struct Config {
     pub port: u16,
     pub pdc_idle_us: u64,
     pub unexpected_bytes: usize,
+    /// Empty = no congestion-control trace.
+    pub trace: String,
     /// Empty = loopback.
     pub src_addr: String,
     pub cc: CcAlgorithm,
@@ -176,6 +183,7 @@ impl Default for Config {
             port: 0,
             pdc_idle_us: 1_000_000,
             unexpected_bytes: 64 << 20,
+            trace: String::new(),
             src_addr: String::new(),
             cc: CcAlgorithm::Nscc,
             link_gbps: 100,
@@ -233,6 +241,7 @@ impl Config {
     pub fn get(&self, name: &str) -> Option<ParamValue> {
         match name {
             "src_addr" => return Some(ParamValue::Str(self.src_addr.clone())),
+            "trace" => return Some(ParamValue::Str(self.trace.clone())),
             "cc" => return Some(ParamValue::Str(self.cc.name().into())),
             "lb" => return Some(ParamValue::Str(self.lb.name().into())),
             "nscc_variant" => return Some(ParamValue::Str(self.nscc_variant.name())),
@@ -297,6 +306,10 @@ impl Config {
             "port" => self.port = int(0, 65535)? as u16,
             "pdc_idle_us" => self.pdc_idle_us = int(0, 1 << 40)? as u64,
             "unexpected_bytes" => self.unexpected_bytes = int(0, 1 << 40)? as usize,
+            "trace" => match value {
+                ParamValue::Str(s) => self.trace = s,
+                _ => return Err(err("expects a file name".into())),
+            },
             "src_addr" => match value {
                 ParamValue::Str(s) => self.src_addr = s,
                 _ => return Err(err("expects an IP address or \"auto\"".into())),

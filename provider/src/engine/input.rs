@@ -347,7 +347,9 @@ impl Engine {
                         .on_nack(now, bytes as u64, last_hop, peer.in_flight_bytes);
                     peer.lb
                         .on_feedback(now, entropy, PathFeedback::Nack { last_hop });
+                    self.record(p, now, TraceKind::Nack, entropy, 0, false);
                 }
+                let peer = &mut self.peers[p];
                 if peer.tx.nack(nack.psn, now) {
                     self.stats.nack_retransmits += 1;
                     self.mark_ready(p);
@@ -520,6 +522,8 @@ impl Engine {
             };
             peer.lb.on_feedback(now, entropy, fb);
         }
+        let (entropy, rtt) = (out.trigger_entropy.unwrap_or(0), out.rtt_raw.unwrap_or(0));
+        self.record(p, now, TraceKind::Ack, entropy, rtt, ecn);
         for kind in out.newly_acked {
             if let SlotKind::Data { msg_id, .. } = kind {
                 self.on_packet_acked(p, msg_id);

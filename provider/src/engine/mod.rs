@@ -91,6 +91,63 @@ pub struct Stats {
     pub backpressure: u64,
 }
 
+/// What a congestion-control trace record was written for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TraceKind {
+    Ack,
+    Nack,
+    Timeout,
+}
+
+impl TraceKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            TraceKind::Ack => "ack",
+            TraceKind::Nack => "nack",
+            TraceKind::Timeout => "timeout",
+        }
+    }
+}
+
+/// One congestion-control event towards a peer, recorded when tracing is on
+/// (`FI_UET_TRACE`); the driver writes them out as CSV.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct TraceEvent {
+    pub now: u64,
+    pub peer: SocketAddr,
+    pub kind: TraceKind,
+    /// Entropy of the packet the feedback is about.
+    pub entropy: u16,
+    /// Raw RTT of the triggering packet (ACK only; 0 otherwise).
+    pub rtt_ns: u64,
+    pub ecn: bool,
+    pub cwnd: u64,
+    pub in_flight: u64,
+    pub base_rtt_ns: u64,
+    pub avg_delay_ns: f64,
+}
+
+impl TraceEvent {
+    pub const CSV_HEADER: &'static str =
+        "time_ns,peer,event,entropy,rtt_ns,ecn,cwnd,in_flight,base_rtt_ns,avg_delay_ns";
+
+    pub fn csv(&self) -> String {
+        format!(
+            "{},{},{},{},{},{},{},{},{},{:.0}",
+            self.now,
+            self.peer,
+            self.kind.name(),
+            self.entropy,
+            self.rtt_ns,
+            self.ecn as u8,
+            self.cwnd,
+            self.in_flight,
+            self.base_rtt_ns,
+            self.avg_delay_ns
+        )
+    }
+}
+
 /// A packet of the control class waiting in [`Engine::control_queue`].
 #[derive(Clone, Copy, Debug)]
 enum ControlOut {
@@ -187,6 +244,8 @@ pub struct Engine {
     /// and the most allowed (`FI_UET_UNEXPECTED_BYTES`).
     staged_bytes: usize,
     stage_budget: usize,
+    /// Congestion-control events for the trace; `None` = tracing off.
+    trace: Option<Vec<TraceEvent>>,
     stats: Stats,
 }
 
@@ -222,6 +281,7 @@ impl Engine {
             sends_outstanding: 0,
             staged_bytes: 0,
             stage_budget: config.unexpected_bytes,
+            trace: None,
             stats: Stats::default(),
         }
     }
@@ -237,6 +297,46 @@ impl Engine {
         let mut cc = peer.cc.stats();
         cc.in_flight = peer.in_flight_bytes;
         Some((cc, peer.lb.entropy_stats().to_vec()))
+    }
+
+    /// Record congestion-control events (see [`Engine::take_trace`]).
+    pub fn enable_trace(&mut self) {
+        self.trace.get_or_insert_with(Vec::new);
+    }
+
+    /// Move the recorded events into `out` (oldest first).
+    pub fn take_trace(&mut self, out: &mut Vec<TraceEvent>) {
+        if let Some(t) = self.trace.as_mut() {
+            out.append(t);
+        }
+    }
+
+    fn record(
+        &mut self,
+        p: usize,
+        now: u64,
+        kind: TraceKind,
+        entropy: u16,
+        rtt_ns: u64,
+        ecn: bool,
+    ) {
+        let Some(trace) = self.trace.as_mut() else {
+            return;
+        };
+        let peer = &self.peers[p];
+        let s = peer.cc.stats();
+        trace.push(TraceEvent {
+            now,
+            peer: peer.addr,
+            kind,
+            entropy,
+            rtt_ns,
+            ecn,
+            cwnd: s.cwnd,
+            in_flight: peer.in_flight_bytes,
+            base_rtt_ns: s.base_rtt_ns,
+            avg_delay_ns: s.avg_delay_ns,
+        });
     }
 
     /// Payload bytes held right now for messages not yet matched.
