@@ -57,6 +57,15 @@ extern "C" {
 #define FI_UET_PARAM_SPIN_BEFORE_YIELD "FI_UET_SPIN_BEFORE_YIELD" /* empty progress calls before yielding [64] */
 #define FI_UET_PARAM_SRC_ADDR          "FI_UET_SRC_ADDR"          /* address bound when none is named [127.0.0.1; "auto"] */
 #define FI_UET_PARAM_PORT              "FI_UET_PORT"              /* UDP port bound when none is named [0 = any] */
+#define FI_UET_PARAM_ENTROPIES         "FI_UET_ENTROPIES"         /* sockets (source ports) per endpoint, socket 0 = its address [16] */
+#define FI_UET_PARAM_FABRIC            "FI_UET_FABRIC"            /* ip:port of an emu-net relay carrying all traffic ["" = direct] */
+#define FI_UET_PARAM_FAULT_DROP        "FI_UET_FAULT_DROP"        /* per-mille of data and ACK packets not sent [0] */
+#define FI_UET_PARAM_FAULT_DUP         "FI_UET_FAULT_DUP"         /* per-mille of data and ACK packets sent twice [0] */
+#define FI_UET_PARAM_FAULT_REORDER     "FI_UET_FAULT_REORDER"     /* per-mille of data and ACK packets held back [0] */
+#define FI_UET_PARAM_FAULT_DELAY_US    "FI_UET_FAULT_DELAY_US"    /* how long a held packet waits, us [200] */
+#define FI_UET_PARAM_FAULT_TRIM        "FI_UET_FAULT_TRIM"        /* per-mille of data packets trimmed (DSCP 0x0B) [0] */
+#define FI_UET_PARAM_FAULT_ECN         "FI_UET_FAULT_ECN"         /* per-mille of data packets sent with ECN CE [0] */
+#define FI_UET_PARAM_FAULT_SEED        "FI_UET_FAULT_SEED"        /* seed of the fault decisions [1] */
 
 #ifdef __cplusplus
 }

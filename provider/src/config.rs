@@ -73,6 +73,51 @@ pub const PARAMS: &[ParamSpec] = &[
         kind: ParamKind::Int,
         help: "UDP port an endpoint binds when the application names none (default 0: any free port).",
     },
+    ParamSpec {
+        name: "entropies",
+        kind: ParamKind::Int,
+        help: "UDP sockets per endpoint, bound to consecutive ports; the source port carries a packet's entropy (path choice). Socket 0 is the endpoint's address (default 16; 1..256).",
+    },
+    ParamSpec {
+        name: "fabric",
+        kind: ParamKind::Str,
+        help: "ip:port of an emu-net relay: every datagram then goes through it, wrapped in the relay header (default empty: send directly).",
+    },
+    ParamSpec {
+        name: "fault_drop",
+        kind: ParamKind::Int,
+        help: "Fault injection: per-mille of data and ACK packets not sent (default 0; 0..1000).",
+    },
+    ParamSpec {
+        name: "fault_dup",
+        kind: ParamKind::Int,
+        help: "Fault injection: per-mille of data and ACK packets sent twice (default 0; 0..1000).",
+    },
+    ParamSpec {
+        name: "fault_reorder",
+        kind: ParamKind::Int,
+        help: "Fault injection: per-mille of data and ACK packets held back by FI_UET_FAULT_DELAY_US, so later ones overtake them (default 0; 0..1000).",
+    },
+    ParamSpec {
+        name: "fault_delay_us",
+        kind: ParamKind::Int,
+        help: "Fault injection: how long FI_UET_FAULT_REORDER holds a packet, in microseconds (default 200).",
+    },
+    ParamSpec {
+        name: "fault_trim",
+        kind: ParamKind::Int,
+        help: "Fault injection: per-mille of data packets cut after their UET headers and sent with the trimmed DSCP 0x0B, as a switch trims (default 0; 0..1000).",
+    },
+    ParamSpec {
+        name: "fault_ecn",
+        kind: ParamKind::Int,
+        help: "Fault injection: per-mille of data packets sent with ECN CE (default 0; 0..1000).",
+    },
+    ParamSpec {
+        name: "fault_seed",
+        kind: ParamKind::Int,
+        help: "Fault injection: seed of the random decisions, so a run can be repeated (default 1).",
+    },
 ];
 
 /// Runtime configuration of an endpoint, filled from the `FI_UET_*` parameters.
@@ -90,6 +135,18 @@ pub struct Config {
     pub port: u16,
     /// Empty = loopback.
     pub src_addr: String,
+    /// Sockets (source ports) per endpoint; socket 0 is its address.
+    pub entropies: u16,
+    /// Relay address `ip:port`; empty = direct.
+    pub fabric: String,
+    /// Transmit-side fault injection, per-mille.
+    pub fault_drop: u32,
+    pub fault_dup: u32,
+    pub fault_reorder: u32,
+    pub fault_delay_us: u64,
+    pub fault_trim: u32,
+    pub fault_ecn: u32,
+    pub fault_seed: u64,
 }
 
 impl Default for Config {
@@ -105,6 +162,15 @@ impl Default for Config {
             spin_before_yield: 64,
             port: 0,
             src_addr: String::new(),
+            entropies: 16,
+            fabric: String::new(),
+            fault_drop: 0,
+            fault_dup: 0,
+            fault_reorder: 0,
+            fault_delay_us: 200,
+            fault_trim: 0,
+            fault_ecn: 0,
+            fault_seed: 1,
         }
     }
 }
@@ -150,8 +216,10 @@ impl Config {
 
     /// The current value of a parameter, by its `PARAMS` name.
     pub fn get(&self, name: &str) -> Option<ParamValue> {
-        if name == "src_addr" {
-            return Some(ParamValue::Str(self.src_addr.clone()));
+        match name {
+            "src_addr" => return Some(ParamValue::Str(self.src_addr.clone())),
+            "fabric" => return Some(ParamValue::Str(self.fabric.clone())),
+            _ => {}
         }
         let v = match name {
             "mtu" => self.mtu as i64,
@@ -163,6 +231,14 @@ impl Config {
             "inject_size" => self.inject_size as i64,
             "spin_before_yield" => self.spin_before_yield as i64,
             "port" => self.port as i64,
+            "entropies" => self.entropies as i64,
+            "fault_drop" => self.fault_drop as i64,
+            "fault_dup" => self.fault_dup as i64,
+            "fault_reorder" => self.fault_reorder as i64,
+            "fault_delay_us" => self.fault_delay_us as i64,
+            "fault_trim" => self.fault_trim as i64,
+            "fault_ecn" => self.fault_ecn as i64,
+            "fault_seed" => self.fault_seed as i64,
             _ => return None,
         };
         Some(ParamValue::Int(v))
@@ -202,6 +278,20 @@ impl Config {
                 ParamValue::Str(s) => self.src_addr = s,
                 _ => return Err(err("expects an IP address or \"auto\"".into())),
             },
+            "entropies" => self.entropies = int(1, 256)? as u16,
+            "fabric" => match value {
+                ParamValue::Str(s) if s.is_empty() || s.parse::<std::net::SocketAddr>().is_ok() => {
+                    self.fabric = s
+                }
+                _ => return Err(err("expects ip:port of a relay (or empty)".into())),
+            },
+            "fault_drop" => self.fault_drop = int(0, 1000)? as u32,
+            "fault_dup" => self.fault_dup = int(0, 1000)? as u32,
+            "fault_reorder" => self.fault_reorder = int(0, 1000)? as u32,
+            "fault_delay_us" => self.fault_delay_us = int(0, 10_000_000)? as u64,
+            "fault_trim" => self.fault_trim = int(0, 1000)? as u32,
+            "fault_ecn" => self.fault_ecn = int(0, 1000)? as u32,
+            "fault_seed" => self.fault_seed = int(0, i64::MAX)? as u64,
             _ => return Err(err("unknown parameter".into())),
         }
         if self.rto_max_us < self.rto_min_us {
