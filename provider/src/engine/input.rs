@@ -51,7 +51,7 @@ impl Engine {
                 return;
             }
         };
-        let p = self.peer_index(from);
+        let p = self.peer_index(canonical_source(from, &ses));
         if !self.rx_context(p, &req) {
             self.stats.unknown_pdc += 1;
             return;
@@ -272,4 +272,21 @@ impl Engine {
 enum Ses {
     Request(SesRequestRepr),
     Response(SesResponseRepr),
+}
+
+/// The sender's canonical address (its socket 0) for a request.
+///
+/// Peer identity rule: data packets may come from any of the sender's
+/// entropy ports, so they carry the canonical port in the SES `initiator`
+/// field and the peer is (source IP, initiator). Everything else (ACKs,
+/// NACKs, control, SES responses) is sent from socket 0, so its source
+/// address is already canonical. An initiator of 0 (a sender that does not
+/// fill it) also means the source address as is.
+fn canonical_source(from: SocketAddr, ses: &Ses) -> SocketAddr {
+    match ses {
+        Ses::Request(s) if s.initiator != 0 && s.initiator <= u16::MAX as u32 => {
+            SocketAddr::new(from.ip(), s.initiator as u16)
+        }
+        _ => from,
+    }
 }

@@ -116,10 +116,17 @@ pub struct Engine {
     /// Sends posted and not yet retired, over all peers.
     sends_outstanding: usize,
     stats: Stats,
+    /// Our canonical address (the driver's socket 0). Data packets name its
+    /// port in the SES `initiator` field, because they may leave from
+    /// another source port (entropy); see `canonical_source`.
+    local: SocketAddr,
+    /// Temporary oblivious spraying until the load balancer lands: data
+    /// packets cycle over entropies `1..spray` (0 or 1 = socket 0 only).
+    spray: u16,
 }
 
 impl Engine {
-    pub fn new(config: &Config, _local: SocketAddr, seed: u64) -> Engine {
+    pub fn new(config: &Config, local: SocketAddr, seed: u64) -> Engine {
         Engine {
             // An unresolved "auto" (0) means the caller did not pick: be safe.
             mtu: match config.mtu {
@@ -144,6 +151,8 @@ impl Engine {
             ack_timer: 0,
             sends_outstanding: 0,
             stats: Stats::default(),
+            local,
+            spray: 0,
         }
     }
 
@@ -159,6 +168,13 @@ impl Engine {
     /// Limit the window, e.g. to what the peer's socket buffer can absorb.
     pub fn set_window(&mut self, window: usize) {
         self.window = window.max(1);
+    }
+
+    /// Spray data packets over entropy sockets `1..entropies` (by PSN);
+    /// 0 or 1 sends everything from socket 0 (the default). A stand-in for
+    /// the load balancer, so spraying can be exercised end to end.
+    pub fn set_spray(&mut self, entropies: u16) {
+        self.spray = entropies;
     }
 
     fn alloc_pdc_id(&mut self) -> u16 {

@@ -43,6 +43,8 @@ impl Engine {
         let max_payload = self.max_payload();
         let window = self.window;
         let rto = self.peers[p].tx.rto(self.rto_min, self.rto_max, 0);
+        let initiator = self.local.port();
+        let spray = self.spray;
         let peer = &mut self.peers[p];
         // Retransmissions first.
         while let Some(psn) = peer.tx.retransmit.pop_front() {
@@ -51,11 +53,12 @@ impl Engine {
             };
             self.stats.retransmits += 1;
             self.stats.packets_sent += 1;
-            let len = build_packet(peer, psn, slot.kind, pflags::RETX | pflags::AR, buf);
+            let flags = pflags::RETX | pflags::AR;
+            let len = build_packet(peer, psn, slot.kind, flags, initiator, buf);
             return Some(Transmit {
                 dest: peer.addr,
                 len,
-                entropy: 0,
+                entropy: data_entropy(spray, psn, slot.kind),
                 ecn: Ecn::Ect0,
             });
         }
@@ -90,19 +93,37 @@ impl Engine {
         let psn = peer.tx.push(kind, now, rto);
         // Ask for an immediate ACK when the backlog empties or the window fills.
         let ar = peer.queue.is_empty() || peer.tx.in_flight() >= window;
-        let len = build_packet(peer, psn, kind, if ar { pflags::AR } else { 0 }, buf);
+        let flags = if ar { pflags::AR } else { 0 };
+        let len = build_packet(peer, psn, kind, flags, initiator, buf);
         self.stats.packets_sent += 1;
         Some(Transmit {
             dest: peer.addr,
             len,
-            entropy: 0,
+            entropy: data_entropy(spray, psn, kind),
             ecn: Ecn::Ect0,
         })
     }
 }
 
+/// Entropy socket of a packet: only data may leave from the spraying pool;
+/// SES responses (like ACKs) leave from socket 0, so their source address is
+/// the canonical one the receiver knows us by.
+fn data_entropy(spray: u16, psn: u32, kind: SlotKind) -> u16 {
+    match kind {
+        SlotKind::Data { .. } if spray > 1 => 1 + (psn % (spray as u32 - 1)) as u16,
+        _ => 0,
+    }
+}
+
 /// Serialise the packet a PSN carries (first send or retransmission).
-fn build_packet(peer: &Peer, psn: u32, kind: SlotKind, flags: u8, buf: &mut [u8]) -> usize {
+fn build_packet(
+    peer: &Peer,
+    psn: u32,
+    kind: SlotKind,
+    flags: u8,
+    initiator: u16,
+    buf: &mut [u8],
+) -> usize {
     let (dpdcid, syn) = match peer.tx.remote_id {
         Some(id) => (id, 0),
         // Until the first ACK names the receiver's context, SYN carries the
@@ -166,6 +187,8 @@ fn build_packet(peer: &Peer, psn: u32, kind: SlotKind, flags: u8, buf: &mut [u8]
                 match_bits: m.tag,
                 header_data,
                 request_length: m.len() as u32,
+                // Our canonical port: the source port may be an entropy one.
+                initiator: initiator as u32,
                 ..SesRequestRepr::default()
             }
             .emit(body);
