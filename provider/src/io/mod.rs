@@ -30,6 +30,8 @@ use crate::{Config, Error, Result};
 
 pub mod impair;
 mod sys;
+#[cfg(test)]
+mod tests;
 
 use impair::{FaultConfig, Impairer, PacketClass, Treatment, Verdict, TRIMMED_LEN};
 
