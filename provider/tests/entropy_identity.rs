@@ -39,9 +39,8 @@ impl Ord for InFlight {
 }
 
 fn is_data(d: &[u8]) -> bool {
-    Prologue::parse(d).is_ok_and(|p| {
-        p.ptype == PacketType::RudRequest && p.next == NextHeader::SesRequest
-    })
+    Prologue::parse(d)
+        .is_ok_and(|p| p.ptype == PacketType::RudRequest && p.next == NextHeader::SesRequest)
 }
 
 #[test]

@@ -45,7 +45,14 @@ pub fn enable_recv_tos(socket: &UdpSocket, ipv6: bool) -> io::Result<()> {
 
 /// Send `data` to `dest` with `tos` in the IP header (IPv4 TOS or IPv6
 /// traffic class, chosen by the destination's family).
+///
+/// TOS 0 (ACKs, control: Not-ECT, default DSCP) is what a socket sends
+/// without being told otherwise (the driver never sets IP_TOS as a socket
+/// option), so it goes without a control message the kernel would parse.
 pub fn send_with_tos(socket: &UdpSocket, dest: SocketAddr, tos: u8, data: &[u8]) -> io::Result<()> {
+    if tos == 0 {
+        return socket.send_to(data, dest).map(|_| ());
+    }
     let addr = SockAddr::from(dest);
     let (level, kind) = if dest.is_ipv6() {
         (libc::IPPROTO_IPV6, libc::IPV6_TCLASS)
