@@ -41,10 +41,6 @@ const RX_BURST: usize = 64;
 const MAX_DATAGRAM: usize = 65536;
 /// Room in front of the engine's packet for the relay header.
 const HEADROOM: usize = RelayHeader::LEN;
-/// Peers send everything to socket 0, so the pool sockets only see strays
-/// (or ICMP errors): one of them is checked every this many progress calls,
-/// keeping the fast path at one receive call.
-const POOL_POLL_INTERVAL: u32 = 16;
 /// Attempts at finding free consecutive ports for the pool before taking
 /// whatever ports the kernel gives.
 const POOL_BIND_ATTEMPTS: usize = 16;
@@ -107,9 +103,8 @@ pub struct Endpoint {
     held: VecDeque<Held>,
     fault_delay_ns: u64,
     stats: DriverStats,
-    pool_cursor: usize,
-    /// Progress calls since a pool socket was last checked.
-    pool_idle: u32,
+    /// Which sockets have arrivals (one system call for the whole pool).
+    poller: sys::Poller,
     idle_polls: u32,
     spin_before_yield: u32,
 }
@@ -154,6 +149,7 @@ impl Endpoint {
             seed: config.fault_seed,
         };
         let n = sockets.len();
+        let poller = sys::Poller::new(&sockets)?;
         Ok(Endpoint {
             engine,
             sockets,
@@ -171,8 +167,7 @@ impl Endpoint {
                 received: vec![0; n],
                 ..DriverStats::default()
             },
-            pool_cursor: 0,
-            pool_idle: 0,
+            poller,
             idle_polls: 0,
             spin_before_yield: config.spin_before_yield,
         })
@@ -246,20 +241,12 @@ impl Endpoint {
     /// Move packets and fire timers. Returns true when anything happened.
     pub fn progress(&mut self) -> bool {
         let now = self.now();
-        let mut busy = self.receive(0, now) > 0;
-        if self.sockets.len() > 1 {
-            self.pool_idle += 1;
-            if self.pool_idle >= POOL_POLL_INTERVAL {
-                self.pool_idle = 0;
-                let i = 1 + self.pool_cursor % (self.sockets.len() - 1);
-                if self.receive(i, now) > 0 {
-                    busy = true;
-                    // Look at the same socket again next call.
-                    self.pool_idle = POOL_POLL_INTERVAL;
-                } else {
-                    self.pool_cursor += 1;
-                }
-            }
+        let mut busy = false;
+        // Peers address everything to socket 0; the pool sockets see only
+        // strays and ICMP errors, but are drained all the same.
+        for k in 0..self.poller.poll() {
+            let i = self.poller.ready(k);
+            busy |= self.receive(i, now) > 0;
         }
         if self.engine.next_timeout().is_some_and(|t| t <= now) {
             self.engine.handle_timeout(now);
