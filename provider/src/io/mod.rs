@@ -130,8 +130,9 @@ impl Endpoint {
         let mut config = config.clone();
         config.mtu = config.effective_mtu(local.ip());
         if fabric.is_some() {
-            // The relay header rides in front of every packet.
-            config.mtu = config.mtu.min(MAX_DATAGRAM - HEADROOM - 1024);
+            // The relay header rides in front of every packet, within the
+            // largest UDP payload (65507 bytes over IPv4).
+            config.mtu = config.mtu.min(65507 - HEADROOM);
         }
         let mut engine = Engine::new(&config, local, seed);
         // The peer runs the same configuration, so our own receive buffer is
