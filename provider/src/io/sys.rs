@@ -135,7 +135,7 @@ pub fn recv_with_tos(socket: &UdpSocket, buf: &mut [u8]) -> io::Result<Received>
             let is_tos = (c.cmsg_level == libc::IPPROTO_IP && c.cmsg_type == libc::IP_TOS)
                 || (c.cmsg_level == libc::IPPROTO_IPV6 && c.cmsg_type == libc::IPV6_TCLASS);
             if is_tos {
-                let payload = c.cmsg_len as usize - libc::CMSG_LEN(0) as usize;
+                let payload = (c.cmsg_len as usize).saturating_sub(libc::CMSG_LEN(0) as usize);
                 let data = libc::CMSG_DATA(cmsg);
                 // IPv4 delivers one byte, IPv6 an int.
                 tos = if payload >= size_of::<libc::c_int>() {
