@@ -12,6 +12,12 @@
 //! UDP source port picks the path through an ECMP fabric. Every datagram
 //! carries its IP TOS byte both ways (ECN codepoint, trimmed DSCP).
 //!
+//! Peers know each other by socket 0's address. Data packets, which may
+//! leave from a pool socket, name the sender's socket-0 port in the SES
+//! `initiator` field and the receiving engine keys the peer by (source IP,
+//! initiator); ACKs, NACKs, control and SES responses always leave from
+//! socket 0, so their source address is the canonical one.
+//!
 //! With `fabric` set, every datagram goes to that relay wrapped in a
 //! [`RelayHeader`], and only what the relay delivers is accepted.
 
