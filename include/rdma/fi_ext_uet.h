@@ -67,7 +67,6 @@ extern "C" {
 #define FI_UET_PARAM_LINK_GBPS         "FI_UET_LINK_GBPS"         /* link rate NSCC scales with, Gb/s [100] */
 #define FI_UET_PARAM_BASE_RTT_US       "FI_UET_BASE_RTT_US"       /* base RTT seed, us [0 = measure] */
 #define FI_UET_PARAM_LB                "FI_UET_LB"                /* load balancer: reps | reps_paper | bitmap | oblivious | single [reps] */
-#define FI_UET_PARAM_ENTROPIES         "FI_UET_ENTROPIES"         /* entropies (source ports) to spray over [16] */
 #define FI_UET_PARAM_NSCC_VARIANT      "FI_UET_NSCC_VARIANT"      /* sim | paper | list of target,maxwnd,wtd,qa_scaling,fast_increase,md_rtt [sim] */
 #define FI_UET_PARAM_NSCC_TARGET_PCT   "FI_UET_NSCC_TARGET_PCT"   /* target queueing delay, % of base RTT [0 = from variant: 75/100/50] */
 #define FI_UET_PARAM_NSCC_TRIMMING     "FI_UET_NSCC_TRIMMING"     /* fabric trims (target 0.75 R0) or drops (1.0 R0) [1] */
@@ -126,6 +125,15 @@ struct fi_uet_stats_ops {
 	int (*entropy_stats)(struct fid_ep *ep, fi_addr_t peer,
 			     struct fi_uet_entropy_stats *stats, size_t *count);
 };
+#define FI_UET_PARAM_ENTROPIES         "FI_UET_ENTROPIES"         /* sockets (source ports) per endpoint, socket 0 = its address [16] */
+#define FI_UET_PARAM_FABRIC            "FI_UET_FABRIC"            /* ip:port of an emu-net relay carrying all traffic ["" = direct] */
+#define FI_UET_PARAM_FAULT_DROP        "FI_UET_FAULT_DROP"        /* per-mille of data and ACK packets not sent [0] */
+#define FI_UET_PARAM_FAULT_DUP         "FI_UET_FAULT_DUP"         /* per-mille of data and ACK packets sent twice [0] */
+#define FI_UET_PARAM_FAULT_REORDER     "FI_UET_FAULT_REORDER"     /* per-mille of data and ACK packets held back [0] */
+#define FI_UET_PARAM_FAULT_DELAY_US    "FI_UET_FAULT_DELAY_US"    /* how long a held packet waits, us [200] */
+#define FI_UET_PARAM_FAULT_TRIM        "FI_UET_FAULT_TRIM"        /* per-mille of data packets trimmed (DSCP 0x0B) [0] */
+#define FI_UET_PARAM_FAULT_ECN         "FI_UET_FAULT_ECN"         /* per-mille of data packets sent with ECN CE [0] */
+#define FI_UET_PARAM_FAULT_SEED        "FI_UET_FAULT_SEED"        /* seed of the fault decisions [1] */
 
 #ifdef __cplusplus
 }

@@ -111,11 +111,6 @@ pub const PARAMS: &[ParamSpec] = &[
         help: "Load balancer choosing the entropy (UDP source port) per packet: reps (default; recycles good entropies, simulator form), reps_paper (explore then one cached entropy), bitmap (per-entropy penalties), oblivious (spray without feedback), single (one path).",
     },
     ParamSpec {
-        name: "entropies",
-        kind: ParamKind::Int,
-        help: "Number of entropies (source ports, i.e. paths) to spray over (default 16; 1..1024).",
-    },
-    ParamSpec {
         name: "nscc_variant",
         kind: ParamKind::Str,
         help: "NSCC form: sim (reference simulator, default), paper (every SMaRTT/SMaRTT-REPS form), or a comma list of paper features: target (target queueing delay 0.5 base RTT), maxwnd (1.25 bdp), wtd (Wait-to-Decrease with fair decrease), qa_scaling (QuickAdapt to 0.8 of achieved), fast_increase (k MTUs per ACK, see FI_UET_NSCC_FAST_INCREASE_MTUS), md_rtt (decrease severity from RTTs).",
@@ -134,6 +129,51 @@ pub const PARAMS: &[ParamSpec] = &[
         name: "nscc_fast_increase_mtus",
         kind: ParamKind::Int,
         help: "k of the paper FastIncrease: MTUs added per ACK while the pipe is empty (default 2; used with FI_UET_NSCC_VARIANT=paper or fast_increase; 1..64).",
+    },
+    ParamSpec {
+        name: "entropies",
+        kind: ParamKind::Int,
+        help: "UDP sockets per endpoint, bound to consecutive ports; the source port carries a packet's entropy (path choice). Socket 0 is the endpoint's address (default 16; 1..256).",
+    },
+    ParamSpec {
+        name: "fabric",
+        kind: ParamKind::Str,
+        help: "ip:port of an emu-net relay: every datagram then goes through it, wrapped in the relay header (default empty: send directly).",
+    },
+    ParamSpec {
+        name: "fault_drop",
+        kind: ParamKind::Int,
+        help: "Fault injection: per-mille of data and ACK packets not sent (default 0; 0..1000).",
+    },
+    ParamSpec {
+        name: "fault_dup",
+        kind: ParamKind::Int,
+        help: "Fault injection: per-mille of data and ACK packets sent twice (default 0; 0..1000).",
+    },
+    ParamSpec {
+        name: "fault_reorder",
+        kind: ParamKind::Int,
+        help: "Fault injection: per-mille of data and ACK packets held back by FI_UET_FAULT_DELAY_US, so later ones overtake them (default 0; 0..1000).",
+    },
+    ParamSpec {
+        name: "fault_delay_us",
+        kind: ParamKind::Int,
+        help: "Fault injection: how long FI_UET_FAULT_REORDER holds a packet, in microseconds (default 200).",
+    },
+    ParamSpec {
+        name: "fault_trim",
+        kind: ParamKind::Int,
+        help: "Fault injection: per-mille of data packets cut after their UET headers and sent with the trimmed DSCP 0x0B, as a switch trims (default 0; 0..1000).",
+    },
+    ParamSpec {
+        name: "fault_ecn",
+        kind: ParamKind::Int,
+        help: "Fault injection: per-mille of data packets sent with ECN CE (default 0; 0..1000).",
+    },
+    ParamSpec {
+        name: "fault_seed",
+        kind: ParamKind::Int,
+        help: "Fault injection: seed of the random decisions, so a run can be repeated (default 1).",
     },
 ];
 
@@ -161,12 +201,23 @@ pub struct Config {
     /// 0 = measure.
     pub base_rtt_us: u64,
     pub lb: LbAlgorithm,
-    pub entropies: u16,
     pub nscc_variant: PaperFeatures,
     /// 0 = from the variant.
     pub nscc_target_pct: u32,
     pub trimming: bool,
     pub nscc_fast_increase_mtus: u32,
+    /// Sockets (source ports) per endpoint; socket 0 is its address.
+    pub entropies: u16,
+    /// Relay address `ip:port`; empty = direct.
+    pub fabric: String,
+    /// Transmit-side fault injection, per-mille.
+    pub fault_drop: u32,
+    pub fault_dup: u32,
+    pub fault_reorder: u32,
+    pub fault_delay_us: u64,
+    pub fault_trim: u32,
+    pub fault_ecn: u32,
+    pub fault_seed: u64,
 }
 
 impl Default for Config {
@@ -189,11 +240,19 @@ impl Default for Config {
             link_gbps: 100,
             base_rtt_us: 0,
             lb: LbAlgorithm::Reps,
-            entropies: 16,
             nscc_variant: PaperFeatures::default(),
             nscc_target_pct: 0,
             trimming: true,
             nscc_fast_increase_mtus: 2,
+            entropies: 16,
+            fabric: String::new(),
+            fault_drop: 0,
+            fault_dup: 0,
+            fault_reorder: 0,
+            fault_delay_us: 200,
+            fault_trim: 0,
+            fault_ecn: 0,
+            fault_seed: 1,
         }
     }
 }
@@ -246,6 +305,7 @@ impl Config {
             "lb" => return Some(ParamValue::Str(self.lb.name().into())),
             "nscc_variant" => return Some(ParamValue::Str(self.nscc_variant.name())),
             "nscc_trimming" => return Some(ParamValue::Bool(self.trimming)),
+            "fabric" => return Some(ParamValue::Str(self.fabric.clone())),
             _ => {}
         }
         let v = match name {
@@ -262,9 +322,16 @@ impl Config {
             "unexpected_bytes" => self.unexpected_bytes as i64,
             "link_gbps" => self.link_gbps as i64,
             "base_rtt_us" => self.base_rtt_us as i64,
-            "entropies" => self.entropies as i64,
             "nscc_target_pct" => self.nscc_target_pct as i64,
             "nscc_fast_increase_mtus" => self.nscc_fast_increase_mtus as i64,
+            "entropies" => self.entropies as i64,
+            "fault_drop" => self.fault_drop as i64,
+            "fault_dup" => self.fault_dup as i64,
+            "fault_reorder" => self.fault_reorder as i64,
+            "fault_delay_us" => self.fault_delay_us as i64,
+            "fault_trim" => self.fault_trim as i64,
+            "fault_ecn" => self.fault_ecn as i64,
+            "fault_seed" => self.fault_seed as i64,
             _ => return None,
         };
         Some(ParamValue::Int(v))
@@ -340,9 +407,22 @@ impl Config {
             },
             "link_gbps" => self.link_gbps = int(1, 3200)? as u32,
             "base_rtt_us" => self.base_rtt_us = int(0, 1_000_000)? as u64,
-            "entropies" => self.entropies = int(1, 1024)? as u16,
             "nscc_target_pct" => self.nscc_target_pct = int(0, 1000)? as u32,
             "nscc_fast_increase_mtus" => self.nscc_fast_increase_mtus = int(1, 64)? as u32,
+            "entropies" => self.entropies = int(1, 256)? as u16,
+            "fabric" => match value {
+                ParamValue::Str(s) if s.is_empty() || s.parse::<std::net::SocketAddr>().is_ok() => {
+                    self.fabric = s
+                }
+                _ => return Err(err("expects ip:port of a relay (or empty)".into())),
+            },
+            "fault_drop" => self.fault_drop = int(0, 1000)? as u32,
+            "fault_dup" => self.fault_dup = int(0, 1000)? as u32,
+            "fault_reorder" => self.fault_reorder = int(0, 1000)? as u32,
+            "fault_delay_us" => self.fault_delay_us = int(0, 10_000_000)? as u64,
+            "fault_trim" => self.fault_trim = int(0, 1000)? as u32,
+            "fault_ecn" => self.fault_ecn = int(0, 1000)? as u32,
+            "fault_seed" => self.fault_seed = int(0, i64::MAX)? as u64,
             _ => return Err(err("unknown parameter".into())),
         }
         if self.rto_max_us < self.rto_min_us {

@@ -52,7 +52,7 @@ impl Engine {
                 return;
             }
         };
-        let p = self.peer_index(from);
+        let p = self.peer_index(canonical_source(from, &ses));
         if !self.rx_context(p, &req) {
             self.stats.unknown_pdc += 1;
             // Not SYN and no context of ours: the sender holds a context we
@@ -601,4 +601,21 @@ fn trimmed(tos: u8, ses: &Ses, payload_len: usize) -> Option<Trim> {
     let immediate_data = s.flags & sflags::SOM != 0 && s.flags & sflags::HD != 0;
     let claimed = ((s.header_data >> 32) & 0x3fff) as usize;
     (!immediate_data && claimed != payload_len & 0x3fff).then_some(Trim::Fabric)
+}
+
+/// The sender's canonical address (its socket 0) for a request.
+///
+/// Peer identity rule: data packets may come from any of the sender's
+/// entropy ports, so they carry the canonical port in the SES `initiator`
+/// field and the peer is (source IP, initiator). Everything else (ACKs,
+/// NACKs, control, SES responses) is sent from socket 0, so its source
+/// address is already canonical. An initiator of 0 (a sender that does not
+/// fill it) also means the source address as is.
+fn canonical_source(from: SocketAddr, ses: &Ses) -> SocketAddr {
+    match ses {
+        Ses::Request(s) if s.initiator != 0 && s.initiator <= u16::MAX as u32 => {
+            SocketAddr::new(from.ip(), s.initiator as u16)
+        }
+        _ => from,
+    }
 }

@@ -247,10 +247,14 @@ pub struct Engine {
     /// Congestion-control events for the trace; `None` = tracing off.
     trace: Option<Vec<TraceEvent>>,
     stats: Stats,
+    /// Our canonical address (the driver's socket 0). Data packets name its
+    /// port in the SES `initiator` field, because they may leave from
+    /// another source port (entropy); see `canonical_source`.
+    local: SocketAddr,
 }
 
 impl Engine {
-    pub fn new(config: &Config, _local: SocketAddr, seed: u64) -> Engine {
+    pub fn new(config: &Config, local: SocketAddr, seed: u64) -> Engine {
         // An unresolved "auto" (0) means the caller did not pick: be safe.
         let mtu = match config.mtu {
             0 => Config::ETHERNET_MTU,
@@ -283,6 +287,7 @@ impl Engine {
             stage_budget: config.unexpected_bytes,
             trace: None,
             stats: Stats::default(),
+            local,
         }
     }
 

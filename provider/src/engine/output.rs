@@ -61,10 +61,16 @@ impl Engine {
         let max_payload = self.max_payload();
         let window = self.window;
         let rto = self.peers[p].tx.rto(self.rto_min, self.rto_max, 0);
+        let initiator = self.local.port();
         let peer = &mut self.peers[p];
         // Retransmissions first, on a path the load balancer picks anew.
         while let Some(psn) = peer.tx.retransmit.pop_front() {
-            let entropy = peer.lb.next_entropy(now);
+            // Only data is sprayed; SES responses leave from socket 0, so
+            // their source address is the canonical one the peer knows.
+            let entropy = match peer.tx.slot(psn).map(|s| s.kind) {
+                Some(SlotKind::Data { .. }) => peer.lb.next_entropy(now),
+                _ => 0,
+            };
             let Some(slot) = peer.tx.resend(psn, now, entropy) else {
                 continue;
             };
@@ -74,7 +80,8 @@ impl Engine {
             }
             self.stats.retransmits += 1;
             self.stats.packets_sent += 1;
-            let len = build_packet(peer, psn, slot.kind, pflags::RETX | pflags::AR, buf);
+            let flags = pflags::RETX | pflags::AR;
+            let len = build_packet(peer, psn, slot.kind, flags, initiator, buf);
             return Some(Transmit {
                 dest: peer.addr,
                 len,
@@ -132,7 +139,8 @@ impl Engine {
         let ar = peer.queue.is_empty()
             || peer.tx.in_flight() >= window
             || !peer.cc.can_send(peer.in_flight_bytes, next_bytes);
-        let len = build_packet(peer, psn, kind, if ar { pflags::AR } else { 0 }, buf);
+        let flags = if ar { pflags::AR } else { 0 };
+        let len = build_packet(peer, psn, kind, flags, initiator, buf);
         self.stats.packets_sent += 1;
         Some(Transmit {
             dest: peer.addr,
@@ -144,7 +152,14 @@ impl Engine {
 }
 
 /// Serialise the packet a PSN carries (first send or retransmission).
-fn build_packet(peer: &Peer, psn: u32, kind: SlotKind, flags: u8, buf: &mut [u8]) -> usize {
+fn build_packet(
+    peer: &Peer,
+    psn: u32,
+    kind: SlotKind,
+    flags: u8,
+    initiator: u16,
+    buf: &mut [u8],
+) -> usize {
     let (dpdcid, syn) = match peer.tx.remote_id {
         Some(id) => (id, 0),
         // Until the first ACK names the receiver's context, SYN carries the
@@ -208,6 +223,8 @@ fn build_packet(peer: &Peer, psn: u32, kind: SlotKind, flags: u8, buf: &mut [u8]
                 match_bits: m.tag,
                 header_data,
                 request_length: m.len() as u32,
+                // Our canonical port: the source port may be an entropy one.
+                initiator: initiator as u32,
                 ..SesRequestRepr::default()
             }
             .emit(body);

@@ -1,11 +1,27 @@
-//! The UDP driver: runs one sans-IO [`Engine`] over a non-blocking UDP socket.
+//! The UDP driver: runs one sans-IO [`Engine`] over non-blocking UDP sockets.
 //!
 //! Progress is driven by the caller (the libfabric shim calls [`Endpoint::progress`]
-//! from its CQ reads): drain the socket into the engine, fire timers, flush
+//! from its CQ reads): drain the sockets into the engine, fire timers, flush
 //! the engine's transmit queue. A caller that polls without anything to do
 //! yields its core every `spin_before_yield` empty calls, so oversubscribed
 //! ranks on few cores still progress.
+//!
+//! An endpoint owns `entropies` sockets on consecutive ports. Socket 0 is its
+//! address (what `fi_getname` returns, where every peer sends); a transmit
+//! with entropy `k > 0` leaves from socket `k` (modulo the pool), so the
+//! UDP source port picks the path through an ECMP fabric. Every datagram
+//! carries its IP TOS byte both ways (ECN codepoint, trimmed DSCP).
+//!
+//! Peers know each other by socket 0's address. Data packets, which may
+//! leave from a pool socket, name the sender's socket-0 port in the SES
+//! `initiator` field and the receiving engine keys the peer by (source IP,
+//! initiator); ACKs, NACKs, control and SES responses always leave from
+//! socket 0, so their source address is the canonical one.
+//!
+//! With `fabric` set, every datagram goes to that relay wrapped in a
+//! [`RelayHeader`], and only what the relay delivers is accepted.
 
+use std::collections::VecDeque;
 use std::io::ErrorKind;
 use std::net::{SocketAddr, UdpSocket};
 use std::time::Instant;
@@ -14,48 +30,151 @@ use socket2::{Domain, Protocol, Socket, Type};
 
 use crate::engine::{Engine, Transmit};
 use crate::ops::{Completion, Context, RecvOp, SendOp};
+use crate::wire::ip::{self, Ecn};
+use crate::wire::RelayHeader;
 use crate::{Config, Error, Result};
+
+pub mod impair;
+mod sys;
+#[cfg(test)]
+mod tests;
+
+use impair::{FaultConfig, Impairer, PacketClass, Treatment, Verdict, TRIMMED_LEN};
 
 /// Datagrams received per progress call before timers and transmits get a turn.
 const RX_BURST: usize = 64;
 /// Largest UDP payload the kernel hands us (and more than any `mtu`).
 const MAX_DATAGRAM: usize = 65536;
+/// Room in front of the engine's packet for the relay header.
+const HEADROOM: usize = RelayHeader::LEN;
+/// Attempts at finding free consecutive ports for the pool before taking
+/// whatever ports the kernel gives.
+const POOL_BIND_ATTEMPTS: usize = 16;
+
+/// Driver counters.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DriverStats {
+    /// Datagrams sent from each entropy socket (index = entropy).
+    pub sent: Vec<u64>,
+    /// Datagrams received on each socket.
+    pub received: Vec<u64>,
+    /// Arrivals with ECN CE in their TOS byte.
+    pub ecn_ce_received: u64,
+    /// Arrivals with a trimmed DSCP (fabric or last hop).
+    pub trimmed_received: u64,
+    /// Fabric mode: arrivals not from the relay, or with a bad relay header.
+    pub fabric_dropped: u64,
+    /// Fault injection: packets dropped, sent twice, held back, trimmed,
+    /// marked CE.
+    pub fault_dropped: u64,
+    pub fault_duplicated: u64,
+    pub fault_delayed: u64,
+    pub fault_trimmed: u64,
+    pub fault_ce_marked: u64,
+}
+
+/// A datagram ready for the wire: `tx_buf[start..end]` or a held copy.
+#[derive(Clone, Copy, Debug)]
+struct Outgoing {
+    socket: usize,
+    to: SocketAddr,
+    tos: u8,
+    start: usize,
+    end: usize,
+    copies: u8,
+}
+
+/// A datagram held back by fault injection until `at`.
+struct Held {
+    at: u64,
+    out: Outgoing,
+    bytes: Vec<u8>,
+}
 
 pub struct Endpoint {
     engine: Engine,
-    socket: UdpSocket,
+    /// Socket 0 is the endpoint's address; `1..` the entropy pool.
+    sockets: Vec<UdpSocket>,
     local: SocketAddr,
     epoch: Instant,
     rx_buf: Vec<u8>,
     tx_buf: Vec<u8>,
-    /// A datagram the kernel refused with EAGAIN, sent first next time.
-    stalled: Option<Transmit>,
+    /// A datagram the kernel refused with EAGAIN, sent first next time
+    /// (its bytes stay in `tx_buf`).
+    stalled: Option<Outgoing>,
+    /// Relay address in fabric mode.
+    fabric: Option<SocketAddr>,
+    impairer: Option<Impairer>,
+    /// Held datagrams in release order (one delay for all, so FIFO).
+    held: VecDeque<Held>,
+    fault_delay_ns: u64,
+    stats: DriverStats,
+    /// Which sockets have arrivals (one system call for the whole pool).
+    poller: sys::Poller,
     idle_polls: u32,
     spin_before_yield: u32,
 }
 
 impl Endpoint {
-    /// Bind a UDP socket at `addr` (port 0 = any) and build an engine on it.
+    /// Bind the socket pool at `addr` (port 0 = any) and build an engine on it.
     pub fn bind(config: &Config, addr: SocketAddr) -> Result<Endpoint> {
-        let socket = open_socket(config, addr)?;
-        let local = socket.local_addr()?;
+        let fabric = match config.fabric.as_str() {
+            "" => None,
+            s => Some(s.parse::<SocketAddr>().map_err(|_| {
+                Error::Io(std::io::Error::new(
+                    ErrorKind::InvalidInput,
+                    format!("FI_UET_FABRIC={s} is not ip:port"),
+                ))
+            })?),
+        };
+        if fabric.is_some_and(|f| f.is_ipv4() != addr.is_ipv4()) {
+            return Err(Error::Unreachable(fabric.unwrap_or(addr)));
+        }
+        let sockets = bind_pool(config, addr, config.entropies.max(1) as usize)?;
+        let local = sockets[0].local_addr()?;
         let seed = seed_from(local);
         let mut config = config.clone();
         config.mtu = config.effective_mtu(local.ip());
+        if fabric.is_some() {
+            // The relay header rides in front of every packet, within the
+            // largest UDP payload (65507 bytes over IPv4).
+            config.mtu = config.mtu.min(65507 - HEADROOM);
+        }
         let mut engine = Engine::new(&config, local, seed);
         // The peer runs the same configuration, so our own receive buffer is
         // the best guess of how many packets it can absorb before the kernel
         // drops them; a larger window only turns into retransmissions.
-        let rcvbuf = socket2::SockRef::from(&socket).recv_buffer_size()?;
+        let rcvbuf = socket2::SockRef::from(&sockets[0]).recv_buffer_size()?;
         engine.set_window(config.window.min(rcvbuf / kernel_cost(config.mtu)).max(4));
+        let faults = FaultConfig {
+            drop: config.fault_drop,
+            dup: config.fault_dup,
+            reorder: config.fault_reorder,
+            trim: config.fault_trim,
+            ecn: config.fault_ecn,
+            delay_ns: config.fault_delay_us * 1000,
+            seed: config.fault_seed,
+        };
+        let n = sockets.len();
+        let poller = sys::Poller::new(&sockets)?;
         Ok(Endpoint {
             engine,
-            socket,
+            sockets,
             local,
             epoch: Instant::now(),
             rx_buf: vec![0; MAX_DATAGRAM],
-            tx_buf: vec![0; MAX_DATAGRAM],
+            tx_buf: vec![0; MAX_DATAGRAM + HEADROOM],
             stalled: None,
+            fabric,
+            impairer: faults.any().then(|| Impairer::new(faults)),
+            held: VecDeque::new(),
+            fault_delay_ns: faults.delay_ns,
+            stats: DriverStats {
+                sent: vec![0; n],
+                received: vec![0; n],
+                ..DriverStats::default()
+            },
+            poller,
             idle_polls: 0,
             spin_before_yield: config.spin_before_yield,
         })
@@ -63,6 +182,18 @@ impl Endpoint {
 
     pub fn local_addr(&self) -> SocketAddr {
         self.local
+    }
+
+    /// The source address of each entropy socket (index = entropy).
+    pub fn entropy_addrs(&self) -> Vec<SocketAddr> {
+        self.sockets
+            .iter()
+            .filter_map(|s| s.local_addr().ok())
+            .collect()
+    }
+
+    pub fn stats(&self) -> DriverStats {
+        self.stats.clone()
     }
 
     /// The engine's counters (packets, retransmits, NACKs, ECN, ...).
@@ -118,19 +249,13 @@ impl Endpoint {
 
     /// Move packets and fire timers. Returns true when anything happened.
     pub fn progress(&mut self) -> bool {
-        let mut busy = false;
         let now = self.now();
-        for _ in 0..RX_BURST {
-            match self.socket.recv_from(&mut self.rx_buf) {
-                Ok((n, from)) => {
-                    busy = true;
-                    self.engine.handle_datagram(now, from, 0, &self.rx_buf[..n]);
-                }
-                // ICMP port unreachable from an earlier send surfaces here as
-                // ECONNREFUSED on Linux; the engine's timers handle dead peers.
-                Err(e) if e.kind() == ErrorKind::ConnectionRefused => continue,
-                Err(_) => break,
-            }
+        let mut busy = false;
+        // Peers address everything to socket 0; the pool sockets see only
+        // strays and ICMP errors, but are drained all the same.
+        for k in 0..self.poller.poll() {
+            let i = self.poller.ready(k);
+            busy |= self.receive(i, now) > 0;
         }
         if self.engine.next_timeout().is_some_and(|t| t <= now) {
             self.engine.handle_timeout(now);
@@ -149,38 +274,155 @@ impl Endpoint {
         busy
     }
 
-    /// Send everything the engine has ready; stop at the first EAGAIN.
+    /// Hand up to a burst of datagrams from socket `i` to the engine.
+    fn receive(&mut self, i: usize, now: u64) -> usize {
+        let mut got = 0;
+        for _ in 0..RX_BURST {
+            let r = match sys::recv_with_tos(&self.sockets[i], &mut self.rx_buf) {
+                Ok(r) => r,
+                // ICMP port unreachable from an earlier send surfaces here as
+                // ECONNREFUSED on Linux; the engine's timers handle dead peers.
+                Err(e) if e.kind() == ErrorKind::ConnectionRefused => continue,
+                Err(_) => break,
+            };
+            got += 1;
+            self.stats.received[i] += 1;
+            let (from, data) = match self.fabric {
+                None => (r.from, &self.rx_buf[..r.len]),
+                Some(relay) => {
+                    let header = RelayHeader::parse(&self.rx_buf[..r.len]);
+                    match header {
+                        Ok(h) if r.from == relay => (h.addr, &self.rx_buf[HEADROOM..r.len]),
+                        _ => {
+                            self.stats.fabric_dropped += 1;
+                            continue;
+                        }
+                    }
+                }
+            };
+            if Ecn::from_tos(r.tos) == Ecn::Ce {
+                self.stats.ecn_ce_received += 1;
+            }
+            if ip::trim_of(r.tos).is_some() {
+                self.stats.trimmed_received += 1;
+            }
+            self.engine.handle_datagram(now, from, r.tos, data);
+        }
+        got
+    }
+
+    /// Send everything the engine has ready (and held datagrams now due);
+    /// stop at the first EAGAIN.
     fn flush(&mut self, now: u64) -> bool {
         let mut sent = false;
-        if let Some(t) = self.stalled.take() {
-            if !self.send_datagram(&t) {
-                self.stalled = Some(t);
+        while self.held.front().is_some_and(|h| h.at <= now) {
+            let Some(mut h) = self.held.pop_front() else {
+                break;
+            };
+            if !emit(&self.sockets, &mut self.stats, &mut h.out, &h.bytes) {
+                self.held.push_front(h);
+                return sent;
+            }
+            sent = true;
+        }
+        if let Some(mut out) = self.stalled.take() {
+            let bytes = &self.tx_buf[out.start..out.end];
+            if !emit(&self.sockets, &mut self.stats, &mut out, bytes) {
+                self.stalled = Some(out);
                 return false;
             }
             sent = true;
         }
-        while let Some(t) = self.engine.poll_transmit(now, &mut self.tx_buf) {
+        while let Some(t) = self.engine.poll_transmit(now, &mut self.tx_buf[HEADROOM..]) {
             sent = true;
-            if !self.send_datagram(&t) {
-                self.stalled = Some(t);
+            let Some(mut out) = self.prepare(&t, now) else {
+                continue;
+            };
+            let bytes = &self.tx_buf[out.start..out.end];
+            if !emit(&self.sockets, &mut self.stats, &mut out, bytes) {
+                // The bytes stay in `tx_buf`: nothing more is pulled from
+                // the engine until this datagram is out.
+                self.stalled = Some(out);
                 break;
             }
         }
         sent
     }
 
-    /// False when the socket is full and the datagram must be retried.
-    fn send_datagram(&mut self, t: &Transmit) -> bool {
-        match self.socket.send_to(&self.tx_buf[..t.len], t.dest) {
-            Ok(_) => true,
-            // The bytes stay in `tx_buf`: `flush` stops pulling from the
-            // engine until this datagram is out.
-            Err(e) if e.kind() == ErrorKind::WouldBlock => false,
+    /// Turn the engine's packet in `tx_buf[HEADROOM..]` into what goes on
+    /// the wire: fault injection, relay header, TOS byte. `None` when the
+    /// packet is dropped or held back.
+    fn prepare(&mut self, t: &Transmit, now: u64) -> Option<Outgoing> {
+        let mut treat = Treatment::UNTOUCHED;
+        if let Some(imp) = self.impairer.as_mut() {
+            let class = PacketClass::of(&self.tx_buf[HEADROOM..HEADROOM + t.len]);
+            match imp.decide(now, class) {
+                Verdict::Drop => {
+                    self.stats.fault_dropped += 1;
+                    return None;
+                }
+                Verdict::Send(s) => treat = s,
+            }
+        }
+        let mut len = t.len;
+        let mut dscp = 0;
+        if treat.trim && len > TRIMMED_LEN {
+            len = TRIMMED_LEN;
+            dscp = ip::DSCP_TRIMMED;
+            self.stats.fault_trimmed += 1;
+        }
+        let ecn = if treat.mark_ce {
+            self.stats.fault_ce_marked += 1;
+            Ecn::Ce
+        } else {
+            t.ecn
+        };
+        if treat.copies > 1 {
+            self.stats.fault_duplicated += 1;
+        }
+        let (start, to) = match self.fabric {
+            None => (HEADROOM, t.dest),
+            Some(relay) => {
+                RelayHeader { addr: t.dest }.emit(&mut self.tx_buf[..HEADROOM]);
+                (0, relay)
+            }
+        };
+        let out = Outgoing {
+            socket: t.entropy as usize % self.sockets.len(),
+            to,
+            tos: ip::tos(dscp, ecn),
+            start,
+            end: HEADROOM + len,
+            copies: treat.copies,
+        };
+        if let Some(at) = treat.hold_until {
+            self.stats.fault_delayed += 1;
+            debug_assert_eq!(at, now + self.fault_delay_ns);
+            self.held.push_back(Held {
+                at,
+                out,
+                bytes: self.tx_buf[start..out.end].to_vec(),
+            });
+            return None;
+        }
+        Some(out)
+    }
+}
+
+/// Send the remaining copies of `out` (bytes in `data`); false when the
+/// socket is full and the rest must be retried.
+fn emit(sockets: &[UdpSocket], stats: &mut DriverStats, out: &mut Outgoing, data: &[u8]) -> bool {
+    while out.copies > 0 {
+        match sys::send_with_tos(&sockets[out.socket], out.to, out.tos, data) {
+            Ok(()) => stats.sent[out.socket] += 1,
+            Err(e) if e.kind() == ErrorKind::WouldBlock => return false,
             // Any other error (peer gone, unreachable) is a lost datagram;
             // retransmission or the peer timeout deals with it.
-            Err(_) => true,
+            Err(_) => {}
         }
+        out.copies -= 1;
     }
+    true
 }
 
 /// Receive-buffer bytes the kernel charges for one datagram of `mtu` bytes
@@ -208,7 +450,53 @@ fn open_socket(config: &Config, addr: SocketAddr) -> Result<UdpSocket> {
     }
     socket.set_nonblocking(true)?;
     socket.bind(&addr.into())?;
-    Ok(socket.into())
+    let socket: UdpSocket = socket.into();
+    sys::enable_recv_tos(&socket, addr.is_ipv6())?;
+    Ok(socket)
+}
+
+/// Socket 0 at `addr`, then `n - 1` pool sockets on the ports that follow
+/// it. When one is taken the pool moves to another base (a port the kernel
+/// just handed out as free), and after a few tries to whatever ports the
+/// kernel gives: consecutive ports are tidy, not required.
+fn bind_pool(config: &Config, addr: SocketAddr, n: usize) -> Result<Vec<UdpSocket>> {
+    let first = open_socket(config, addr)?;
+    let mut base = first.local_addr()?.port() as usize + 1;
+    let mut sockets = vec![first];
+    for _ in 0..POOL_BIND_ATTEMPTS {
+        if bind_consecutive(config, addr, base, n - 1, &mut sockets)? {
+            return Ok(sockets);
+        }
+        sockets.truncate(1);
+        let probe = open_socket(config, SocketAddr::new(addr.ip(), 0))?;
+        base = probe.local_addr()?.port() as usize;
+    }
+    while sockets.len() < n {
+        sockets.push(open_socket(config, SocketAddr::new(addr.ip(), 0))?);
+    }
+    Ok(sockets)
+}
+
+/// Bind `count` sockets on ports `base..` onto `sockets`; false when a port
+/// is taken or out of range.
+fn bind_consecutive(
+    config: &Config,
+    addr: SocketAddr,
+    base: usize,
+    count: usize,
+    sockets: &mut Vec<UdpSocket>,
+) -> Result<bool> {
+    for port in base..base + count {
+        let Ok(port) = u16::try_from(port) else {
+            return Ok(false);
+        };
+        match open_socket(config, SocketAddr::new(addr.ip(), port)) {
+            Ok(s) => sockets.push(s),
+            Err(Error::Io(e)) if e.kind() == ErrorKind::AddrInUse => return Ok(false),
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(true)
 }
 
 /// SO_RCVBUFFORCE / SO_SNDBUFFORCE: like SO_RCVBUF / SO_SNDBUF but past the

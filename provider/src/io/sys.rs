@@ -1,0 +1,291 @@
+//! Datagram system calls that carry the IP TOS byte: `sendmsg` with an
+//! `IP_TOS` / `IPV6_TCLASS` control message, `recvmsg` reading the one
+//! `IP_RECVTOS` / `IPV6_RECVTCLASS` delivers.
+//!
+//! Neither std nor socket2 exposes control messages, and quinn-udp hands out
+//! only the two ECN bits while the transport needs the whole byte (the DSCP
+//! of a trimmed packet), hence these few lines of libc.
+
+use std::io;
+use std::mem::{size_of, MaybeUninit};
+use std::net::{SocketAddr, UdpSocket};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+
+use socket2::SockAddr;
+
+/// Control-message space for one `int` payload (either family), kept as
+/// `u64`s so the buffer is aligned for `cmsghdr`.
+const CMSG_WORDS: usize = 8;
+
+/// Ask the kernel to report the TOS / traffic-class byte of every arrival.
+pub fn enable_recv_tos(socket: &UdpSocket, ipv6: bool) -> io::Result<()> {
+    let (level, option) = if ipv6 {
+        (libc::IPPROTO_IPV6, libc::IPV6_RECVTCLASS)
+    } else {
+        (libc::IPPROTO_IP, libc::IP_RECVTOS)
+    };
+    let on: libc::c_int = 1;
+    // SAFETY: the fd is a live socket owned by `socket`; the option value is
+    // a c_int on the stack whose size is passed alongside.
+    let rc = unsafe {
+        libc::setsockopt(
+            socket.as_raw_fd(),
+            level,
+            option,
+            (&on as *const libc::c_int).cast(),
+            size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// Send `data` to `dest` with `tos` in the IP header (IPv4 TOS or IPv6
+/// traffic class, chosen by the destination's family).
+///
+/// TOS 0 (ACKs, control: Not-ECT, default DSCP) is what a socket sends
+/// without being told otherwise (the driver never sets IP_TOS as a socket
+/// option), so it goes without a control message the kernel would parse.
+pub fn send_with_tos(socket: &UdpSocket, dest: SocketAddr, tos: u8, data: &[u8]) -> io::Result<()> {
+    if tos == 0 {
+        return socket.send_to(data, dest).map(|_| ());
+    }
+    let addr = SockAddr::from(dest);
+    let (level, kind) = if dest.is_ipv6() {
+        (libc::IPPROTO_IPV6, libc::IPV6_TCLASS)
+    } else {
+        (libc::IPPROTO_IP, libc::IP_TOS)
+    };
+    let mut control = [0u64; CMSG_WORDS];
+    let value = libc::c_int::from(tos);
+    let mut iov = libc::iovec {
+        iov_base: data.as_ptr() as *mut libc::c_void,
+        iov_len: data.len(),
+    };
+    // SAFETY: an all-zero msghdr is valid (null pointers, zero lengths).
+    let mut msg: libc::msghdr = unsafe { MaybeUninit::zeroed().assume_init() };
+    msg.msg_name = addr.as_ptr() as *mut libc::c_void;
+    msg.msg_namelen = addr.len();
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.as_mut_ptr().cast();
+    // SAFETY: CMSG_SPACE only computes a size.
+    msg.msg_controllen = unsafe { libc::CMSG_SPACE(size_of::<libc::c_int>() as u32) } as _;
+    // SAFETY: msg_control points at `control`, aligned and larger than
+    // CMSG_SPACE(int), so the first header and its int payload fit inside it.
+    unsafe {
+        let cmsg = libc::CMSG_FIRSTHDR(&msg);
+        (*cmsg).cmsg_level = level;
+        (*cmsg).cmsg_type = kind;
+        (*cmsg).cmsg_len = libc::CMSG_LEN(size_of::<libc::c_int>() as u32) as _;
+        std::ptr::write_unaligned(libc::CMSG_DATA(cmsg).cast::<libc::c_int>(), value);
+    }
+    // SAFETY: every pointer in `msg` refers to a live local (address, iovec
+    // over `data`, control buffer) for the duration of the call.
+    let rc = unsafe { libc::sendmsg(socket.as_raw_fd(), &msg, 0) };
+    if rc < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
+/// One received datagram: its length, source and TOS byte (0 when the
+/// kernel attached none).
+pub struct Received {
+    pub len: usize,
+    pub from: SocketAddr,
+    pub tos: u8,
+}
+
+/// Receive one datagram into `buf` (non-blocking if the socket is).
+pub fn recv_with_tos(socket: &UdpSocket, buf: &mut [u8]) -> io::Result<Received> {
+    // SAFETY: an all-zero sockaddr_storage is a valid (unspecified) address.
+    let mut storage: libc::sockaddr_storage = unsafe { MaybeUninit::zeroed().assume_init() };
+    let mut control = [0u64; CMSG_WORDS];
+    let mut iov = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
+    // SAFETY: an all-zero msghdr is valid (null pointers, zero lengths).
+    let mut msg: libc::msghdr = unsafe { MaybeUninit::zeroed().assume_init() };
+    msg.msg_name = (&mut storage as *mut libc::sockaddr_storage).cast();
+    msg.msg_namelen = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.as_mut_ptr().cast();
+    msg.msg_controllen = size_of::<[u64; CMSG_WORDS]>() as _;
+    // SAFETY: every pointer in `msg` refers to a live local or to `buf`,
+    // with its true size; the kernel writes at most that much.
+    let n = unsafe { libc::recvmsg(socket.as_raw_fd(), &mut msg, 0) };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let mut tos = 0u8;
+    // SAFETY: the kernel set msg_controllen to the bytes it wrote into
+    // `control`; CMSG_FIRSTHDR/NXTHDR stay within that, and each payload is
+    // read unaligned and only as far as its cmsg_len says.
+    unsafe {
+        let mut cmsg = libc::CMSG_FIRSTHDR(&msg);
+        while !cmsg.is_null() {
+            let c = &*cmsg;
+            let is_tos = (c.cmsg_level == libc::IPPROTO_IP && c.cmsg_type == libc::IP_TOS)
+                || (c.cmsg_level == libc::IPPROTO_IPV6 && c.cmsg_type == libc::IPV6_TCLASS);
+            if is_tos {
+                let payload = (c.cmsg_len as usize).saturating_sub(libc::CMSG_LEN(0) as usize);
+                let data = libc::CMSG_DATA(cmsg);
+                // IPv4 delivers one byte, IPv6 an int.
+                tos = if payload >= size_of::<libc::c_int>() {
+                    std::ptr::read_unaligned(data.cast::<libc::c_int>()) as u8
+                } else if payload >= 1 {
+                    *data
+                } else {
+                    0
+                };
+            }
+            cmsg = libc::CMSG_NXTHDR(&msg, cmsg);
+        }
+    }
+    // SAFETY: the kernel filled `storage` and set msg_namelen to its length.
+    let addr = unsafe { SockAddr::new(storage, msg.msg_namelen) };
+    let from = addr
+        .as_socket()
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "non-IP source address"))?;
+    Ok(Received {
+        len: n as usize,
+        from,
+        tos,
+    })
+}
+
+/// Readiness of a set of sockets in one call: a level-triggered epoll set
+/// asked with a zero timeout. Cheaper than a receive call per socket that
+/// would come back empty (about 300 ns against 400-500 ns per idle check on
+/// loopback), and one call covers the whole entropy pool.
+pub struct Poller {
+    epoll: OwnedFd,
+    events: Vec<libc::epoll_event>,
+}
+
+impl Poller {
+    /// Watch `sockets` for arrivals; readiness reports the index in the slice.
+    pub fn new(sockets: &[UdpSocket]) -> io::Result<Poller> {
+        // SAFETY: plain system call; a negative result is checked below.
+        let fd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: `fd` is a fresh descriptor nothing else owns.
+        let epoll = unsafe { OwnedFd::from_raw_fd(fd) };
+        for (i, s) in sockets.iter().enumerate() {
+            let mut ev = libc::epoll_event {
+                events: libc::EPOLLIN as u32,
+                u64: i as u64,
+            };
+            // SAFETY: both descriptors are live; `ev` is a valid event on the
+            // stack that the kernel copies.
+            let rc = unsafe {
+                libc::epoll_ctl(
+                    epoll.as_raw_fd(),
+                    libc::EPOLL_CTL_ADD,
+                    s.as_raw_fd(),
+                    &mut ev,
+                )
+            };
+            if rc < 0 {
+                return Err(io::Error::last_os_error());
+            }
+        }
+        Ok(Poller {
+            epoll,
+            events: vec![libc::epoll_event { events: 0, u64: 0 }; sockets.len().max(1)],
+        })
+    }
+
+    /// How many sockets have datagrams waiting; their indices are then
+    /// `ready(0..n)`. Never blocks.
+    pub fn poll(&mut self) -> usize {
+        // SAFETY: `events` holds `len` writable entries; timeout 0 returns
+        // at once.
+        let n = unsafe {
+            libc::epoll_wait(
+                self.epoll.as_raw_fd(),
+                self.events.as_mut_ptr(),
+                self.events.len() as libc::c_int,
+                0,
+            )
+        };
+        n.max(0) as usize
+    }
+
+    /// The socket index of the `k`-th ready entry of the last `poll`.
+    pub fn ready(&self, k: usize) -> usize {
+        self.events[k].u64 as usize
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pair(local: &str) -> (UdpSocket, UdpSocket) {
+        let a = UdpSocket::bind(local).unwrap();
+        let b = UdpSocket::bind(local).unwrap();
+        b.set_read_timeout(Some(std::time::Duration::from_secs(5)))
+            .unwrap();
+        enable_recv_tos(&b, b.local_addr().unwrap().is_ipv6()).unwrap();
+        (a, b)
+    }
+
+    fn round_trip(local: &str) {
+        let (a, b) = pair(local);
+        let dest = b.local_addr().unwrap();
+        let mut buf = [0u8; 64];
+        for tos in [0x2Eu8, 0x00, 0x02, 0x03, 0x2C, 0xB8] {
+            send_with_tos(&a, dest, tos, &[tos, 1, 2, 3]).unwrap();
+            let r = recv_with_tos(&b, &mut buf).unwrap();
+            assert_eq!(r.len, 4);
+            assert_eq!(buf[0], tos);
+            assert_eq!(r.from, a.local_addr().unwrap());
+            assert_eq!(r.tos, tos, "sent TOS {tos:#04x}");
+        }
+    }
+
+    #[test]
+    fn poller_reports_the_ready_socket() {
+        let socks: Vec<UdpSocket> = (0..3)
+            .map(|_| UdpSocket::bind("127.0.0.1:0").unwrap())
+            .collect();
+        let mut p = Poller::new(&socks).unwrap();
+        assert_eq!(p.poll(), 0);
+        let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        tx.send_to(b"x", socks[2].local_addr().unwrap()).unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while p.poll() == 0 {
+            assert!(std::time::Instant::now() < deadline);
+        }
+        assert_eq!(p.poll(), 1);
+        assert_eq!(p.ready(0), 2);
+        // Level-triggered: reported until read.
+        assert_eq!(p.poll(), 1);
+        socks[2].recv_from(&mut [0u8; 8]).unwrap();
+        assert_eq!(p.poll(), 0);
+    }
+
+    #[test]
+    fn tos_survives_loopback_ipv4() {
+        round_trip("127.0.0.1:0");
+    }
+
+    #[test]
+    fn tos_survives_loopback_ipv6() {
+        // Hosts without IPv6 on loopback skip this half.
+        if UdpSocket::bind("[::1]:0").is_err() {
+            return;
+        }
+        round_trip("[::1]:0");
+    }
+}
