@@ -322,3 +322,32 @@ fn peer_killed_mid_transfer() {
     drive(&mut a, &mut b, 2);
     assert_eq!(*buf.0.lock().unwrap(), pattern(3, 100));
 }
+
+/// FI_UET_TRACE: the sender writes one CSV line per ACK with its window.
+#[test]
+fn trace_file_records_acks() {
+    let path = std::env::temp_dir().join(format!("uet-trace-{}-%e.csv", std::process::id()));
+    let cfg = Config {
+        trace: path.to_string_lossy().into_owned(),
+        ..Config::default()
+    };
+    let mut a = Endpoint::bind(&cfg, "127.0.0.1:0".parse().unwrap()).unwrap();
+    let mut b = Endpoint::bind(&Config::default(), "127.0.0.1:0".parse().unwrap()).unwrap();
+    let file = path
+        .to_string_lossy()
+        .replace("%e", &a.local_addr().port().to_string());
+    let (op, _buf) = shared_recv(300_000, None, 1);
+    b.recv(op).unwrap();
+    a.send(send(b.local_addr(), pattern(1, 300_000), None, 2))
+        .unwrap();
+    drive(&mut a, &mut b, 2);
+    drop(a);
+    let text = std::fs::read_to_string(&file).unwrap();
+    let _ = std::fs::remove_file(&file);
+    let mut lines = text.lines();
+    assert!(lines.next().unwrap().starts_with("time_ns,peer,event"));
+    let acks: Vec<&str> = lines.filter(|l| l.contains(",ack,")).collect();
+    assert!(!acks.is_empty(), "{text}");
+    let cwnd: u64 = acks[0].split(',').nth(6).unwrap().parse().unwrap();
+    assert!(cwnd > 0);
+}

@@ -38,6 +38,7 @@ pub mod impair;
 mod sys;
 #[cfg(test)]
 mod tests;
+mod trace;
 
 use impair::{FaultConfig, Impairer, PacketClass, Treatment, Verdict, TRIMMED_LEN};
 
@@ -113,6 +114,8 @@ pub struct Endpoint {
     poller: sys::Poller,
     idle_polls: u32,
     spin_before_yield: u32,
+    /// `FI_UET_TRACE` output, when asked for.
+    trace: Option<trace::TraceFile>,
 }
 
 impl Endpoint {
@@ -157,11 +160,21 @@ impl Endpoint {
         };
         let n = sockets.len();
         let poller = sys::Poller::new(&sockets)?;
+        let epoch = Instant::now();
+        let trace = match config.trace.as_str() {
+            "" => None,
+            pattern => {
+                let unix = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_nanos() as u64);
+                Some(trace::TraceFile::open(pattern, local, &mut engine, unix)?)
+            }
+        };
         Ok(Endpoint {
             engine,
             sockets,
             local,
-            epoch: Instant::now(),
+            epoch,
             rx_buf: vec![0; MAX_DATAGRAM],
             tx_buf: vec![0; MAX_DATAGRAM + HEADROOM],
             stalled: None,
@@ -177,6 +190,7 @@ impl Endpoint {
             poller,
             idle_polls: 0,
             spin_before_yield: config.spin_before_yield,
+            trace,
         })
     }
 
@@ -262,6 +276,9 @@ impl Endpoint {
         }
         busy |= self.flush(now);
         busy |= self.engine.has_completions();
+        if let Some(t) = self.trace.as_mut() {
+            t.drain(&mut self.engine);
+        }
         if busy {
             self.idle_polls = 0;
         } else {
