@@ -70,6 +70,7 @@ extern "C" {
 #define FI_UET_PARAM_NSCC_VARIANT      "FI_UET_NSCC_VARIANT"      /* sim | paper | list of target,maxwnd,wtd,qa_scaling,fast_increase,md_rtt [sim] */
 #define FI_UET_PARAM_NSCC_TARGET_PCT   "FI_UET_NSCC_TARGET_PCT"   /* target queueing delay, % of base RTT [0 = from variant: 75/100/50] */
 #define FI_UET_PARAM_NSCC_TRIMMING     "FI_UET_NSCC_TRIMMING"     /* fabric trims (target 0.75 R0) or drops (1.0 R0) [1] */
+#define FI_UET_PARAM_NSCC_MIN_MAXWND_PACKETS "FI_UET_NSCC_MIN_MAXWND_PACKETS" /* floor of maxwnd in packets [16; 0 = 1.5 bdp only] */
 #define FI_UET_PARAM_NSCC_FAST_INCREASE_MTUS "FI_UET_NSCC_FAST_INCREASE_MTUS" /* k of the paper FastIncrease [2] */
 
 /*

@@ -131,6 +131,11 @@ pub const PARAMS: &[ParamSpec] = &[
         help: "k of the paper FastIncrease: MTUs added per ACK while the pipe is empty (default 2; used with FI_UET_NSCC_VARIANT=paper or fast_increase; 1..64).",
     },
     ParamSpec {
+        name: "nscc_min_maxwnd_packets",
+        kind: ParamKind::Int,
+        help: "Floor of NSCC's maximum window in packets (default 16; 0 = none, maxwnd = 1.5 bdp as in the reference). Where the measured bdp is below a few packets, as on loopback with 64 KB datagrams and microsecond RTTs, a one-packet window would serialise transfers.",
+    },
+    ParamSpec {
         name: "entropies",
         kind: ParamKind::Int,
         help: "UDP sockets per endpoint, bound to consecutive ports; the source port carries a packet's entropy (path choice). Socket 0 is the endpoint's address (default 16; 1..256).",
@@ -206,6 +211,7 @@ pub struct Config {
     pub nscc_target_pct: u32,
     pub trimming: bool,
     pub nscc_fast_increase_mtus: u32,
+    pub nscc_min_maxwnd_packets: u32,
     /// Sockets (source ports) per endpoint; socket 0 is its address.
     pub entropies: u16,
     /// Relay address `ip:port`; empty = direct.
@@ -244,6 +250,7 @@ impl Default for Config {
             nscc_target_pct: 0,
             trimming: true,
             nscc_fast_increase_mtus: 2,
+            nscc_min_maxwnd_packets: 16,
             entropies: 16,
             fabric: String::new(),
             fault_drop: 0,
@@ -324,6 +331,7 @@ impl Config {
             "base_rtt_us" => self.base_rtt_us as i64,
             "nscc_target_pct" => self.nscc_target_pct as i64,
             "nscc_fast_increase_mtus" => self.nscc_fast_increase_mtus as i64,
+            "nscc_min_maxwnd_packets" => self.nscc_min_maxwnd_packets as i64,
             "entropies" => self.entropies as i64,
             "fault_drop" => self.fault_drop as i64,
             "fault_dup" => self.fault_dup as i64,
@@ -409,6 +417,7 @@ impl Config {
             "base_rtt_us" => self.base_rtt_us = int(0, 1_000_000)? as u64,
             "nscc_target_pct" => self.nscc_target_pct = int(0, 1000)? as u32,
             "nscc_fast_increase_mtus" => self.nscc_fast_increase_mtus = int(1, 64)? as u32,
+            "nscc_min_maxwnd_packets" => self.nscc_min_maxwnd_packets = int(0, 65536)? as u32,
             "entropies" => self.entropies = int(1, 256)? as u16,
             "fabric" => match value {
                 ParamValue::Str(s) if s.is_empty() || s.parse::<std::net::SocketAddr>().is_ok() => {

@@ -227,6 +227,11 @@ pub struct CcConfig {
     /// Weight of the delay EWMA (0.0125; the emergency case is pinned to
     /// 0.0125 whatever this is).
     pub delay_ewma_weight: f64,
+    /// Floor of maxwnd in packets (0 = none: maxwnd is 1.5 bdp, at least
+    /// one MTU). Where the measured bdp is below a few packets (loopback
+    /// with 64 KB datagrams and microsecond RTTs, or small emulated links)
+    /// a one-packet window would serialise the transfer.
+    pub min_maxwnd_packets: u32,
 }
 
 impl CcConfig {
@@ -245,6 +250,7 @@ impl CcConfig {
             fast_increase_mtus: 2,
             fixed_window: 256 * mtu,
             delay_ewma_weight: 0.0125,
+            min_maxwnd_packets: 0,
         }
     }
 
@@ -261,6 +267,7 @@ impl CcConfig {
             paper: cfg.nscc_variant,
             fast_increase_mtus: cfg.nscc_fast_increase_mtus,
             fixed_window: (cfg.window as u64 * mtu as u64).min(u32::MAX as u64) as u32,
+            min_maxwnd_packets: cfg.nscc_min_maxwnd_packets,
             ..CcConfig::nscc(cfg.link_gbps as f64, mtu, mss)
         }
     }

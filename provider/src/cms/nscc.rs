@@ -87,7 +87,8 @@ impl NsccDerived {
         let base = base_rtt_ns.max(MIN_BASE_RTT_NS);
         let bdp = base as f64 * cfg.link_bytes_per_ns;
         let maxwnd_factor = if cfg.paper.maxwnd { 1.25 } else { 1.5 };
-        let maxwnd = (bdp * maxwnd_factor).clamp(cfg.mtu as f64, u32::MAX as f64) as u64;
+        let floor = (cfg.mtu as f64 * cfg.min_maxwnd_packets as f64).max(cfg.mtu as f64);
+        let maxwnd = (bdp * maxwnd_factor).clamp(floor, u32::MAX as f64) as u64;
         let target_pct = match cfg.target_pct {
             0 if cfg.paper.target => 50,
             0 if cfg.trimming => 75,

@@ -138,7 +138,8 @@ impl Engine {
             Arrival::New => {}
         }
         self.stats.packets_received += 1;
-        rx.rcvd_bytes += payload_len as u64;
+        // Wire bytes (headers included), as the sender counts in flight.
+        rx.rcvd_bytes += data.len() as u64;
         rx.unacked_bytes += payload_len.max(1);
         // NSCC.md section 6: at once on CE, AR (the sender sets it on
         // retransmissions too) and the first packets (SYN); otherwise every

@@ -26,7 +26,7 @@ pub struct RxPdc {
     /// Bit i: PSN `cack + 1 + i` has arrived. Length = window.
     seen: Vec<u64>,
     window: u32,
-    /// Bytes of payload accepted (for the ACK's rcvd_bytes field).
+    /// Bytes accepted, headers included (the ACK's rcvd_bytes field).
     pub rcvd_bytes: u64,
     /// Bytes accepted since the last ACK (coalescing trigger).
     pub unacked_bytes: usize,
