@@ -10,6 +10,8 @@
 
 pub mod config;
 pub mod model;
+pub mod relay;
+pub mod scenario;
 
 pub use config::{FabricConfig, LinkAction, LinkEvent, SwitchConfig, TopologyConfig, TopologyKind};
 pub use model::{Delivery, Fabric, Packet};
