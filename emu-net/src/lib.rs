@@ -9,8 +9,10 @@
 //!   model in real time between provider endpoints.
 
 pub mod config;
+pub mod ideal;
 pub mod model;
 pub mod relay;
+pub mod runner;
 pub mod scenario;
 
 pub use config::{FabricConfig, LinkAction, LinkEvent, SwitchConfig, TopologyConfig, TopologyKind};

@@ -93,6 +93,8 @@ pub struct PortReport {
 #[derive(Clone, Debug, Serialize)]
 pub struct RelayReport {
     pub kept_up: bool,
+    /// CLOCK_REALTIME ns of model time 0 (aligns the series with host times).
+    pub epoch_realtime_ns: u64,
     /// Why the run did not keep up (empty when it did).
     pub problems: Vec<String>,
     pub duration_ns: u64,
@@ -255,7 +257,7 @@ impl Relay {
     }
 
     /// Read one datagram and hand it to the model; false when none waits.
-    fn receive(&mut self, buf: &mut [u8], cmsg: &mut Vec<u8>) -> nix::Result<bool> {
+    fn receive(&mut self, buf: &mut [u8], cmsg: &mut [u8]) -> nix::Result<bool> {
         let (n, from, overflow, stamp, tos) = {
             let mut iov = [IoSliceMut::new(buf)];
             let msg = match socket::recvmsg::<SockaddrStorage>(
@@ -432,6 +434,7 @@ impl Relay {
             .collect();
         RelayReport {
             kept_up: problems.is_empty(),
+            epoch_realtime_ns: ns_since(UNIX_EPOCH, self.epoch),
             problems,
             duration_ns: self.now_ns(),
             lag_p50_ns: self.lag_percentile(0.5),

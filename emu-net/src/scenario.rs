@@ -279,4 +279,22 @@ mod tests {
             Err(ScenarioError::Flow { flow: 1, .. })
         ));
     }
+
+    #[test]
+    fn shipped_scenarios_parse_and_build() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../fabtests/scenarios");
+        let mut seen = 0;
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.extension().and_then(|e| e.to_str()) != Some("toml") {
+                continue;
+            }
+            let text = std::fs::read_to_string(&path).unwrap();
+            let s = Scenario::from_toml(&text).unwrap_or_else(|e| panic!("{path:?}: {e}"));
+            s.expand().unwrap_or_else(|e| panic!("{path:?}: {e}"));
+            crate::Fabric::new(s.fabric.clone()).unwrap_or_else(|e| panic!("{path:?}: {e}"));
+            seen += 1;
+        }
+        assert!(seen >= 7, "found {seen} scenarios in {dir:?}");
+    }
 }

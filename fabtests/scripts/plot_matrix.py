@@ -1,0 +1,103 @@
+#!/usr/bin/python3
+"""Plots of a connection-matrix run (uet-emu run): reads DIR/*/results.json,
+writes per variant throughput.png, queue.png, and one fct_cdf.png comparing
+the variants, each also as SVG.
+
+usage: plot_matrix.py DIR
+"""
+import glob
+import json
+import os
+import sys
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+
+def save(fig, base):
+    fig.tight_layout()
+    fig.savefig(base + ".png", dpi=110)
+    fig.savefig(base + ".svg")
+    plt.close(fig)
+
+
+def throughput(r, out):
+    rel = r["relay"]
+    w = rel["sample_ns"]
+    # Model time 0 is the relay's start; shift to the hosts' common start.
+    go_off = r["go_realtime_ns"] - rel["epoch_realtime_ns"]
+    fig, ax = plt.subplots(figsize=(8, 4))
+    for p in rel["pairs"]:
+        if not p["bytes"]:
+            continue
+        t = [(b[0] - go_off) / 1e6 for b in p["bytes"]]
+        gbps = [b[1] * 8 / w for b in p["bytes"]]
+        ax.plot(t, gbps, lw=0.8, label="h%d->h%d" % (p["src"], p["dst"]))
+    ax.set_xlabel("time after the common start (ms)")
+    ax.set_ylabel("delivered Gb/s")
+    ax.set_title("%s / %s: per-flow throughput" % (r["scenario"], r["variant"]))
+    if len(rel["pairs"]) <= 16:
+        ax.legend(fontsize=6, ncol=2)
+    save(fig, os.path.join(out, "throughput"))
+
+
+def queue(r, out):
+    rel = r["relay"]
+    go_off = r["go_realtime_ns"] - rel["epoch_realtime_ns"]
+    ports = [p for p in rel["ports"] if p["counters"]["max_queue_bytes"] > 0]
+    ports.sort(key=lambda p: -p["counters"]["max_queue_bytes"])
+    if not ports:
+        return
+    fig, ax = plt.subplots(figsize=(8, 4))
+    for p in ports[:4]:
+        s = p["series"]
+        ax.step([(x["t_ns"] - go_off) / 1e6 for x in s], [x["max_queue_bytes"] / 1024 for x in s],
+                where="post", lw=0.8, label=p["name"])
+    top = ports[0]
+    ax.axhline(top["kmin_bytes"] / 1024, ls="--", c="grey", lw=0.7, label="kmin")
+    ax.axhline(top["kmax_bytes"] / 1024, ls=":", c="grey", lw=0.7, label="kmax")
+    ax.axhline(top["buffer_bytes"] / 1024, ls="-", c="black", lw=0.7, label="buffer")
+    ax.set_xlabel("time after the common start (ms)")
+    ax.set_ylabel("data queue (KiB, max per bucket)")
+    ax.set_title("%s / %s: busiest queues" % (r["scenario"], r["variant"]))
+    ax.legend(fontsize=6)
+    save(fig, os.path.join(out, "queue"))
+
+
+def fct_cdf(results, out):
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for r in results:
+        f = sorted(x["fct_ns"] / 1e6 for x in r["flows"])
+        n = len(f)
+        ax.step(f, [(i + 1) / n for i in range(n)], where="post", label=r["variant"])
+    ideal = sorted(x["ideal_fct_ns"] / 1e6 for x in results[0]["flows"])
+    n = len(ideal)
+    ax.step(ideal, [(i + 1) / n for i in range(n)], where="post", ls="--", c="black",
+            label="ideal")
+    ax.set_xlabel("flow completion time (ms)")
+    ax.set_ylabel("CDF")
+    ax.set_title(results[0]["scenario"] + ": FCT")
+    ax.legend(fontsize=7)
+    save(fig, os.path.join(out, "fct_cdf"))
+
+
+def main():
+    if len(sys.argv) != 2:
+        sys.exit(__doc__)
+    top = sys.argv[1]
+    results = []
+    for path in sorted(glob.glob(os.path.join(top, "*", "results.json"))):
+        with open(path) as f:
+            r = json.load(f)
+        results.append(r)
+        d = os.path.dirname(path)
+        throughput(r, d)
+        queue(r, d)
+    if results:
+        fct_cdf(results, top)
+
+
+if __name__ == "__main__":
+    main()
