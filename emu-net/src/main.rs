@@ -97,6 +97,7 @@ fn relay(args: &Args) -> ExitCode {
             hosts: hosts.clone(),
             max_lag_ns: 100_000,
             sockbuf: 16 << 20,
+            realtime: true,
         },
     ) {
         Ok(r) => r,

@@ -45,6 +45,10 @@ pub struct RelaySettings {
     pub max_lag_ns: u64,
     /// Socket buffer requested for the relay socket, bytes.
     pub sockbuf: usize,
+    /// Ask for SCHED_FIFO priority for the relay thread (through `chrt`,
+    /// which needs root or CAP_SYS_NICE): on a loaded machine a relay at
+    /// normal priority falls behind the clock.
+    pub realtime: bool,
 }
 
 impl RelaySettings {
@@ -76,6 +80,8 @@ pub struct RelayCounters {
     /// Largest delay between the kernel's receive timestamp and the time
     /// the relay handed the datagram to the model.
     pub max_ingress_lag_ns: u64,
+    /// The relay thread ran at real-time (SCHED_FIFO) priority.
+    pub realtime: bool,
 }
 
 /// One port in the report.
@@ -144,6 +150,18 @@ pub enum RelayError {
     Hosts { hosts: usize, addrs: usize },
 }
 
+/// Move the calling thread to SCHED_FIFO priority 20 with `chrt` (no
+/// unsafe code needed); true when it worked.
+fn set_realtime_priority() -> bool {
+    let tid = nix::unistd::gettid();
+    std::process::Command::new("chrt")
+        .args(["-f", "-p", "20", &tid.to_string()])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
 fn ns_since(epoch: SystemTime, t: SystemTime) -> u64 {
     t.duration_since(epoch).unwrap_or(Duration::ZERO).as_nanos() as u64
 }
@@ -161,12 +179,19 @@ impl Relay {
             socket2::Type::DGRAM,
             None,
         )?;
-        // Best effort: a smaller buffer only shows up as socket drops.
-        let _ = s.set_recv_buffer_size(settings.sockbuf);
-        let _ = s.set_send_buffer_size(settings.sockbuf);
         s.bind(&settings.listen.into())?;
         s.set_nonblocking(true)?;
         let socket: UdpSocket = s.into();
+        // Bursts of every sender's window arrive at once: ask for the
+        // buffer past rmem_max when privileged, else as much as allowed. A
+        // smaller buffer only shows up as socket drops in the report.
+        let size = settings.sockbuf;
+        if socket::setsockopt(&socket, sockopt::RcvBufForce, &size).is_err() {
+            let _ = socket::setsockopt(&socket, sockopt::RcvBuf, &size);
+        }
+        if socket::setsockopt(&socket, sockopt::SndBufForce, &size).is_err() {
+            let _ = socket::setsockopt(&socket, sockopt::SndBuf, &size);
+        }
         socket::setsockopt(&socket, sockopt::RxqOvfl, &1)?;
         socket::setsockopt(&socket, sockopt::ReceiveTimestampns, &true)?;
         if settings.listen.is_ipv4() {
@@ -207,6 +232,9 @@ impl Relay {
         // Wake-ups within a microsecond of the requested time, not the
         // default 50 us slack.
         let _ = nix::sys::prctl::set_timerslack(1_000);
+        if self.settings.realtime {
+            self.counters.realtime = set_realtime_priority();
+        }
         self.epoch = SystemTime::now();
         let mut buf = vec![0u8; MAX_DATAGRAM];
         let mut cmsg = nix::cmsg_space!(u32, nix::sys::time::TimeSpec, i32);
@@ -215,12 +243,20 @@ impl Relay {
             for d in self.fabric.advance(now) {
                 self.deliver(d);
             }
+            // Read what waits, but stop as soon as a delivery falls due so
+            // a burst of arrivals does not delay departures.
             let mut got = 0;
             while got < 64 {
                 match self.receive(&mut buf, &mut cmsg) {
                     Ok(true) => got += 1,
-                    Ok(false) => break,
-                    Err(_) => break,
+                    Ok(false) | Err(_) => break,
+                }
+                if self
+                    .fabric
+                    .next_event_time()
+                    .is_some_and(|t| t <= self.now_ns())
+                {
+                    break;
                 }
             }
             if got > 0 {

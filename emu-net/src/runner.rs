@@ -161,6 +161,7 @@ fn run_variant(
             hosts: hosts.clone(),
             max_lag_ns: opts.max_lag_us * 1000,
             sockbuf: 16 << 20,
+            realtime: true,
         },
     )
     .map_err(|e| e.to_string())?;

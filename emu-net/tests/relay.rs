@@ -42,6 +42,7 @@ fn start(hosts: usize, first: u8, buffer: u64) -> (Relay, Vec<IpAddr>) {
             hosts: addrs.clone(),
             max_lag_ns: 200_000,
             sockbuf: 4 << 20,
+            realtime: false,
         },
     )
     .unwrap();
