@@ -38,7 +38,10 @@ def throughput(r, out):
     ax.set_xlabel("time after the common start (ms)")
     ax.set_ylabel("delivered Gb/s")
     ax.set_title("%s / %s: per-flow throughput" % (r["scenario"], r["variant"]))
-    if len(rel["pairs"]) <= 16:
+    if not rel["pairs"]:
+        ax.text(0.5, 0.5, "no traffic crossed the relay", ha="center",
+                transform=ax.transAxes)
+    elif len(rel["pairs"]) <= 16:
         ax.legend(fontsize=6, ncol=2)
     save(fig, os.path.join(out, "throughput"))
 
