@@ -491,6 +491,16 @@ fn write_outputs(dir: &Path, r: &VariantResult) -> Result<(), String> {
     Ok(())
 }
 
+fn size_label(b: u64) -> String {
+    if b >= 1 << 20 && b.trailing_zeros() >= 20 {
+        format!("{}MiB", b >> 20)
+    } else if b >= 1 << 10 && b.trailing_zeros() >= 10 {
+        format!("{}KiB", b >> 10)
+    } else {
+        format!("{b}B")
+    }
+}
+
 /// The comparison table of a scenario's variants.
 pub fn table(results: &[VariantResult]) -> String {
     let mut s = String::new();
@@ -546,10 +556,111 @@ pub fn table(results: &[VariantResult]) -> String {
             valid
         );
     }
+    // Per flow size, when a scenario mixes sizes (targets are stated per
+    // size: e.g. incasts of at least 1 MiB within 1.1x of ideal).
+    for r in results {
+        let mut sizes: Vec<u64> = r.flows.iter().map(|f| f.bytes).collect();
+        sizes.sort_unstable();
+        sizes.dedup();
+        if sizes.len() < 2 {
+            continue;
+        }
+        for b in sizes {
+            let fl: Vec<&FlowResult> = r.flows.iter().filter(|f| f.bytes == b).collect();
+            let fct_max = fl.iter().map(|f| f.fct_ns).max().unwrap_or(0);
+            let ideal_max = fl.iter().map(|f| f.ideal_fct_ns).fold(0.0, f64::max);
+            let mean = fl.iter().map(|f| f.inflation).sum::<f64>() / fl.len() as f64;
+            let _ = writeln!(
+                s,
+                "  {:<20} {:>5} {:>9} {:>9.3} {:>9.3} {:>6.2} {:>6.2}",
+                format!("{} {}", r.variant, size_label(b)),
+                fl.len(),
+                "",
+                ms(fct_max as f64),
+                ms(ideal_max),
+                fct_max as f64 / ideal_max,
+                mean
+            );
+        }
+    }
     for r in results {
         for n in &r.notes {
             let _ = writeln!(s, "  [{}] {}", r.variant, n);
         }
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ideal::IdealFlow;
+
+    fn flow(id: usize, bytes: u64, fct: u64, ideal: f64) -> FlowResult {
+        FlowResult {
+            id,
+            src: id,
+            dst: 9,
+            bytes,
+            start_ns: 0,
+            send_done_ns: fct,
+            recv_done_ns: fct,
+            fct_ns: fct,
+            ideal_fct_ns: ideal,
+            inflation: fct as f64 / ideal,
+        }
+    }
+
+    #[test]
+    fn summary_statistics() {
+        let flows = vec![flow(0, 1000, 100, 100.0), flow(1, 1000, 200, 100.0)];
+        let ideal = vec![
+            IdealFlow {
+                start_ns: 0.0,
+                finish_ns: 90.0,
+                fct_ns: 100.0,
+            };
+            2
+        ];
+        let report_fabric = crate::model::FabricTotals {
+            trims: 3,
+            ..Default::default()
+        };
+        let fabric = Fabric::new(Default::default()).unwrap();
+        let relay = Relay::bind(
+            fabric,
+            RelaySettings {
+                listen: "127.0.0.1:0".parse().unwrap(),
+                hosts: RelaySettings::loopback_hosts(2, 60),
+                max_lag_ns: 1,
+                sockbuf: 1 << 16,
+                realtime: false,
+            },
+        )
+        .unwrap();
+        let mut report = relay.report();
+        report.fabric = report_fabric;
+        let s = summarise(&flows, &ideal, &report);
+        assert_eq!(s.fct_max_ns, 200);
+        assert_eq!(s.fct_p50_ns, 100);
+        assert_eq!(s.tail_inflation, 2.0);
+        assert_eq!(s.mean_inflation, 1.5);
+        assert_eq!(s.spread, 2.0);
+        // Throughputs 10 and 5 bytes/ns: (15^2) / (2 * 125) = 0.9.
+        assert!((s.jain - 0.9).abs() < 1e-12);
+        assert_eq!(s.ideal_makespan_ns, 100.0);
+        assert_eq!(s.trims, 3);
+        assert!(!s.crossed_relay);
+    }
+
+    #[test]
+    fn quantiles_and_labels() {
+        let v = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10];
+        assert_eq!(quantile(&v, 0.5), 5);
+        assert_eq!(quantile(&v, 0.99), 10);
+        assert_eq!(quantile(&[], 0.5), 0);
+        assert_eq!(size_label(65536), "64KiB");
+        assert_eq!(size_label(16 << 20), "16MiB");
+        assert_eq!(size_label(1000), "1000B");
+    }
 }

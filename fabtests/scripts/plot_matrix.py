@@ -62,6 +62,10 @@ def queue(r, out):
     ax.axhline(top["kmin_bytes"] / 1024, ls="--", c="grey", lw=0.7, label="kmin")
     ax.axhline(top["kmax_bytes"] / 1024, ls=":", c="grey", lw=0.7, label="kmax")
     ax.axhline(top["buffer_bytes"] / 1024, ls="-", c="black", lw=0.7, label="buffer")
+    # NSCC's target queueing delay (spec/NSCC.md section 1): 0.75 base RTT
+    # with trimming, 1 base RTT without, as bytes at the port's rate.
+    target = (0.75 if r["trimming"] else 1.0) * rel["base_rtt_ns"] * top["gbps"] / 8
+    ax.axhline(target / 1024, ls="-.", c="red", lw=0.8, label="NSCC target")
     ax.set_xlabel("time after the common start (ms)")
     ax.set_ylabel("data queue (KiB, max per bucket)")
     ax.set_title("%s / %s: busiest queues" % (r["scenario"], r["variant"]))
