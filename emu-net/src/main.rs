@@ -205,6 +205,7 @@ fn run(args: &Args) -> ExitCode {
             .opt("--max-lag-us")
             .and_then(|v| v.parse().ok())
             .unwrap_or(100),
+        realtime: true,
     };
     let results = match runner::run(&scenario, &opts) {
         Ok(r) => r,

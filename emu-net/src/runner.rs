@@ -34,6 +34,8 @@ pub struct RunOptions {
     pub first_host: u8,
     /// Scheduling-lag limit of the relay's verdict.
     pub max_lag_us: u64,
+    /// Run the relay thread at SCHED_FIFO priority (see RelaySettings).
+    pub realtime: bool,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -161,7 +163,7 @@ fn run_variant(
             hosts: hosts.clone(),
             max_lag_ns: opts.max_lag_us * 1000,
             sockbuf: 16 << 20,
-            realtime: true,
+            realtime: opts.realtime,
         },
     )
     .map_err(|e| e.to_string())?;

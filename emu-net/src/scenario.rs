@@ -12,7 +12,8 @@
 //! dst = 8
 //! bytes = 1048576
 //! start_us = 0.0
-//! after = []                   # indices of flows that must complete first
+//! after = []                   # flows that must complete first (indices:
+//!                              # patterns' flows first, then these)
 //! [[patterns]]                 # ... or generated ones
 //! kind = "incast"              # incast | permutation | all-to-all
 //! dst = 8
@@ -65,8 +66,9 @@ pub struct FlowSpec {
     pub bytes: u64,
     #[serde(default)]
     pub start_us: f64,
-    /// Flows (indices in the expanded list) that must complete first. Each
-    /// must start or end at this flow's source host, which observes it.
+    /// Flows (indices in the expanded list: the patterns' flows first, then
+    /// the `[[flows]]` entries) that must complete first. Each must start or
+    /// end at this flow's source host, which observes it.
     #[serde(default)]
     pub after: Vec<usize>,
 }
@@ -124,10 +126,11 @@ impl Scenario {
         Ok(toml::from_str(text)?)
     }
 
-    /// Explicit flows followed by the patterns' flows, checked.
+    /// The patterns' flows, in pattern order, followed by the explicit
+    /// flows (so explicit flows can wait for generated ones); checked.
     pub fn expand(&self) -> Result<Vec<FlowSpec>, ScenarioError> {
         let n = self.fabric.topology.host_count();
-        let mut flows = self.flows.clone();
+        let mut flows = Vec::new();
         for p in &self.patterns {
             match *p {
                 Pattern::Incast {
@@ -182,6 +185,7 @@ impl Scenario {
                 }
             }
         }
+        flows.extend(self.flows.iter().cloned());
         if flows.is_empty() {
             return Err(ScenarioError::Empty);
         }
