@@ -28,15 +28,22 @@ def throughput(r, out):
     w = rel["sample_ns"]
     # Model time 0 is the relay's start; shift to the hosts' common start.
     go_off = r["go_realtime_ns"] - rel["epoch_realtime_ns"]
+    end = max([b[0] for p in rel["pairs"] for b in p["bytes"]] or [w])
+    # About 200 bins over the run, whole multiples of the model's buckets;
+    # empty bins are zeros, not gaps.
+    width = w * max(1, int(end / w / 200))
     fig, ax = plt.subplots(figsize=(8, 4))
     for p in rel["pairs"]:
         if not p["bytes"]:
             continue
-        t = [(b[0] - go_off) / 1e6 for b in p["bytes"]]
-        gbps = [b[1] * 8 / w for b in p["bytes"]]
-        ax.plot(t, gbps, lw=0.8, label="h%d->h%d" % (p["src"], p["dst"]))
+        bins = [0] * (end // width + 1)
+        for t, n in p["bytes"]:
+            bins[t // width] += n
+        t = [(i * width - go_off) / 1e6 for i in range(len(bins))]
+        gbps = [n * 8 / width for n in bins]
+        ax.step(t, gbps, where="post", lw=0.8, label="h%d->h%d" % (p["src"], p["dst"]))
     ax.set_xlabel("time after the common start (ms)")
-    ax.set_ylabel("delivered Gb/s")
+    ax.set_ylabel("delivered Gb/s (%.1f ms bins)" % (width / 1e6))
     ax.set_title("%s / %s: per-flow throughput" % (r["scenario"], r["variant"]))
     if not rel["pairs"]:
         ax.text(0.5, 0.5, "no traffic crossed the relay", ha="center",
@@ -49,14 +56,24 @@ def throughput(r, out):
 def queue(r, out):
     rel = r["relay"]
     go_off = r["go_realtime_ns"] - rel["epoch_realtime_ns"]
-    ports = [p for p in rel["ports"] if p["counters"]["max_queue_bytes"] > 0]
+    # Switch ports only (host NICs neither mark nor trim: kmin is "never").
+    ports = [p for p in rel["ports"]
+             if p["counters"]["max_queue_bytes"] > 0 and p["kmin_bytes"] < 1 << 60]
     ports.sort(key=lambda p: -p["counters"]["max_queue_bytes"])
     if not ports:
         return
     fig, ax = plt.subplots(figsize=(8, 4))
+    w = rel["sample_ns"]
     for p in ports[:4]:
         s = p["series"]
-        ax.step([(x["t_ns"] - go_off) / 1e6 for x in s], [x["max_queue_bytes"] / 1024 for x in s],
+        if not s:
+            continue
+        # Buckets the model skipped had no traffic: an empty queue.
+        last = s[-1]["t_ns"] // w
+        q = [0] * (last + 2)
+        for x in s:
+            q[x["t_ns"] // w] = x["max_queue_bytes"]
+        ax.step([(i * w - go_off) / 1e6 for i in range(len(q))], [v / 1024 for v in q],
                 where="post", lw=0.8, label=p["name"])
     top = ports[0]
     ax.axhline(top["kmin_bytes"] / 1024, ls="--", c="grey", lw=0.7, label="kmin")
