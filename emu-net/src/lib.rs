@@ -7,6 +7,9 @@
 //!   dequeue, trimming, ECMP over the source-port entropy and link events.
 //! * [`relay`] the rootless front-end: a UDP relay on loopback that runs the
 //!   model in real time between provider endpoints.
+//! * [`scenario`] connection-matrix scenario files (fabric, flows, patterns,
+//!   variants), [`ideal`] their ideal completion times from the topology,
+//!   and [`runner`] the end-to-end run behind `uet-emu run`.
 
 pub mod config;
 pub mod ideal;

@@ -63,7 +63,12 @@ fn load_fabric(path: &str) -> Result<FabricConfig, String> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("{path}: {e}"))?;
     if let Ok(s) = Scenario::from_toml(&text) {
         if text.contains("[fabric") {
-            return Ok(s.fabric);
+            let mut fabric = s.fabric;
+            // Size BDP and buffers for the packets the hosts will send.
+            if let Some(mtu) = s.env.get("FI_UET_MTU").and_then(|m| m.parse().ok()) {
+                fabric.switch.mtu = mtu;
+            }
+            return Ok(fabric);
         }
     }
     toml::from_str(&text).map_err(|e| format!("{path}: {e}"))
