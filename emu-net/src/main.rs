@@ -254,6 +254,12 @@ fn run(args: &Args) -> ExitCode {
     {
         eprintln!("uet-emu: WARNING: some runs are not valid measurements (see the notes above)");
     }
+    // --check: the traffic must have crossed the relay (a flow that did not
+    // complete already failed the run). Keeping up is not checked: it
+    // depends on the machine's load.
+    if args.0.iter().any(|a| a == "--check") && results.iter().any(|r| !r.summary.crossed_relay) {
+        return fail("--check: no datagram crossed the relay (the provider lacks FI_UET_FABRIC)");
+    }
     ExitCode::SUCCESS
 }
 
