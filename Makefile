@@ -175,7 +175,7 @@ $(BUILD):
 DEMO_SCENARIOS ?= incast8 permutation16
 
 demo: install ## Install, fi_pingpong uet vs tcp, then incast and permutation through emu-net (results/)
-	fabtests/scripts/demo.sh $(PREFIX) || true
+	DEMO_ITERS=$${DEMO_ITERS:-200} fabtests/scripts/demo.sh $(PREFIX) || true
 	@for s in $(DEMO_SCENARIOS); do \
 	  $(RUN_ENV) $(PREFIX)/bin/uet-emu run fabtests/scenarios/$$s.toml --out results/$$s \
 	    --matrix $(PREFIX)/bin/uet_matrix --plot fabtests/scripts/plot_matrix.py || exit 1; done
