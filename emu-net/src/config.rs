@@ -105,6 +105,9 @@ pub struct SwitchConfig {
     pub mtu: usize,
     /// Width of one time-series bucket, ns.
     pub sample_ns: u64,
+    /// Microseconds after a link goes down until routing stops using it
+    /// (unset: never; packets hashed onto it are lost until it comes up).
+    pub reroute_us: Option<f64>,
 }
 
 impl Default for SwitchConfig {
@@ -118,6 +121,7 @@ impl Default for SwitchConfig {
             host_buffer_bytes: 16 << 20,
             mtu: 4096,
             sample_ns: 100_000,
+            reroute_us: None,
         }
     }
 }

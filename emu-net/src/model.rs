@@ -220,6 +220,8 @@ pub struct Port {
     pub kmin_bytes: u64,
     pub kmax_bytes: u64,
     pub up: bool,
+    /// Down long enough that routing no longer uses it.
+    pub routed_around: bool,
     pub loss: f64,
     data: VecDeque<Packet>,
     data_bytes: u64,
@@ -280,6 +282,9 @@ enum EventKind {
     PortFree { port: usize },
     /// A scheduled link event (index into the configured events).
     Link { index: usize },
+    /// Routing converged around a failed link: switches stop choosing
+    /// these ports (if they are still down).
+    Reroute { ports: Vec<usize> },
 }
 
 #[derive(Debug)]
@@ -427,6 +432,7 @@ impl Fabric {
                 kmin_bytes: 0,
                 kmax_bytes: 0,
                 up: true,
+                routed_around: false,
                 loss: 0.0,
                 data: VecDeque::new(),
                 data_bytes: 0,
@@ -716,6 +722,13 @@ impl Fabric {
                     self.start_next(port);
                 }
                 EventKind::Link { index } => self.apply_link_event(index),
+                EventKind::Reroute { ports } => {
+                    for p in ports {
+                        if !self.ports[p].up {
+                            self.ports[p].routed_around = true;
+                        }
+                    }
+                }
             }
         }
     }
@@ -724,6 +737,13 @@ impl Fabric {
         let e = self.config.events[index].clone();
         let now = self.now;
         let width = self.config.switch.sample_ns;
+        if e.action == LinkAction::Down {
+            if let Some(us) = self.config.switch.reroute_us {
+                let ports = self.link_ports(&e.link[0], &e.link[1]);
+                let at = now + (us.max(0.0) * 1000.0) as u64;
+                self.push(at, EventKind::Reroute { ports });
+            }
+        }
         for p in self.link_ports(&e.link[0], &e.link[1]) {
             let port = &mut self.ports[p];
             port.roll(now, width);
@@ -737,6 +757,7 @@ impl Fabric {
                 }
                 LinkAction::Up => {
                     port.up = true;
+                    port.routed_around = false;
                     port.gbps = port.base_gbps;
                     port.loss = 0.0;
                 }
@@ -757,12 +778,25 @@ impl Fabric {
             n.ports.first().copied()
         } else {
             let hops = &n.routes[packet.dst_host];
-            match hops.len() {
+            // After routing converged around failed links, hash over the
+            // remaining next hops only (all of them if none remains).
+            let usable = |p: &&usize| !self.ports[**p].routed_around;
+            let k = match hops.iter().filter(usable).count() {
+                0 => hops.len(),
+                k => k,
+            };
+            let all = k == hops.len();
+            match k {
                 0 => None,
-                1 => Some(hops[0]),
+                1 if all => Some(hops[0]),
                 k => {
                     let h = flow_hash(packet.src, packet.dst, n.salt);
-                    Some(hops[(h % k as u64) as usize])
+                    let i = (h % k as u64) as usize;
+                    if all {
+                        Some(hops[i])
+                    } else {
+                        hops.iter().filter(usable).nth(i).copied()
+                    }
                 }
             }
         };
@@ -1292,6 +1326,33 @@ mod tests {
 
     /// (time, host, tos, length) of each delivery.
     type Trace = Vec<(u64, usize, u8, usize)>;
+
+    #[test]
+    fn routing_converges_around_a_failed_link_after_the_delay() {
+        let mut cfg = leaf_spine(2, 2, 1, 8);
+        cfg.switch.reroute_us = Some(100.0);
+        cfg.events = vec![LinkEvent {
+            at_us: 0.0,
+            link: ["leaf0".into(), "spine0".into()],
+            action: LinkAction::Down,
+        }];
+        let mut f = Fabric::new(cfg).unwrap();
+        // 64 entropies at 50 us, again at 200 us (after convergence).
+        for round in [50_000u64, 200_000] {
+            for i in 0..64u16 {
+                let t = round + i as u64 * 10;
+                f.send(t, 0, pkt(0, 30000 + i, 1, data_bytes(200, 0), ECT0, t));
+            }
+        }
+        let out = drain(&mut f);
+        let early = out.iter().filter(|d| d.packet.tag < 200_000).count();
+        let late = out.iter().filter(|d| d.packet.tag >= 200_000).count();
+        assert!(
+            early > 0 && early < 64,
+            "before convergence some hash to the dead link: {early}"
+        );
+        assert_eq!(late, 64, "after convergence none does");
+    }
 
     fn run_permutation(seed: u64) -> (Trace, Vec<PortCounters>) {
         let mut cfg = leaf_spine(2, 2, 2, seed);
