@@ -21,17 +21,21 @@ export CARGO_TERM_COLOR ?= never
 # libclang for bindgen, valgrind for leak runs; python3 and iproute2 (ss)
 # are used by fabtests/scripts.
 DEB_PKGS  := libfabric-dev libfabric-bin libclang-dev openmpi-bin libopenmpi-dev \
-             pkg-config valgrind python3 iproute2
+             pkg-config valgrind python3 iproute2 python3-matplotlib
 
-# C programs: every fabtests/functional/*.c and fabtests/mpi/*.c is one
-# program (headers beside them are shared). Absent directories build nothing.
+# C programs: every fabtests/functional/*.c, fabtests/matrix/*.c and
+# fabtests/mpi/*.c is one program (headers beside them are shared). Absent
+# directories build nothing.
+MATRIX_SRC := $(wildcard fabtests/matrix/*.c)
+MATRIX_HDR := $(wildcard fabtests/matrix/*.h)
+MATRIX_BIN := $(patsubst fabtests/matrix/%.c,$(BUILD)/bin/%,$(MATRIX_SRC))
 FUNC_SRC  := $(wildcard fabtests/functional/*.c)
 MPI_SRC   := $(wildcard fabtests/mpi/*.c)
 FUNC_HDR  := $(wildcard fabtests/functional/*.h)
 MPI_HDR   := $(wildcard fabtests/mpi/*.h)
 FUNC_BIN  := $(patsubst fabtests/functional/%.c,$(BUILD)/bin/%,$(FUNC_SRC))
 MPI_BIN   := $(patsubst fabtests/mpi/%.c,$(BUILD)/bin/%,$(MPI_SRC))
-SCRIPTS   := $(wildcard fabtests/scripts/*.sh)
+SCRIPTS   := $(wildcard fabtests/scripts/*.sh) $(wildcard fabtests/scripts/*.py)
 
 # What selects the freshly installed provider in the test stages.
 RUN_ENV   := FI_PROVIDER_PATH=$(LIBDIR) FI_PROVIDER=uet
@@ -42,8 +46,9 @@ T_FUNC    := 180
 T_PP      := 300
 T_MPI     := 150
 T_BIG     := 180
+T_MATRIX  := 120
 
-TEST_STAGES := test-lint test-rust test-discovery test-functional test-pingpong test-mpi test-big
+TEST_STAGES := test-lint test-rust test-discovery test-functional test-pingpong test-mpi test-big test-matrix
 
 .PHONY: all build rust c-progs deps install test $(TEST_STAGES) demo lint fmt clean help fuzz
 
@@ -79,10 +84,15 @@ build: rust c-progs ## deps + cargo build --release --workspace + C programs in 
 rust: deps
 	$(CARGO) build --release --workspace
 
-c-progs: $(FUNC_BIN) $(MPI_BIN)
+c-progs: $(FUNC_BIN) $(MATRIX_BIN) $(MPI_BIN)
 
 # `| deps`: the compilers and headers come from the Debian packages.
 $(BUILD)/bin/%: fabtests/functional/%.c $(FUNC_HDR) | deps
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -I$(CURDIR)/include $$(pkg-config --cflags libfabric) -o $@ $< \
+	  $$(pkg-config --libs libfabric)
+
+$(BUILD)/bin/%: fabtests/matrix/%.c $(MATRIX_HDR) | deps
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -I$(CURDIR)/include $$(pkg-config --cflags libfabric) -o $@ $< \
 	  $$(pkg-config --libs libfabric)
@@ -95,7 +105,7 @@ install: build ## Install into PREFIX (default ./install; no root needed)
 	install -d $(LIBDIR) $(PREFIX)/include/rdma $(PREFIX)/bin
 	install -m 0755 $(SO) $(LIBDIR)/libuet-fi.so
 	install -m 0644 include/rdma/fi_ext_uet.h $(PREFIX)/include/rdma/
-	install -m 0755 target/release/uet-emu $(FUNC_BIN) $(MPI_BIN) $(SCRIPTS) $(PREFIX)/bin/
+	install -m 0755 target/release/uet-emu $(FUNC_BIN) $(MATRIX_BIN) $(MPI_BIN) $(SCRIPTS) $(PREFIX)/bin/
 
 # The stages run one after another (also under -j) and the first failure
 # stops make.
@@ -152,12 +162,25 @@ test-big:
 	@echo "== [7/7] one 256 MiB message"
 	$(RUN_ENV) timeout $(T_BIG) $(PREFIX)/bin/uet_functional -p uet -b -t big
 
+# Needs the provider's relay support (FI_UET_FABRIC): --check fails when no
+# datagram crossed the relay or a flow did not complete.
+test-matrix:
+	@echo "== [8] connection matrix through the emu-net relay (smoke scenario)"
+	$(RUN_ENV) timeout $(T_MATRIX) $(PREFIX)/bin/uet-emu run fabtests/scenarios/smoke.toml \
+	  --out $(BUILD)/matrix-smoke --matrix $(PREFIX)/bin/uet_matrix --check
+
 $(TEST_STAGES): | $(BUILD)
 $(BUILD):
 	@mkdir -p $@
 
-demo: install ## Install, then fi_pingpong over uet beside tcp on 127.0.0.1
-	fabtests/scripts/demo.sh $(PREFIX)
+DEMO_SCENARIOS ?= incast8 permutation16
+
+demo: install ## Install, fi_pingpong uet vs tcp, then incast and permutation through emu-net (results/)
+	DEMO_ITERS=$${DEMO_ITERS:-200} fabtests/scripts/demo.sh $(PREFIX) || true
+	@for s in $(DEMO_SCENARIOS); do \
+	  $(RUN_ENV) $(PREFIX)/bin/uet-emu run fabtests/scenarios/$$s.toml --out results/$$s \
+	    --matrix $(PREFIX)/bin/uet_matrix --plot fabtests/scripts/plot_matrix.py || exit 1; done
+	@echo "== make demo: tables in results/*/table.txt, plots in results/*/ (PNG and SVG)"
 
 # Fuzzing: cargo-fuzz on stable Rust (RUSTC_BOOTSTRAP lets it pass its
 # nightly-only flags; no sanitizer, debug assertions on). Each target runs

@@ -1,7 +1,22 @@
 //! emu-net: the software UET fabric.
 //!
-//! This crate will hold the switch model (per-port egress queues, ECN marking
-//! at dequeue, trimming, ECMP over source-port entropy) and its front-ends
-//! (a rootless UDP relay, network namespaces, a virtual-time simulator), all
-//! driving the same sans-IO core as the provider. Today it holds only the
-//! `uet-emu` binary's command line; the model is not written yet.
+//! * [`config`] the fabric description (topology, switch settings, link
+//!   events), read from scenario files.
+//! * [`model`] the switch model: a deterministic discrete-event fabric in
+//!   virtual time with per-port data and control queues, RED ECN marking at
+//!   dequeue, trimming, ECMP over the source-port entropy and link events.
+//! * [`relay`] the rootless front-end: a UDP relay on loopback that runs the
+//!   model in real time between provider endpoints.
+//! * [`scenario`] connection-matrix scenario files (fabric, flows, patterns,
+//!   variants), [`ideal`] their ideal completion times from the topology,
+//!   and [`runner`] the end-to-end run behind `uet-emu run`.
+
+pub mod config;
+pub mod ideal;
+pub mod model;
+pub mod relay;
+pub mod runner;
+pub mod scenario;
+
+pub use config::{FabricConfig, LinkAction, LinkEvent, SwitchConfig, TopologyConfig, TopologyKind};
+pub use model::{Delivery, Fabric, Packet};

@@ -1,19 +1,279 @@
 //! `uet-emu`: front-end of the software UET fabric.
+//!
+//! ```text
+//! uet-emu relay --config FILE [--listen ADDR] [--first-host N] [--duration S] [--report FILE]
+//! uet-emu run SCENARIO --out DIR [--variant NAME] [--matrix PATH]
+//!             [--provider-path DIR] [--plot SCRIPT] [--max-lag-us N]
+//! ```
 
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::atomic::AtomicBool;
+use std::time::Duration;
+
+use emu_net::relay::{Relay, RelaySettings};
+use emu_net::runner::{self, RunOptions};
+use emu_net::scenario::Scenario;
+use emu_net::{Fabric, FabricConfig};
+
+const USAGE: &str = "usage:
+  uet-emu relay --config FILE [--listen 127.0.0.1:4790] [--first-host 2] [--duration S] [--report FILE]
+      Run the switch model as a UDP relay; host i is 127.0.0.(first-host + i).
+      FILE is a scenario (its [fabric] table) or a bare fabric description.
+  uet-emu run SCENARIO --out DIR [--variant NAME] [--matrix PATH] [--provider-path DIR]
+              [--plot SCRIPT] [--max-lag-us N] [--first-host N]
+              [--check]
+      Run a connection-matrix scenario end to end and write results to DIR.
+      --check fails unless the traffic crossed the relay.
+  uet-emu --version";
+
+struct Args(Vec<String>);
+
+impl Args {
+    fn opt(&self, name: &str) -> Option<&str> {
+        self.0
+            .iter()
+            .position(|a| a == name)
+            .and_then(|i| self.0.get(i + 1))
+            .map(String::as_str)
+    }
+    fn positional(&self) -> Option<&str> {
+        let mut skip = false;
+        for a in &self.0 {
+            if skip {
+                skip = false;
+                continue;
+            }
+            if a.starts_with("--") {
+                skip = true;
+                continue;
+            }
+            return Some(a);
+        }
+        None
+    }
+}
+
+fn fail(msg: impl std::fmt::Display) -> ExitCode {
+    eprintln!("uet-emu: {msg}");
+    ExitCode::from(1)
+}
+
+fn load_fabric(path: &str) -> Result<FabricConfig, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{path}: {e}"))?;
+    if let Ok(s) = Scenario::from_toml(&text) {
+        if text.contains("[fabric") {
+            let mut fabric = s.fabric;
+            // Size BDP and buffers for the packets the hosts will send.
+            if let Some(mtu) = s.env.get("FI_UET_MTU").and_then(|m| m.parse().ok()) {
+                fabric.switch.mtu = mtu;
+            }
+            return Ok(fabric);
+        }
+    }
+    toml::from_str(&text).map_err(|e| format!("{path}: {e}"))
+}
+
+fn relay(args: &Args) -> ExitCode {
+    let Some(config) = args.opt("--config") else {
+        return fail(USAGE);
+    };
+    let cfg = match load_fabric(config) {
+        Ok(c) => c,
+        Err(e) => return fail(e),
+    };
+    let fabric = match Fabric::new(cfg) {
+        Ok(f) => f,
+        Err(e) => return fail(e),
+    };
+    let listen = match args.opt("--listen").unwrap_or("127.0.0.1:4790").parse() {
+        Ok(a) => a,
+        Err(e) => return fail(format!("--listen: {e}")),
+    };
+    let first: u8 = args
+        .opt("--first-host")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(2);
+    let hosts = RelaySettings::loopback_hosts(fabric.hosts.len(), first);
+    let mut relay = match Relay::bind(
+        fabric,
+        RelaySettings {
+            listen,
+            hosts: hosts.clone(),
+            max_lag_ns: 100_000,
+            sockbuf: 16 << 20,
+            realtime: true,
+        },
+    ) {
+        Ok(r) => r,
+        Err(e) => return fail(e),
+    };
+    eprintln!(
+        "uet-emu relay on {} for hosts {}..{}",
+        listen,
+        hosts[0],
+        hosts[hosts.len() - 1]
+    );
+    let stop = AtomicBool::new(false);
+    let duration = args.opt("--duration").and_then(|v| v.parse::<f64>().ok());
+    std::thread::scope(|s| {
+        if let Some(d) = duration {
+            let stop = &stop;
+            s.spawn(move || {
+                std::thread::sleep(Duration::from_secs_f64(d.max(0.0)));
+                stop.store(true, std::sync::atomic::Ordering::Relaxed);
+            });
+        }
+        relay.run(&stop);
+    });
+    let report = relay.report();
+    if !report.kept_up {
+        eprintln!(
+            "uet-emu relay: DID NOT KEEP UP: {}",
+            report.problems.join("; ")
+        );
+    }
+    if let Some(path) = args.opt("--report") {
+        match serde_json::to_string_pretty(&report) {
+            Ok(j) => {
+                if let Err(e) = std::fs::write(path, j) {
+                    return fail(format!("{path}: {e}"));
+                }
+            }
+            Err(e) => return fail(e),
+        }
+    }
+    ExitCode::SUCCESS
+}
+
+/// A file next to the executable's install dir or in the source tree.
+fn find(candidates: &[PathBuf]) -> Option<PathBuf> {
+    candidates.iter().find(|p| p.exists()).cloned()
+}
+
+fn run(args: &Args) -> ExitCode {
+    let (Some(path), Some(out)) = (args.positional(), args.opt("--out")) else {
+        return fail(USAGE);
+    };
+    let text = match std::fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) => return fail(format!("{path}: {e}")),
+    };
+    let mut scenario = match Scenario::from_toml(&text) {
+        Ok(s) => s,
+        Err(e) => return fail(format!("{path}: {e}")),
+    };
+    if scenario.name.is_empty() {
+        scenario.name = Path::new(path)
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default();
+    }
+    let exe_dir = std::env::current_exe()
+        .ok()
+        .and_then(|p| p.parent().map(Path::to_path_buf))
+        .unwrap_or_default();
+    let matrix = match args.opt("--matrix") {
+        Some(m) => PathBuf::from(m),
+        None => match find(&[
+            exe_dir.join("uet_matrix"),
+            PathBuf::from("build/bin/uet_matrix"),
+        ]) {
+            Some(p) => p,
+            None => return fail("uet_matrix not found (make build, or --matrix PATH)"),
+        },
+    };
+    let provider_path = args.opt("--provider-path").map(PathBuf::from).or_else(|| {
+        std::env::var_os("FI_PROVIDER_PATH")
+            .map(PathBuf::from)
+            .or_else(|| {
+                find(&[
+                    exe_dir.join("../lib/libfabric"),
+                    PathBuf::from("install/lib/libfabric"),
+                ])
+            })
+    });
+    let out = PathBuf::from(out);
+    if let Err(e) = std::fs::create_dir_all(&out) {
+        return fail(format!("{}: {e}", out.display()));
+    }
+    let opts = RunOptions {
+        out: out.clone(),
+        variant: args.opt("--variant").map(str::to_string),
+        matrix,
+        provider_path,
+        first_host: args
+            .opt("--first-host")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(2),
+        max_lag_us: args
+            .opt("--max-lag-us")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(100),
+        realtime: true,
+    };
+    let results = match runner::run(&scenario, &opts) {
+        Ok(r) => r,
+        Err(e) => return fail(e),
+    };
+    let table = runner::table(&results);
+    println!("== {}: {}", scenario.name, scenario.description);
+    print!("{table}");
+    let _ = std::fs::write(out.join("table.txt"), &table);
+    let plot = args.opt("--plot").map(PathBuf::from).or_else(|| {
+        find(&[
+            exe_dir.join("plot_matrix.py"),
+            PathBuf::from("fabtests/scripts/plot_matrix.py"),
+        ])
+    });
+    match plot {
+        Some(script) => {
+            let python = if Path::new("/usr/bin/python3").exists() {
+                "/usr/bin/python3"
+            } else {
+                "python3"
+            };
+            match std::process::Command::new(python)
+                .arg(&script)
+                .arg(&out)
+                .status()
+            {
+                Ok(s) if s.success() => println!("plots in {}", out.display()),
+                Ok(s) => eprintln!(
+                    "uet-emu: plotting failed ({s}); results are in {}",
+                    out.display()
+                ),
+                Err(e) => eprintln!("uet-emu: cannot run {python}: {e}"),
+            }
+        }
+        None => eprintln!("uet-emu: plot_matrix.py not found; no plots"),
+    }
+    if results
+        .iter()
+        .any(|r| !r.summary.kept_up || !r.summary.crossed_relay)
+    {
+        eprintln!("uet-emu: WARNING: some runs are not valid measurements (see the notes above)");
+    }
+    // --check: the traffic must have crossed the relay (a flow that did not
+    // complete already failed the run). Keeping up is not checked: it
+    // depends on the machine's load.
+    if args.0.iter().any(|a| a == "--check") && results.iter().any(|r| !r.summary.crossed_relay) {
+        return fail("--check: no datagram crossed the relay (the provider lacks FI_UET_FABRIC)");
+    }
+    ExitCode::SUCCESS
+}
 
 fn main() -> ExitCode {
-    match std::env::args().nth(1).as_deref() {
+    let argv: Vec<String> = std::env::args().skip(1).collect();
+    match argv.first().map(String::as_str) {
         Some("--version") | Some("-V") => {
             println!("uet-emu {}", env!("CARGO_PKG_VERSION"));
             ExitCode::SUCCESS
         }
+        Some("relay") => relay(&Args(argv[1..].to_vec())),
+        Some("run") => run(&Args(argv[1..].to_vec())),
         _ => {
-            eprintln!(
-                "uet-emu {}: the switch model and its relay are not built yet.\n\
-                 usage: uet-emu --version",
-                env!("CARGO_PKG_VERSION")
-            );
+            eprintln!("{USAGE}");
             ExitCode::from(2)
         }
     }

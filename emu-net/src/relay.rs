@@ -1,0 +1,495 @@
+//! The rootless front-end: a UDP relay on loopback that runs the switch
+//! model in real time between provider endpoints.
+//!
+//! Each host process binds its own loopback address (`127.0.0.<N>`, the
+//! provider's `FI_UET_SRC_ADDR`) and sends every datagram to the relay
+//! wrapped in a [`RelayHeader`] naming its destination. The relay maps the
+//! datagram's source IP to a host of the topology and the header's address to
+//! the destination host, injects the UET bytes into the model at the kernel's
+//! receive timestamp, and delivers what the model hands out when its time
+//! comes: with a relay header naming the original source, the IP TOS byte set
+//! per datagram (CE marks, trimmed DSCP) through an `IP_TOS` control message,
+//! and truncated when trimmed.
+//!
+//! Real time is the model's clock, so the relay must keep up: it counts its
+//! socket's receive-queue overflows (`SO_RXQ_OVFL`), failed sends, and how
+//! late each delivery left compared to its model time; [`RelayReport`]
+//! says whether the run kept up.
+
+use std::collections::{BTreeMap, HashMap};
+use std::io::IoSliceMut;
+use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::os::fd::{AsFd, AsRawFd};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use nix::sys::socket::{
+    self, sockopt, ControlMessage, ControlMessageOwned, MsgFlags, SockaddrStorage,
+};
+use serde::Serialize;
+use uet::wire::RelayHeader;
+
+use crate::model::{Delivery, Fabric, FabricTotals, Packet, PortCounters, Sample};
+
+/// Largest datagram the relay accepts (relay header + UET bytes).
+const MAX_DATAGRAM: usize = 65_536;
+
+#[derive(Clone, Debug)]
+pub struct RelaySettings {
+    /// Where the relay listens (the provider's `FI_UET_FABRIC`).
+    pub listen: SocketAddr,
+    /// IP address of each host, in topology order.
+    pub hosts: Vec<IpAddr>,
+    /// A delivery leaving later than this after its model time counts as
+    /// late; a run whose 99th percentile is later did not keep up.
+    pub max_lag_ns: u64,
+    /// Socket buffer requested for the relay socket, bytes.
+    pub sockbuf: usize,
+    /// Ask for SCHED_FIFO priority for the relay thread (through `chrt`,
+    /// which needs root or CAP_SYS_NICE): on a loaded machine a relay at
+    /// normal priority falls behind the clock.
+    pub realtime: bool,
+}
+
+impl RelaySettings {
+    /// Host `i` at `127.0.0.<first + i>`.
+    pub fn loopback_hosts(n: usize, first: u8) -> Vec<IpAddr> {
+        (0..n)
+            .map(|i| IpAddr::from([127, 0, 0, first.saturating_add(i as u8)]))
+            .collect()
+    }
+}
+
+/// Counters of the relay itself.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct RelayCounters {
+    pub received: u64,
+    pub delivered: u64,
+    pub malformed: u64,
+    pub unknown_source: u64,
+    pub unknown_destination: u64,
+    /// Datagrams the kernel dropped before the relay read them.
+    pub socket_drops: u64,
+    pub send_errors: u64,
+    /// Datagrams that arrived without an ECN-capable codepoint (never
+    /// marked; the provider sends data as ECT(0)).
+    pub not_ect: u64,
+    /// Deliveries later than `max_lag_ns`.
+    pub late: u64,
+    pub max_lag_ns: u64,
+    /// Largest delay between the kernel's receive timestamp and the time
+    /// the relay handed the datagram to the model.
+    pub max_ingress_lag_ns: u64,
+    /// The relay thread ran at real-time (SCHED_FIFO) priority.
+    pub realtime: bool,
+}
+
+/// One port in the report.
+#[derive(Clone, Debug, Serialize)]
+pub struct PortReport {
+    pub name: String,
+    pub gbps: f64,
+    pub buffer_bytes: u64,
+    pub kmin_bytes: u64,
+    pub kmax_bytes: u64,
+    pub counters: PortCounters,
+    pub series: Vec<Sample>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct RelayReport {
+    pub kept_up: bool,
+    /// CLOCK_REALTIME ns of model time 0 (aligns the series with host times).
+    pub epoch_realtime_ns: u64,
+    /// Why the run did not keep up (empty when it did).
+    pub problems: Vec<String>,
+    pub duration_ns: u64,
+    pub lag_p50_ns: u64,
+    pub lag_p99_ns: u64,
+    pub relay: RelayCounters,
+    pub fabric: FabricTotals,
+    pub base_rtt_ns: u64,
+    pub bdp_bytes: u64,
+    pub sample_ns: u64,
+    pub ports: Vec<PortReport>,
+    pub pairs: Vec<PairSeries>,
+}
+
+pub struct Relay {
+    socket: UdpSocket,
+    fabric: Fabric,
+    settings: RelaySettings,
+    hosts: HashMap<IpAddr, usize>,
+    /// Wall-clock origin of model time (CLOCK_REALTIME, the clock of the
+    /// kernel's receive timestamps).
+    epoch: SystemTime,
+    counters: RelayCounters,
+    /// Lag histogram in microsecond buckets (last bucket: everything later).
+    lag_us: Vec<u64>,
+    /// Payload bytes delivered per (source host, destination host) and
+    /// time bucket, whole data packets only.
+    pairs: BTreeMap<(usize, usize), BTreeMap<u64, u64>>,
+}
+
+/// Delivered data bytes of one host pair over time.
+#[derive(Clone, Debug, Serialize)]
+pub struct PairSeries {
+    pub src: usize,
+    pub dst: usize,
+    /// (bucket start ns, bytes delivered in the bucket)
+    pub bytes: Vec<(u64, u64)>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum RelayError {
+    #[error("relay socket: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("relay socket option: {0}")]
+    Sys(#[from] nix::Error),
+    #[error("relay needs one address per host: {hosts} hosts, {addrs} addresses")]
+    Hosts { hosts: usize, addrs: usize },
+}
+
+/// Move the calling thread to SCHED_FIFO priority 20 with `chrt` (no
+/// unsafe code needed); true when it worked.
+fn set_realtime_priority() -> bool {
+    let tid = nix::unistd::gettid();
+    std::process::Command::new("chrt")
+        .args(["-f", "-p", "20", &tid.to_string()])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+fn ns_since(epoch: SystemTime, t: SystemTime) -> u64 {
+    t.duration_since(epoch).unwrap_or(Duration::ZERO).as_nanos() as u64
+}
+
+impl Relay {
+    pub fn bind(fabric: Fabric, settings: RelaySettings) -> Result<Relay, RelayError> {
+        if settings.hosts.len() != fabric.hosts.len() {
+            return Err(RelayError::Hosts {
+                hosts: fabric.hosts.len(),
+                addrs: settings.hosts.len(),
+            });
+        }
+        let s = socket2::Socket::new(
+            socket2::Domain::for_address(settings.listen),
+            socket2::Type::DGRAM,
+            None,
+        )?;
+        s.bind(&settings.listen.into())?;
+        s.set_nonblocking(true)?;
+        let socket: UdpSocket = s.into();
+        // Bursts of every sender's window arrive at once: ask for the
+        // buffer past rmem_max when privileged, else as much as allowed. A
+        // smaller buffer only shows up as socket drops in the report.
+        let size = settings.sockbuf;
+        if socket::setsockopt(&socket, sockopt::RcvBufForce, &size).is_err() {
+            let _ = socket::setsockopt(&socket, sockopt::RcvBuf, &size);
+        }
+        if socket::setsockopt(&socket, sockopt::SndBufForce, &size).is_err() {
+            let _ = socket::setsockopt(&socket, sockopt::SndBuf, &size);
+        }
+        socket::setsockopt(&socket, sockopt::RxqOvfl, &1)?;
+        socket::setsockopt(&socket, sockopt::ReceiveTimestampns, &true)?;
+        if settings.listen.is_ipv4() {
+            socket::setsockopt(&socket, sockopt::IpRecvTos, &true)?;
+        }
+        let hosts = settings
+            .hosts
+            .iter()
+            .enumerate()
+            .map(|(i, a)| (*a, i))
+            .collect();
+        Ok(Relay {
+            socket,
+            fabric,
+            settings,
+            hosts,
+            epoch: SystemTime::now(),
+            counters: RelayCounters::default(),
+            lag_us: vec![0; 10_001],
+            pairs: BTreeMap::new(),
+        })
+    }
+
+    pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        self.socket.local_addr()
+    }
+
+    pub fn fabric(&self) -> &Fabric {
+        &self.fabric
+    }
+
+    fn now_ns(&self) -> u64 {
+        ns_since(self.epoch, SystemTime::now())
+    }
+
+    /// Relay until `stop` is set. Model time starts now.
+    pub fn run(&mut self, stop: &AtomicBool) {
+        // Wake-ups within a microsecond of the requested time, not the
+        // default 50 us slack.
+        let _ = nix::sys::prctl::set_timerslack(1_000);
+        if self.settings.realtime {
+            self.counters.realtime = set_realtime_priority();
+        }
+        self.epoch = SystemTime::now();
+        let mut buf = vec![0u8; MAX_DATAGRAM];
+        let mut cmsg = nix::cmsg_space!(u32, nix::sys::time::TimeSpec, i32);
+        while !stop.load(Ordering::Relaxed) {
+            let now = self.now_ns();
+            for d in self.fabric.advance(now) {
+                self.deliver(d);
+            }
+            // Read what waits, but stop as soon as a delivery falls due so
+            // a burst of arrivals does not delay departures.
+            let mut got = 0;
+            while got < 64 {
+                match self.receive(&mut buf, &mut cmsg) {
+                    Ok(true) => got += 1,
+                    Ok(false) | Err(_) => break,
+                }
+                if self
+                    .fabric
+                    .next_event_time()
+                    .is_some_and(|t| t <= self.now_ns())
+                {
+                    break;
+                }
+            }
+            if got > 0 {
+                continue;
+            }
+            self.wait();
+        }
+        self.fabric.finish();
+    }
+
+    /// Sleep until a datagram arrives or the model's next event is due.
+    /// The last few microseconds are spun, since sleeps overshoot.
+    fn wait(&self) {
+        const SPIN_NS: u64 = 20_000;
+        const MAX_SLEEP_NS: u64 = 2_000_000;
+        let now = self.now_ns();
+        let until_next = self
+            .fabric
+            .next_event_time()
+            .map(|t| t.saturating_sub(now))
+            .unwrap_or(MAX_SLEEP_NS)
+            .min(MAX_SLEEP_NS);
+        if until_next <= SPIN_NS {
+            std::hint::spin_loop();
+            return;
+        }
+        let sleep = until_next - SPIN_NS;
+        let mut fds = [nix::poll::PollFd::new(
+            self.socket.as_fd(),
+            nix::poll::PollFlags::POLLIN,
+        )];
+        let ts = nix::sys::time::TimeSpec::from_duration(Duration::from_nanos(sleep));
+        let _ = nix::poll::ppoll(&mut fds, Some(ts), None);
+    }
+
+    /// Read one datagram and hand it to the model; false when none waits.
+    fn receive(&mut self, buf: &mut [u8], cmsg: &mut [u8]) -> nix::Result<bool> {
+        let (n, from, overflow, stamp, tos) = {
+            let mut iov = [IoSliceMut::new(buf)];
+            let msg = match socket::recvmsg::<SockaddrStorage>(
+                self.socket.as_raw_fd(),
+                &mut iov,
+                Some(cmsg),
+                MsgFlags::MSG_DONTWAIT,
+            ) {
+                Ok(m) => m,
+                Err(nix::errno::Errno::EAGAIN) => return Ok(false),
+                Err(e) => return Err(e),
+            };
+            let mut overflow = None;
+            let mut stamp = None;
+            let mut tos = 0u8;
+            if let Ok(it) = msg.cmsgs() {
+                for c in it {
+                    match c {
+                        ControlMessageOwned::RxqOvfl(d) => overflow = Some(d),
+                        ControlMessageOwned::Ipv4Tos(t) => tos = t,
+                        ControlMessageOwned::ScmTimestampns(ts) => {
+                            stamp = Some(
+                                UNIX_EPOCH + Duration::new(ts.tv_sec() as u64, ts.tv_nsec() as u32),
+                            )
+                        }
+                        _ => {}
+                    }
+                }
+            }
+            let from = msg.address.and_then(|a| {
+                a.as_sockaddr_in()
+                    .map(|v| SocketAddr::V4((*v).into()))
+                    .or_else(|| a.as_sockaddr_in6().map(|v| SocketAddr::V6((*v).into())))
+            });
+            (msg.bytes, from, overflow, stamp, tos)
+        };
+        if let Some(d) = overflow {
+            // The kernel reports its cumulative count of drops.
+            self.counters.socket_drops = self.counters.socket_drops.max(d as u64);
+        }
+        self.counters.received += 1;
+        let Some(from) = from else {
+            self.counters.malformed += 1;
+            return Ok(true);
+        };
+        let Ok(header) = RelayHeader::parse(&buf[..n]) else {
+            self.counters.malformed += 1;
+            return Ok(true);
+        };
+        let Some(&src_host) = self.hosts.get(&from.ip()) else {
+            self.counters.unknown_source += 1;
+            return Ok(true);
+        };
+        let Some(&dst_host) = self.hosts.get(&header.addr.ip()) else {
+            self.counters.unknown_destination += 1;
+            return Ok(true);
+        };
+        let now = self.now_ns();
+        let at = stamp
+            .map(|t| ns_since(self.epoch, t))
+            .unwrap_or(now)
+            .min(now);
+        self.counters.max_ingress_lag_ns = self.counters.max_ingress_lag_ns.max(now - at);
+        if !uet::wire::Ecn::from_tos(tos).is_ect() {
+            self.counters.not_ect += 1;
+        }
+        let packet = Packet {
+            src: from,
+            dst: header.addr,
+            dst_host,
+            tos,
+            data: buf[RelayHeader::LEN..n].to_vec(),
+            tag: 0,
+        };
+        self.fabric.send(at, src_host, packet);
+        Ok(true)
+    }
+
+    fn deliver(&mut self, d: Delivery) {
+        let mut out = Vec::with_capacity(RelayHeader::LEN + d.packet.data.len());
+        out.resize(RelayHeader::LEN, 0);
+        RelayHeader { addr: d.packet.src }.emit(&mut out);
+        out.extend_from_slice(&d.packet.data);
+        let dst = SockaddrStorage::from(d.packet.dst);
+        let tos = d.packet.tos;
+        let cmsgs = [ControlMessage::Ipv4Tos(&tos)];
+        let iov = [std::io::IoSlice::new(&out)];
+        let sent = socket::sendmsg(
+            self.socket.as_raw_fd(),
+            &iov,
+            if d.packet.dst.is_ipv4() { &cmsgs } else { &[] },
+            MsgFlags::MSG_DONTWAIT,
+            Some(&dst),
+        );
+        if sent.is_err() {
+            self.counters.send_errors += 1;
+            return;
+        }
+        self.counters.delivered += 1;
+        if uet::wire::ip::trim_of(tos).is_none()
+            && crate::model::classify(&d.packet.data, tos) == crate::model::Class::Data
+        {
+            if let Some(&src) = self.hosts.get(&d.packet.src.ip()) {
+                let w = self.fabric.config.switch.sample_ns;
+                *self
+                    .pairs
+                    .entry((src, d.host))
+                    .or_default()
+                    .entry(d.time - d.time % w)
+                    .or_default() += d.packet.data.len() as u64;
+            }
+        }
+        let lag = self.now_ns().saturating_sub(d.time);
+        self.counters.max_lag_ns = self.counters.max_lag_ns.max(lag);
+        if lag > self.settings.max_lag_ns {
+            self.counters.late += 1;
+        }
+        let b = ((lag / 1000) as usize).min(self.lag_us.len() - 1);
+        self.lag_us[b] += 1;
+    }
+
+    fn lag_percentile(&self, q: f64) -> u64 {
+        let total: u64 = self.lag_us.iter().sum();
+        if total == 0 {
+            return 0;
+        }
+        let want = (total as f64 * q).ceil() as u64;
+        let mut acc = 0;
+        for (i, c) in self.lag_us.iter().enumerate() {
+            acc += c;
+            if acc >= want {
+                return (i as u64 + 1) * 1000;
+            }
+        }
+        self.lag_us.len() as u64 * 1000
+    }
+
+    /// Counters, lag, per-port series and the verdict on keeping up.
+    pub fn report(&self) -> RelayReport {
+        let c = self.counters.clone();
+        let p99 = self.lag_percentile(0.99);
+        let mut problems = Vec::new();
+        if c.socket_drops > 0 {
+            problems.push(format!(
+                "the kernel dropped {} datagrams at the relay socket",
+                c.socket_drops
+            ));
+        }
+        if c.send_errors > 0 {
+            problems.push(format!("{} deliveries failed to send", c.send_errors));
+        }
+        if p99 > self.settings.max_lag_ns {
+            problems.push(format!(
+                "99% of deliveries left within {} us of their model time, above the {} us limit",
+                p99 / 1000,
+                self.settings.max_lag_ns / 1000
+            ));
+        }
+        let f = &self.fabric;
+        let ports = f
+            .ports
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| p.counters.tx_packets > 0 || p.counters.drops_down > 0)
+            .map(|(i, p)| PortReport {
+                name: f.port_name(i),
+                gbps: p.base_gbps,
+                buffer_bytes: p.buffer_bytes,
+                kmin_bytes: p.kmin_bytes,
+                kmax_bytes: p.kmax_bytes,
+                counters: p.counters.clone(),
+                series: p.series.clone(),
+            })
+            .collect();
+        RelayReport {
+            kept_up: problems.is_empty(),
+            epoch_realtime_ns: ns_since(UNIX_EPOCH, self.epoch),
+            problems,
+            duration_ns: self.now_ns(),
+            lag_p50_ns: self.lag_percentile(0.5),
+            lag_p99_ns: p99,
+            relay: c,
+            fabric: f.totals().clone(),
+            base_rtt_ns: f.max_base_rtt_ns(),
+            bdp_bytes: f.bdp_bytes(),
+            sample_ns: f.config.switch.sample_ns,
+            ports,
+            pairs: self
+                .pairs
+                .iter()
+                .map(|(&(src, dst), b)| PairSeries {
+                    src,
+                    dst,
+                    bytes: b.iter().map(|(&t, &n)| (t, n)).collect(),
+                })
+                .collect(),
+        }
+    }
+}

@@ -1,0 +1,668 @@
+//! The connection-matrix runner: one scenario end to end through the relay.
+//!
+//! For each variant: start the relay in-process, one `uet_matrix` process
+//! per host (bound to its own loopback address, `FI_UET_FABRIC` pointing at
+//! the relay), coordinate their start through files, collect per-flow start
+//! and completion times, compute the ideal from the topology, and write
+//! `results.json` (raw times, relay report), `flows.csv` and a summary.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use serde::Serialize;
+
+use crate::ideal::{ideal, payload_efficiency};
+use crate::model::Fabric;
+use crate::relay::{Relay, RelayReport, RelaySettings};
+use crate::scenario::{FlowSpec, Scenario, Variant};
+
+#[derive(Clone, Debug)]
+pub struct RunOptions {
+    pub out: PathBuf,
+    /// Only this variant (all when None).
+    pub variant: Option<String>,
+    /// The uet_matrix program.
+    pub matrix: PathBuf,
+    /// FI_PROVIDER_PATH for the hosts (None: inherit).
+    pub provider_path: Option<PathBuf>,
+    /// Host i binds 127.0.0.(first_host + i).
+    pub first_host: u8,
+    /// Scheduling-lag limit of the relay's verdict.
+    pub max_lag_us: u64,
+    /// Run the relay thread at SCHED_FIFO priority (see RelaySettings).
+    pub realtime: bool,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct FlowResult {
+    pub id: usize,
+    pub src: usize,
+    pub dst: usize,
+    pub bytes: u64,
+    /// ns after the common start (`go`): the sender posted the message,
+    /// the sender saw its completion, the receiver saw the whole message.
+    pub start_ns: u64,
+    pub send_done_ns: u64,
+    pub recv_done_ns: u64,
+    pub fct_ns: u64,
+    pub ideal_fct_ns: f64,
+    pub inflation: f64,
+}
+
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Summary {
+    pub flows: usize,
+    pub fct_p50_ns: u64,
+    pub fct_p99_ns: u64,
+    pub fct_max_ns: u64,
+    pub ideal_max_ns: f64,
+    /// Slowest flow over the slowest ideal.
+    pub tail_inflation: f64,
+    pub mean_inflation: f64,
+    /// Slowest over fastest FCT.
+    pub spread: f64,
+    /// Jain's index of per-flow throughput (bytes / FCT).
+    pub jain: f64,
+    /// Last completion after the common start, measured and ideal.
+    pub makespan_ns: u64,
+    pub ideal_makespan_ns: f64,
+    pub marks: u64,
+    pub trims: u64,
+    pub drops: u64,
+    pub retransmits: u64,
+    pub kept_up: bool,
+    pub crossed_relay: bool,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct VariantResult {
+    pub scenario: String,
+    pub variant: String,
+    pub env: BTreeMap<String, String>,
+    pub trimming: bool,
+    pub mtu: usize,
+    pub payload_efficiency: f64,
+    pub go_realtime_ns: u64,
+    pub summary: Summary,
+    pub flows: Vec<FlowResult>,
+    pub relay: RelayReport,
+    /// What the run could not measure, said plainly.
+    pub notes: Vec<String>,
+}
+
+fn realtime_ns() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or(Duration::ZERO)
+        .as_nanos() as u64
+}
+
+fn quantile(sorted: &[u64], q: f64) -> u64 {
+    if sorted.is_empty() {
+        return 0;
+    }
+    let i = ((sorted.len() as f64 * q).ceil() as usize).clamp(1, sorted.len()) - 1;
+    sorted[i]
+}
+
+fn kill_all(children: &mut [Child]) {
+    for c in children.iter_mut() {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+}
+
+/// Run every (or the chosen) variant of `scenario`.
+pub fn run(scenario: &Scenario, opts: &RunOptions) -> Result<Vec<VariantResult>, String> {
+    let flows = scenario.expand().map_err(|e| e.to_string())?;
+    let mut out = Vec::new();
+    for v in scenario.runs() {
+        if opts.variant.as_ref().is_some_and(|n| *n != v.name) {
+            continue;
+        }
+        eprintln!("== {} / {}", scenario.name, v.name);
+        let r = run_variant(scenario, &v, &flows, opts)?;
+        out.push(r);
+    }
+    if out.is_empty() {
+        return Err("no variant matched".into());
+    }
+    Ok(out)
+}
+
+fn run_variant(
+    scenario: &Scenario,
+    v: &Variant,
+    flows: &[FlowSpec],
+    opts: &RunOptions,
+) -> Result<VariantResult, String> {
+    let mut fabric_cfg = scenario.fabric.clone();
+    if let Some(t) = v.trimming {
+        fabric_cfg.switch.trimming = t;
+    }
+    let mut env = scenario.env.clone();
+    env.extend(v.env.clone());
+    let mtu = env
+        .get("FI_UET_MTU")
+        .and_then(|m| m.parse().ok())
+        .unwrap_or(fabric_cfg.switch.mtu);
+    fabric_cfg.switch.mtu = mtu;
+    let fabric = Fabric::new(fabric_cfg.clone()).map_err(|e| e.to_string())?;
+    let ideal_flows = ideal(&fabric, flows, mtu);
+    let n = fabric.hosts.len();
+    let hosts = RelaySettings::loopback_hosts(n, opts.first_host);
+    let mut relay = Relay::bind(
+        fabric,
+        RelaySettings {
+            listen: "127.0.0.1:0".parse().map_err(|e| format!("{e}"))?,
+            hosts: hosts.clone(),
+            max_lag_ns: opts.max_lag_us * 1000,
+            sockbuf: 16 << 20,
+            realtime: opts.realtime,
+        },
+    )
+    .map_err(|e| e.to_string())?;
+    let relay_addr = relay.local_addr().map_err(|e| e.to_string())?;
+
+    let dir = opts.out.join(&v.name);
+    let work = dir.join("work");
+    let _ = fs::remove_dir_all(&work);
+    fs::create_dir_all(&work).map_err(|e| format!("{}: {e}", work.display()))?;
+    let mut text = String::new();
+    for (i, f) in flows.iter().enumerate() {
+        let _ = write!(
+            text,
+            "{i} {} {} {} {} {}",
+            f.src,
+            f.dst,
+            f.bytes,
+            (f.start_us * 1000.0) as u64,
+            f.after.len()
+        );
+        for a in &f.after {
+            let _ = write!(text, " {a}");
+        }
+        text.push('\n');
+    }
+    let flows_file = work.join("flows.txt");
+    fs::write(&flows_file, text).map_err(|e| e.to_string())?;
+
+    let stop = AtomicBool::new(false);
+    let timeout = Duration::from_secs_f64(scenario.timeout_s.max(1.0));
+    let outcome: Result<u64, String> = std::thread::scope(|s| {
+        let relay_thread = s.spawn(|| relay.run(&stop));
+        let result = drive_hosts(
+            n,
+            &hosts,
+            relay_addr,
+            &env,
+            &flows_file,
+            &work,
+            opts,
+            timeout,
+        );
+        stop.store(true, Ordering::Relaxed);
+        let _ = relay_thread.join();
+        result
+    });
+    let go = outcome?;
+    let report = relay.report();
+
+    // Collect the hosts' results.
+    let mut start = vec![None; flows.len()];
+    let mut send_done = vec![None; flows.len()];
+    let mut recv_done = vec![None; flows.len()];
+    for h in 0..n {
+        let path = work.join(format!("result.{h}"));
+        let text = fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+        for line in text.lines() {
+            let w: Vec<&str> = line.split_whitespace().collect();
+            let num = |i: usize| w.get(i).and_then(|x| x.parse::<u64>().ok());
+            match w.first().copied() {
+                Some("send") => {
+                    if let (Some(id), Some(a), Some(b)) = (num(1), num(2), num(3)) {
+                        if let Some(slot) = start.get_mut(id as usize) {
+                            *slot = Some(a.saturating_sub(go));
+                            send_done[id as usize] = Some(b.saturating_sub(go));
+                        }
+                    }
+                }
+                Some("recv") => {
+                    if let (Some(id), Some(b)) = (num(1), num(2)) {
+                        if let Some(slot) = recv_done.get_mut(id as usize) {
+                            *slot = Some(b.saturating_sub(go));
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    let mut results = Vec::new();
+    for (i, f) in flows.iter().enumerate() {
+        let (Some(a), Some(sd), Some(rd)) = (start[i], send_done[i], recv_done[i]) else {
+            return Err(format!("flow {i} has no complete record"));
+        };
+        let fct = rd.saturating_sub(a);
+        let id = ideal_flows[i].fct_ns;
+        results.push(FlowResult {
+            id: i,
+            src: f.src,
+            dst: f.dst,
+            bytes: f.bytes,
+            start_ns: a,
+            send_done_ns: sd,
+            recv_done_ns: rd,
+            fct_ns: fct,
+            ideal_fct_ns: id,
+            inflation: fct as f64 / id,
+        });
+    }
+    let summary = summarise(&results, &ideal_flows, &report);
+    let mut notes = Vec::new();
+    if !summary.crossed_relay {
+        notes.push(
+            "no datagram crossed the relay: the provider does not use FI_UET_FABRIC \
+             (build with relay support); the times are of direct loopback traffic"
+                .into(),
+        );
+    }
+    if !report.kept_up {
+        notes.push(format!(
+            "THE RELAY DID NOT KEEP UP; the numbers are not valid: {}",
+            report.problems.join("; ")
+        ));
+    }
+    notes.push(
+        "cwnd is not plotted: the provider exports no congestion-window statistics yet".into(),
+    );
+    let result = VariantResult {
+        scenario: scenario.name.clone(),
+        variant: v.name.clone(),
+        env,
+        trimming: fabric_cfg.switch.trimming,
+        mtu,
+        payload_efficiency: payload_efficiency(mtu),
+        go_realtime_ns: go,
+        summary,
+        flows: results,
+        relay: report,
+        notes,
+    };
+    write_outputs(&dir, &result)?;
+    Ok(result)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn drive_hosts(
+    n: usize,
+    hosts: &[std::net::IpAddr],
+    relay_addr: std::net::SocketAddr,
+    env: &BTreeMap<String, String>,
+    flows_file: &Path,
+    work: &Path,
+    opts: &RunOptions,
+    timeout: Duration,
+) -> Result<u64, String> {
+    let mut children = Vec::new();
+    for (h, ip) in hosts.iter().enumerate().take(n) {
+        let log =
+            fs::File::create(work.join(format!("host.{h}.log"))).map_err(|e| e.to_string())?;
+        let log2 = log.try_clone().map_err(|e| e.to_string())?;
+        // Hosts run at a lower priority so the relay keeps the clock.
+        let mut cmd = Command::new("nice");
+        cmd.args(["-n", "5"])
+            .arg(&opts.matrix)
+            .args(["--host", &h.to_string(), "--hosts", &n.to_string()])
+            .arg("--flows")
+            .arg(flows_file)
+            .arg("--dir")
+            .arg(work)
+            .args(["--timeout", &timeout.as_secs().to_string()])
+            .env("FI_PROVIDER", "uet")
+            .env("FI_UET_SRC_ADDR", ip.to_string())
+            .env("FI_UET_FABRIC", relay_addr.to_string())
+            .envs(env)
+            .stdin(Stdio::null())
+            .stdout(log)
+            .stderr(log2);
+        if let Some(p) = &opts.provider_path {
+            cmd.env("FI_PROVIDER_PATH", p);
+        }
+        match cmd.spawn() {
+            Ok(c) => children.push(c),
+            Err(e) => {
+                kill_all(&mut children);
+                return Err(format!("cannot start {}: {e}", opts.matrix.display()));
+            }
+        }
+    }
+    let t0 = Instant::now();
+    let wait_files = |name: &str, children: &mut Vec<Child>| -> Result<(), String> {
+        loop {
+            if (0..n).all(|h| work.join(format!("{name}.{h}")).exists()) {
+                return Ok(());
+            }
+            for (h, c) in children.iter_mut().enumerate() {
+                if let Ok(Some(st)) = c.try_wait() {
+                    if !work.join(format!("{name}.{h}")).exists() {
+                        let log = fs::read_to_string(work.join(format!("host.{h}.log")))
+                            .unwrap_or_default();
+                        return Err(format!("host {h} exited ({st}) before {name}: {log}"));
+                    }
+                }
+            }
+            if t0.elapsed() > timeout {
+                return Err(format!("timed out waiting for {name} files"));
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    };
+    if let Err(e) = wait_files("ready", &mut children) {
+        kill_all(&mut children);
+        return Err(e);
+    }
+    let go = realtime_ns() + 50_000_000;
+    let written = fs::write(work.join("go.tmp"), format!("{go}\n"))
+        .and_then(|_| fs::rename(work.join("go.tmp"), work.join("go")));
+    if let Err(e) = written {
+        kill_all(&mut children);
+        return Err(e.to_string());
+    }
+    let done = wait_files("result", &mut children);
+    let _ = fs::write(work.join("stop"), "1\n");
+    let t1 = Instant::now();
+    for c in children.iter_mut() {
+        loop {
+            match c.try_wait() {
+                Ok(Some(_)) => break,
+                _ if t1.elapsed() > Duration::from_secs(5) => {
+                    let _ = c.kill();
+                    let _ = c.wait();
+                    break;
+                }
+                _ => std::thread::sleep(Duration::from_millis(5)),
+            }
+        }
+    }
+    done?;
+    for h in 0..n {
+        let text = fs::read_to_string(work.join(format!("result.{h}"))).unwrap_or_default();
+        if !text.contains("status ok") {
+            let log = fs::read_to_string(work.join(format!("host.{h}.log"))).unwrap_or_default();
+            return Err(format!("host {h} failed: {log}"));
+        }
+    }
+    Ok(go)
+}
+
+fn summarise(
+    flows: &[FlowResult],
+    ideal: &[crate::ideal::IdealFlow],
+    report: &RelayReport,
+) -> Summary {
+    let mut fct: Vec<u64> = flows.iter().map(|f| f.fct_ns).collect();
+    fct.sort_unstable();
+    let thr: Vec<f64> = flows
+        .iter()
+        .map(|f| f.bytes as f64 / f.fct_ns.max(1) as f64)
+        .collect();
+    let sum: f64 = thr.iter().sum();
+    let sq: f64 = thr.iter().map(|x| x * x).sum();
+    let ideal_max = ideal.iter().map(|i| i.fct_ns).fold(0.0, f64::max);
+    let max = fct.last().copied().unwrap_or(0);
+    let min = fct.first().copied().unwrap_or(0).max(1);
+    Summary {
+        flows: flows.len(),
+        fct_p50_ns: quantile(&fct, 0.5),
+        fct_p99_ns: quantile(&fct, 0.99),
+        fct_max_ns: max,
+        ideal_max_ns: ideal_max,
+        tail_inflation: max as f64 / ideal_max,
+        mean_inflation: flows.iter().map(|f| f.inflation).sum::<f64>() / flows.len() as f64,
+        spread: max as f64 / min as f64,
+        jain: if sq > 0.0 {
+            sum * sum / (thr.len() as f64 * sq)
+        } else {
+            0.0
+        },
+        makespan_ns: flows.iter().map(|f| f.recv_done_ns).max().unwrap_or(0),
+        ideal_makespan_ns: ideal
+            .iter()
+            .map(|i| i.finish_ns + (i.fct_ns - (i.finish_ns - i.start_ns)))
+            .fold(0.0, f64::max),
+        marks: report.fabric.marks,
+        trims: report.fabric.trims,
+        drops: report.fabric.drops,
+        retransmits: report.fabric.retransmissions,
+        kept_up: report.kept_up,
+        crossed_relay: report.relay.received > 0,
+    }
+}
+
+fn write_outputs(dir: &Path, r: &VariantResult) -> Result<(), String> {
+    let json = serde_json::to_string_pretty(r).map_err(|e| e.to_string())?;
+    fs::write(dir.join("results.json"), json).map_err(|e| e.to_string())?;
+    let mut csv = String::from(
+        "id,src,dst,bytes,start_ns,send_done_ns,recv_done_ns,fct_ns,ideal_fct_ns,inflation\n",
+    );
+    for f in &r.flows {
+        let _ = writeln!(
+            csv,
+            "{},{},{},{},{},{},{},{},{:.0},{:.4}",
+            f.id,
+            f.src,
+            f.dst,
+            f.bytes,
+            f.start_ns,
+            f.send_done_ns,
+            f.recv_done_ns,
+            f.fct_ns,
+            f.ideal_fct_ns,
+            f.inflation
+        );
+    }
+    fs::write(dir.join("flows.csv"), csv).map_err(|e| e.to_string())?;
+    let mut ports = String::from(
+        "port,gbps,buffer_bytes,tx_packets,tx_bytes,marks,trims,drops_full,drops_down,drops_loss,max_queue_bytes\n",
+    );
+    for p in &r.relay.ports {
+        let c = &p.counters;
+        let _ = writeln!(
+            ports,
+            "{},{},{},{},{},{},{},{},{},{},{}",
+            p.name,
+            p.gbps,
+            p.buffer_bytes,
+            c.tx_packets,
+            c.tx_bytes,
+            c.marks,
+            c.trims,
+            c.drops_full,
+            c.drops_down,
+            c.drops_loss,
+            c.max_queue_bytes
+        );
+    }
+    fs::write(dir.join("ports.csv"), ports).map_err(|e| e.to_string())?;
+    Ok(())
+}
+
+fn size_label(b: u64) -> String {
+    if b >= 1 << 20 && b.trailing_zeros() >= 20 {
+        format!("{}MiB", b >> 20)
+    } else if b >= 1 << 10 && b.trailing_zeros() >= 10 {
+        format!("{}KiB", b >> 10)
+    } else {
+        format!("{b}B")
+    }
+}
+
+/// The comparison table of a scenario's variants.
+pub fn table(results: &[VariantResult]) -> String {
+    let mut s = String::new();
+    let ms = |ns: f64| ns / 1e6;
+    let _ = writeln!(
+        s,
+        "{:<22} {:>5} {:>9} {:>9} {:>9} {:>6} {:>6} {:>6} {:>5} {:>7} {:>7} {:>6} {:>6} {:>6}",
+        "variant",
+        "flows",
+        "fct_p50",
+        "fct_max",
+        "ideal",
+        "tail",
+        "mean",
+        "spread",
+        "jain",
+        "marks",
+        "trims",
+        "drops",
+        "retx",
+        "valid"
+    );
+    let _ = writeln!(
+        s,
+        "{:<22} {:>5} {:>9} {:>9} {:>9} {:>6} {:>6} {:>6} {:>5} {:>7} {:>7} {:>6} {:>6} {:>6}",
+        "", "", "ms", "ms", "ms", "x", "x", "x", "", "", "", "", "", ""
+    );
+    for r in results {
+        let m = &r.summary;
+        let valid = if !m.crossed_relay {
+            "NO-RLY"
+        } else if m.kept_up {
+            "yes"
+        } else {
+            "NO"
+        };
+        let _ = writeln!(
+            s,
+            "{:<22} {:>5} {:>9.3} {:>9.3} {:>9.3} {:>6.2} {:>6.2} {:>6.2} {:>5.3} {:>7} {:>7} {:>6} {:>6} {:>6}",
+            r.variant,
+            m.flows,
+            ms(m.fct_p50_ns as f64),
+            ms(m.fct_max_ns as f64),
+            ms(m.ideal_max_ns),
+            m.tail_inflation,
+            m.mean_inflation,
+            m.spread,
+            m.jain,
+            m.marks,
+            m.trims,
+            m.drops,
+            m.retransmits,
+            valid
+        );
+    }
+    // Per flow size, when a scenario mixes sizes (targets are stated per
+    // size: e.g. incasts of at least 1 MiB within 1.1x of ideal).
+    for r in results {
+        let mut sizes: Vec<u64> = r.flows.iter().map(|f| f.bytes).collect();
+        sizes.sort_unstable();
+        sizes.dedup();
+        if sizes.len() < 2 {
+            continue;
+        }
+        for b in sizes {
+            let fl: Vec<&FlowResult> = r.flows.iter().filter(|f| f.bytes == b).collect();
+            let fct_max = fl.iter().map(|f| f.fct_ns).max().unwrap_or(0);
+            let ideal_max = fl.iter().map(|f| f.ideal_fct_ns).fold(0.0, f64::max);
+            let mean = fl.iter().map(|f| f.inflation).sum::<f64>() / fl.len() as f64;
+            let _ = writeln!(
+                s,
+                "  {:<20} {:>5} {:>9} {:>9.3} {:>9.3} {:>6.2} {:>6.2}",
+                format!("{} {}", r.variant, size_label(b)),
+                fl.len(),
+                "",
+                ms(fct_max as f64),
+                ms(ideal_max),
+                fct_max as f64 / ideal_max,
+                mean
+            );
+        }
+    }
+    for r in results {
+        for n in &r.notes {
+            let _ = writeln!(s, "  [{}] {}", r.variant, n);
+        }
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ideal::IdealFlow;
+
+    fn flow(id: usize, bytes: u64, fct: u64, ideal: f64) -> FlowResult {
+        FlowResult {
+            id,
+            src: id,
+            dst: 9,
+            bytes,
+            start_ns: 0,
+            send_done_ns: fct,
+            recv_done_ns: fct,
+            fct_ns: fct,
+            ideal_fct_ns: ideal,
+            inflation: fct as f64 / ideal,
+        }
+    }
+
+    #[test]
+    fn summary_statistics() {
+        let flows = vec![flow(0, 1000, 100, 100.0), flow(1, 1000, 200, 100.0)];
+        let ideal = vec![
+            IdealFlow {
+                start_ns: 0.0,
+                finish_ns: 90.0,
+                fct_ns: 100.0,
+            };
+            2
+        ];
+        let report_fabric = crate::model::FabricTotals {
+            trims: 3,
+            ..Default::default()
+        };
+        let fabric = Fabric::new(Default::default()).unwrap();
+        let relay = Relay::bind(
+            fabric,
+            RelaySettings {
+                listen: "127.0.0.1:0".parse().unwrap(),
+                hosts: RelaySettings::loopback_hosts(2, 60),
+                max_lag_ns: 1,
+                sockbuf: 1 << 16,
+                realtime: false,
+            },
+        )
+        .unwrap();
+        let mut report = relay.report();
+        report.fabric = report_fabric;
+        let s = summarise(&flows, &ideal, &report);
+        assert_eq!(s.fct_max_ns, 200);
+        assert_eq!(s.fct_p50_ns, 100);
+        assert_eq!(s.tail_inflation, 2.0);
+        assert_eq!(s.mean_inflation, 1.5);
+        assert_eq!(s.spread, 2.0);
+        // Throughputs 10 and 5 bytes/ns: (15^2) / (2 * 125) = 0.9.
+        assert!((s.jain - 0.9).abs() < 1e-12);
+        assert_eq!(s.ideal_makespan_ns, 100.0);
+        assert_eq!(s.trims, 3);
+        assert!(!s.crossed_relay);
+    }
+
+    #[test]
+    fn quantiles_and_labels() {
+        let v = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10];
+        assert_eq!(quantile(&v, 0.5), 5);
+        assert_eq!(quantile(&v, 0.99), 10);
+        assert_eq!(quantile(&[], 0.5), 0);
+        assert_eq!(size_label(65536), "64KiB");
+        assert_eq!(size_label(16 << 20), "16MiB");
+        assert_eq!(size_label(1000), "1000B");
+    }
+}

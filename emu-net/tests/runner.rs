@@ -1,0 +1,73 @@
+//! The runner end to end through the relay, with `emu-fake-host` standing
+//! in for the provider's `uet_matrix` hosts.
+
+use std::path::PathBuf;
+
+use emu_net::runner::{run, table, RunOptions};
+use emu_net::scenario::Scenario;
+
+const SCENARIO: &str = r#"
+name = "fake-incast"
+timeout_s = 30
+
+[fabric]
+seed = 3
+[fabric.topology]
+kind = "single"
+hosts = 4
+link_gbps = 1.0
+link_delay_ns = 10000
+[fabric.switch]
+buffer_bytes = 20000
+
+[[patterns]]
+kind = "incast"
+dst = 3
+senders = 3
+bytes = 200000
+
+[[flows]]
+src = 3
+dst = 0
+bytes = 50000
+after = [0]
+
+[[variants]]
+name = "trim"
+trimming = true
+"#;
+
+#[test]
+fn incast_scenario_runs_through_the_relay() {
+    let scenario = Scenario::from_toml(SCENARIO).unwrap();
+    let out = std::env::temp_dir().join(format!("emu-runner-test-{}", std::process::id()));
+    let opts = RunOptions {
+        out: out.clone(),
+        variant: None,
+        matrix: PathBuf::from(env!("CARGO_BIN_EXE_emu-fake-host")),
+        provider_path: None,
+        first_host: 70,
+        max_lag_us: 100,
+        realtime: false,
+    };
+    let results = run(&scenario, &opts).unwrap();
+    assert_eq!(results.len(), 1);
+    let r = &results[0];
+    assert!(r.summary.crossed_relay);
+    assert_eq!(r.flows.len(), 4);
+    for f in &r.flows {
+        assert!(f.recv_done_ns > f.start_ns, "{f:?}");
+        assert!(f.ideal_fct_ns > 0.0);
+    }
+    // The reply waits for flow 0 to reach host 3.
+    assert!(r.flows[3].start_ns >= r.flows[0].recv_done_ns);
+    // 3:1 into a 20 kB queue: the downlink trims, and every trim shows in
+    // the port counters.
+    assert!(r.summary.trims > 0);
+    let port_trims: u64 = r.relay.ports.iter().map(|p| p.counters.trims).sum();
+    assert_eq!(port_trims, r.summary.trims);
+    assert!(out.join("trim/results.json").exists());
+    assert!(out.join("trim/flows.csv").exists());
+    assert!(table(&results).contains("trim"));
+    let _ = std::fs::remove_dir_all(&out);
+}
