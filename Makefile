@@ -22,6 +22,8 @@ export CARGO_TERM_COLOR ?= never
 # are used by fabtests/scripts.
 DEB_PKGS  := libfabric-dev libfabric-bin libclang-dev openmpi-bin libopenmpi-dev \
              pkg-config valgrind python3 iproute2
+# `make bench`: raw-UDP anchors and the plot.
+DEB_PKGS  += sockperf iperf3 python3-matplotlib
 
 # C programs: every fabtests/functional/*.c and fabtests/mpi/*.c is one
 # program (headers beside them are shared). Absent directories build nothing.
@@ -32,6 +34,8 @@ MPI_HDR   := $(wildcard fabtests/mpi/*.h)
 FUNC_BIN  := $(patsubst fabtests/functional/%.c,$(BUILD)/bin/%,$(FUNC_SRC))
 MPI_BIN   := $(patsubst fabtests/mpi/%.c,$(BUILD)/bin/%,$(MPI_SRC))
 SCRIPTS   := $(wildcard fabtests/scripts/*.sh)
+BENCH_SRC := $(wildcard fabtests/bench/*.c)
+BENCH_BIN := $(patsubst fabtests/bench/%.c,$(BUILD)/bin/%,$(BENCH_SRC))
 
 # What selects the freshly installed provider in the test stages.
 RUN_ENV   := FI_PROVIDER_PATH=$(LIBDIR) FI_PROVIDER=uet
@@ -45,7 +49,7 @@ T_BIG     := 180
 
 TEST_STAGES := test-lint test-rust test-discovery test-functional test-pingpong test-mpi test-big
 
-.PHONY: all build rust c-progs deps install test $(TEST_STAGES) demo lint fmt clean help
+.PHONY: all build rust c-progs deps install test $(TEST_STAGES) demo bench bench-micro lint fmt clean help
 
 all: build ## Default: deps, the Rust workspace (release) and the C test programs
 
@@ -79,10 +83,15 @@ build: rust c-progs ## deps + cargo build --release --workspace + C programs in 
 rust: deps
 	$(CARGO) build --release --workspace
 
-c-progs: $(FUNC_BIN) $(MPI_BIN)
+c-progs: $(FUNC_BIN) $(MPI_BIN) $(BENCH_BIN)
 
 # `| deps`: the compilers and headers come from the Debian packages.
 $(BUILD)/bin/%: fabtests/functional/%.c $(FUNC_HDR) | deps
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -I$(CURDIR)/include $$(pkg-config --cflags libfabric) -o $@ $< \
+	  $$(pkg-config --libs libfabric)
+
+$(BUILD)/bin/%: fabtests/bench/%.c | deps
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -I$(CURDIR)/include $$(pkg-config --cflags libfabric) -o $@ $< \
 	  $$(pkg-config --libs libfabric)
@@ -95,7 +104,8 @@ install: build ## Install into PREFIX (default ./install; no root needed)
 	install -d $(LIBDIR) $(PREFIX)/include/rdma $(PREFIX)/bin
 	install -m 0755 $(SO) $(LIBDIR)/libuet-fi.so
 	install -m 0644 include/rdma/fi_ext_uet.h $(PREFIX)/include/rdma/
-	install -m 0755 target/release/uet-emu $(FUNC_BIN) $(MPI_BIN) $(SCRIPTS) $(PREFIX)/bin/
+	install -m 0755 target/release/uet-emu $(FUNC_BIN) $(MPI_BIN) $(BENCH_BIN) $(SCRIPTS) \
+	  $(PREFIX)/bin/
 
 # The stages run one after another (also under -j) and the first failure
 # stops make.
@@ -157,6 +167,22 @@ $(BUILD):
 
 demo: install ## Install, then fi_pingpong over uet beside tcp on 127.0.0.1
 	fabtests/scripts/demo.sh $(PREFIX)
+
+# Debian's python3 carries python3-matplotlib (a pyenv python3 may not).
+BENCH_PY  ?= /usr/bin/python3
+BENCH_STAMP := $(shell date -u +%Y%m%dT%H%M%SZ)
+BENCH_OUT ?= $(CURDIR)/results/bench/$(BENCH_STAMP)
+T_BENCH   := 1500
+
+bench: install bench-micro ## uet vs tcp, udp;ofi_rxd, raw UDP (BENCH_QUICK=1: short run)
+	@echo "== fi_pingpong, streaming bandwidth and raw UDP; results in $(BENCH_OUT)"
+	UET_BW=$(BUILD)/bin/uet_bw timeout $(T_BENCH) $(BENCH_PY) fabtests/scripts/bench.py \
+	  $(PREFIX) $(BENCH_OUT) $(if $(BENCH_QUICK),--quick)
+	@ln -sfn $(BENCH_OUT) $(CURDIR)/results/bench/latest
+
+bench-micro: deps ## criterion benches of the engine (provider/benches)
+	@echo "== criterion micro-benchmarks (provider/benches)"
+	timeout $(T_CARGO) $(CARGO) bench -p uet --bench engine $(if $(BENCH_QUICK),-- --quick,)
 
 lint: ## cargo fmt --check and clippy -D warnings
 	$(CARGO) fmt --all -- --check
