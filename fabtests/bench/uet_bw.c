@@ -257,7 +257,11 @@ static uint64_t sends_done, recvs_done;
 static int progress(void)
 {
 	struct fi_cq_entry e[64];
-	ssize_t n = fi_cq_read(cq, e, 64);
+	ssize_t n;
+
+	if (!cq) /* control traffic before the fabric is open */
+		return 0;
+	n = fi_cq_read(cq, e, 64);
 
 	if (n == -FI_EAGAIN)
 		return 0;

@@ -133,12 +133,17 @@ def client_server(server_cmd, client_cmd, env, limit, listen_port=None, settle=0
         src = 124
     if crc == 0 and src in (0, None):
         return True, cout, ""
+    def excerpt(text):
+        lines = (text or "").strip().splitlines()
+        return " | ".join(lines[:2] + (["..."] + lines[-1:] if len(lines) > 3 else lines[2:]))
+
     what = []
     if crc != 0:
         what.append(f"client status {crc}{' (timeout)' if crc == 124 else ''}: "
-                    f"{(cerr or cout).strip()[-300:]}")
+                    f"{excerpt(cerr or cout)}")
     if src not in (0, None):
-        what.append(f"server status {src}: {(sout or '').strip()[-300:]}")
+        what.append(f"server status {src}{' (timeout)' if src == 124 else ''}: "
+                    f"{excerpt(sout)}")
     return False, cout, "; ".join(what)
 
 
