@@ -10,7 +10,7 @@ use std::net::SocketAddr;
 use criterion::{criterion_group, criterion_main, BatchSize, BenchmarkId, Criterion};
 
 use uet::engine::Engine;
-use uet::pds::{SlotKind, TxPdc};
+use uet::pds::{AckOutcome, SlotKind, TxPdc};
 use uet::ses::PostedQueues;
 use uet::wire::{AckRepr, NextHeader, PacketType, RequestRepr, SesRequestRepr};
 use uet::{CompletionLevel, Config, Payload, ProbeFlags, RecvOp, SendOp};
@@ -149,6 +149,7 @@ fn sack(c: &mut Criterion) {
     // The steady state: one cumulative ACK retiring one packet of 256.
     g.bench_function("cumulative ACK, 256 in flight", |b| {
         let mut tx = window_of(256);
+        let mut out = AckOutcome::default();
         let mut cack = 0u32;
         b.iter(|| {
             let ack = AckRepr {
@@ -157,7 +158,8 @@ fn sack(c: &mut Criterion) {
                 spdcid: 2,
                 ..AckRepr::default()
             };
-            black_box(tx.on_ack(&ack, 10_000));
+            tx.on_ack_into(&ack, 10_000, &mut out);
+            black_box(&out);
             tx.push(
                 SlotKind::Data {
                     msg_id: 0,
@@ -174,8 +176,13 @@ fn sack(c: &mut Criterion) {
     // the bitmap walk and the retransmit decision.
     g.bench_function("SACK 63 behind a hole, 256 in flight", |b| {
         b.iter_batched(
-            || window_of(256),
-            |mut tx| {
+            || {
+                // The engine's outcome has grown to its working size.
+                let mut out = AckOutcome::default();
+                out.newly_acked.reserve(256);
+                (window_of(256), out)
+            },
+            |(mut tx, mut out)| {
                 let ack = AckRepr {
                     cack_psn: u32::MAX,
                     sack_offset: 1,
@@ -183,8 +190,8 @@ fn sack(c: &mut Criterion) {
                     spdcid: 2,
                     ..AckRepr::default()
                 };
-                black_box(tx.on_ack(&ack, 10_000_000));
-                tx
+                tx.on_ack_into(&ack, 10_000_000, &mut out);
+                (tx, out)
             },
             BatchSize::SmallInput,
         )

@@ -14,7 +14,7 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
 use crate::ops::*;
-use crate::pds::{Arrival, RxPdc, SlotKind, TxPdc};
+use crate::pds::{AckOutcome, Arrival, RxPdc, SlotKind, TxPdc};
 use crate::ses::{Inbound, InboundState, MsgHeader, PostedQueues, TxMessage, Unexpected};
 use crate::wire::prologue::flags as pflags;
 use crate::wire::ses::flags as sflags;
@@ -104,6 +104,8 @@ pub struct Engine {
     ack_timer: u64,
     /// Sends posted and not yet retired, over all peers.
     sends_outstanding: usize,
+    /// Reused by every ACK (no allocation per ACK).
+    ack_scratch: AckOutcome,
     stats: Stats,
 }
 
@@ -132,6 +134,7 @@ impl Engine {
             send_ring: VecDeque::new(),
             ack_timer: 0,
             sends_outstanding: 0,
+            ack_scratch: AckOutcome::default(),
             stats: Stats::default(),
         }
     }
@@ -695,12 +698,14 @@ impl Engine {
             return;
         }
         self.stats.acks_received += 1;
-        let out = self.peers[p].tx.on_ack(&ack, now);
-        for kind in out.newly_acked {
+        let mut out = std::mem::take(&mut self.ack_scratch);
+        self.peers[p].tx.on_ack_into(&ack, now, &mut out);
+        for &kind in &out.newly_acked {
             if let SlotKind::Data { msg_id, .. } = kind {
                 self.on_packet_acked(p, msg_id);
             }
         }
+        self.ack_scratch = out;
         self.mark_ready(p);
     }
 

@@ -141,13 +141,22 @@ impl TxPdc {
     /// Apply an ACK: cumulative PSN plus SACK bitmap.
     pub fn on_ack(&mut self, ack: &AckRepr, now: u64) -> AckOutcome {
         let mut out = AckOutcome::default();
+        self.on_ack_into(ack, now, &mut out);
+        out
+    }
+
+    /// [`TxPdc::on_ack`] into a caller-kept outcome, so the per-ACK path
+    /// reuses its vector instead of allocating one.
+    pub fn on_ack_into(&mut self, ack: &AckRepr, now: u64, out: &mut AckOutcome) {
+        out.newly_acked.clear();
+        out.rtt_sample = None;
         if self.remote_id.is_none() {
             self.remote_id = Some(ack.spdcid);
         }
         let end = self.next_psn();
         // An ACK for PSNs never sent is bogus: ignore it whole.
         if !psn_lt(ack.cack_psn, end) {
-            return out;
+            return;
         }
         let trigger = ack.cack_psn.wrapping_add(ack.ack_psn_offset as i32 as u32);
         if let Some(s) = self.slot(trigger) {
@@ -207,7 +216,6 @@ impl TxPdc {
         if self.slots.is_empty() {
             self.rto_due = 0;
         }
-        out
     }
 
     /// Queue every packet whose timer expired. Returns the highest retry
