@@ -465,7 +465,9 @@ def plot(pp, bw, iperf, sock):
         xs = [s for s in PP_SIZES if med(pp, "lat_us", config=config, mode="msg", size=s)[0]]
         ax[0].plot(xs, [med(pp, "lat_us", config=config, mode="msg", size=s)[0] for s in xs],
                    "o-", label=config)
-        ax[1].plot(xs, [med(pp, "mbps", config=config, mode="msg", size=s)[0] for s in xs],
+        # fi_pingpong rounds MB/s to 0 at the smallest sizes: not on a log axis.
+        bxs = [s for s in xs if med(pp, "mbps", config=config, mode="msg", size=s)[0]]
+        ax[1].plot(bxs, [med(pp, "mbps", config=config, mode="msg", size=s)[0] for s in bxs],
                    "o-", label=config)
         xs = [s for s in BW_SIZES if med(bw, "mbps", config=config, size=s)[0]]
         ax[2].plot(xs, [med(bw, "mbps", config=config, size=s)[0] for s in xs], "o-",
