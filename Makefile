@@ -49,7 +49,7 @@ T_BIG     := 180
 
 TEST_STAGES := test-lint test-rust test-discovery test-functional test-pingpong test-mpi test-big
 
-.PHONY: all build rust c-progs deps install test $(TEST_STAGES) demo bench bench-micro lint fmt clean help
+.PHONY: all build rust c-progs deps install test $(TEST_STAGES) demo bench bench-micro lint fmt clean help fuzz
 
 all: build ## Default: deps, the Rust workspace (release) and the C test programs
 
@@ -183,6 +183,31 @@ bench: install bench-micro ## uet vs tcp, udp;ofi_rxd, raw UDP (BENCH_QUICK=1: s
 bench-micro: deps ## criterion benches of the engine (provider/benches)
 	@echo "== criterion micro-benchmarks (provider/benches)"
 	timeout $(T_CARGO) $(CARGO) bench -p uet --bench engine $(if $(BENCH_QUICK),-- --quick,)
+
+# Fuzzing: cargo-fuzz on stable Rust (RUSTC_BOOTSTRAP lets it pass its
+# nightly-only flags; no sanitizer, debug assertions on). Each target runs
+# FUZZ_SECONDS, starting from the committed corpus fuzz/corpus/<target>/;
+# new inputs go to build/fuzz/<target>/, crashes to fuzz/artifacts/<target>/.
+FUZZ_SECONDS ?= 60
+FUZZ_TARGETS := wire_parse engine_datagram
+FUZZ_ENV     := RUSTC_BOOTSTRAP=1
+
+fuzz: deps | $(BUILD) ## Run every fuzz target for FUZZ_SECONDS (default 60) each
+	@$(CARGO) fuzz --version >/dev/null 2>&1 || { \
+	  echo "== installing cargo-fuzz"; $(CARGO) install cargo-fuzz --locked; }
+	cd fuzz && $(FUZZ_ENV) $(CARGO) fuzz build -s none -O -a
+	@n=0; for t in $(FUZZ_TARGETS); do n=$$((n+1)); \
+	  echo "== [fuzz $$n/$(words $(FUZZ_TARGETS))] $$t for $(FUZZ_SECONDS) s"; \
+	  mkdir -p $(BUILD)/fuzz/$$t; \
+	  ( cd fuzz && $(FUZZ_ENV) $(CARGO) fuzz run -s none -O -a $$t \
+	      $(BUILD)/fuzz/$$t corpus/$$t -- -max_total_time=$(FUZZ_SECONDS) \
+	      -print_final_stats=1 ) > $(BUILD)/fuzz/$$t.log 2>&1; rc=$$?; \
+	  grep -E '^#[0-9]+[[:space:]]+(pulse|DONE)|^Done' $(BUILD)/fuzz/$$t.log | tail -n 3; \
+	  if [ $$rc != 0 ]; then tail -n 40 $(BUILD)/fuzz/$$t.log; \
+	    echo "== make fuzz: $$t FAILED (log: $(BUILD)/fuzz/$$t.log; input in fuzz/artifacts/$$t/);"; \
+	    echo "   fix it, then copy the input to fuzz/corpus/$$t/ so make test replays it"; \
+	    exit 1; fi; done
+	@echo "== make fuzz: no crash in $(FUZZ_TARGETS)"
 
 lint: ## cargo fmt --check and clippy -D warnings
 	$(CARGO) fmt --all -- --check

@@ -235,11 +235,11 @@ fn message(c: &mut Criterion) {
             for _ in 0..8 {
                 let mut moved = false;
                 while let Some(t) = a.poll_transmit(now, &mut buf) {
-                    b.handle_datagram(now, aa, &buf[..t.len]);
+                    b.handle_datagram(now, aa, 0, &buf[..t.len]);
                     moved = true;
                 }
                 while let Some(t) = b.poll_transmit(now, &mut buf) {
-                    a.handle_datagram(now, ba, &buf[..t.len]);
+                    a.handle_datagram(now, ba, 0, &buf[..t.len]);
                     moved = true;
                 }
                 if !moved {

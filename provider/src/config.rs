@@ -69,6 +69,11 @@ pub const PARAMS: &[ParamSpec] = &[
         help: "IP address an endpoint binds when the application names no source or destination address (default 127.0.0.1; \"auto\" = the address of the interface holding the default route).",
     },
     ParamSpec {
+        name: "pdc_idle_us",
+        kind: ParamKind::Int,
+        help: "Idle time in microseconds after which a delivery context with nothing in flight is closed with the close handshake, freeing its state; the next message reopens it in 0 RTT (default 1000000; 0 = never close).",
+    },
+    ParamSpec {
         name: "port",
         kind: ParamKind::Int,
         help: "UDP port an endpoint binds when the application names none (default 0: any free port).",
@@ -88,6 +93,7 @@ pub struct Config {
     pub inject_size: usize,
     pub spin_before_yield: u32,
     pub port: u16,
+    pub pdc_idle_us: u64,
     /// Empty = loopback.
     pub src_addr: String,
 }
@@ -104,6 +110,7 @@ impl Default for Config {
             inject_size: 4096,
             spin_before_yield: 64,
             port: 0,
+            pdc_idle_us: 1_000_000,
             src_addr: String::new(),
         }
     }
@@ -163,6 +170,7 @@ impl Config {
             "inject_size" => self.inject_size as i64,
             "spin_before_yield" => self.spin_before_yield as i64,
             "port" => self.port as i64,
+            "pdc_idle_us" => self.pdc_idle_us as i64,
             _ => return None,
         };
         Some(ParamValue::Int(v))
@@ -198,6 +206,7 @@ impl Config {
             "inject_size" => self.inject_size = int(0, 65536)? as usize,
             "spin_before_yield" => self.spin_before_yield = int(0, 1 << 30)? as u32,
             "port" => self.port = int(0, 65535)? as u16,
+            "pdc_idle_us" => self.pdc_idle_us = int(0, 1 << 40)? as u64,
             "src_addr" => match value {
                 ParamValue::Str(s) => self.src_addr = s,
                 _ => return Err(err("expects an IP address or \"auto\"".into())),

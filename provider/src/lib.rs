@@ -17,6 +17,8 @@
 pub mod config;
 pub mod engine;
 pub mod error;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod io;
 pub mod ops;
 pub mod pds;

@@ -1,6 +1,6 @@
-//! Two sans-IO engines over an in-memory channel that drops, duplicates and
-//! reorders datagrams, in virtual time. Every message must arrive exactly
-//! once, intact and matched in send order.
+//! Two sans-IO engines over an in-memory channel that drops, duplicates,
+//! reorders, trims and ECN-marks datagrams, in virtual time. Every message
+//! must arrive exactly once, intact and matched in send order.
 
 mod common;
 
@@ -13,14 +13,26 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
 use common::{pattern, send, Shared};
+use uet::wire::ip::{self, Ecn, DSCP_TRIMMED, DSCP_TRIMMED_LASTHOP};
 use uet::{CompletionKind, Config, Engine, ProbeFlags, RecvOp};
 
-#[derive(Clone, Copy, Debug)]
+/// UET headers in front of a data packet's payload: PDS request + SES.
+const DATA_HEADERS: usize = 12 + 44;
+
+#[derive(Clone, Copy, Debug, Default)]
 struct Impairments {
     drop: f64,
     duplicate: f64,
     /// Extra random delay up to this many ns (reordering).
     jitter: u64,
+    /// Data packets whose payload is cut (like a switch with a full queue);
+    /// half of them marked as trimmed at the last hop.
+    trim: f64,
+    /// Data packets that arrive ECN CE-marked.
+    ce: f64,
+    /// Split the messages into two bursts with an idle gap longer than
+    /// this (us) between them, so the delivery context closes and reopens.
+    idle_close_us: Option<u64>,
 }
 
 struct InFlight {
@@ -28,6 +40,7 @@ struct InFlight {
     seq: u64,
     to: usize,
     from: SocketAddr,
+    tos: u8,
     data: Vec<u8>,
 }
 impl PartialEq for InFlight {
@@ -56,6 +69,7 @@ fn run(seed: u64, imp: Impairments, sizes: &[usize], tagged: bool) -> u64 {
         rto_min_us: 100,
         rto_max_us: 2000,
         max_retries: 1000,
+        pdc_idle_us: imp.idle_close_us.unwrap_or(0),
         ..Config::default()
     };
     let addrs: [SocketAddr; 2] = [
@@ -70,15 +84,24 @@ fn run(seed: u64, imp: Impairments, sizes: &[usize], tagged: bool) -> u64 {
     let base_delay = 2_000u64;
 
     let mut bufs = Vec::new();
+    // With an idle gap, the second half is sent once the first is done.
+    let first_burst = match imp.idle_close_us {
+        Some(_) => sizes.len().div_ceil(2),
+        None => sizes.len(),
+    };
+    let tag = tagged.then_some(42);
     for (i, &len) in sizes.iter().enumerate() {
-        let tag = tagged.then_some(42);
-        eng[0]
-            .post_send(0, send(addrs[1], pattern(i as u64, len), tag, i as u64))
-            .unwrap();
+        if i < first_burst {
+            eng[0]
+                .post_send(0, send(addrs[1], pattern(i as u64, len), tag, i as u64))
+                .unwrap();
+        }
         // Post half the receives late, so some messages are unexpected.
         let buf = Shared(Arc::new(Mutex::new(vec![0u8; len])));
         bufs.push(buf);
     }
+    let mut second_burst_at = None;
+    let mut second_posted = false;
     let mut posted = 0;
     let mut net: BinaryHeap<InFlight> = BinaryHeap::new();
     let mut seq = 0u64;
@@ -110,15 +133,30 @@ fn run(seed: u64, imp: Impairments, sizes: &[usize], tagged: bool) -> u64 {
                     continue;
                 }
                 let copies = if rng.gen_bool(imp.duplicate) { 2 } else { 1 };
+                let is_data = t.ecn == Ecn::Ect0 && t.len > DATA_HEADERS;
                 for _ in 0..copies {
                     let at = now + base_delay + rng.gen_range(0..=imp.jitter);
                     seq += 1;
+                    let mut tos = ip::tos(0, t.ecn);
+                    let mut len = t.len;
+                    if is_data && rng.gen_bool(imp.trim) {
+                        len = DATA_HEADERS;
+                        let dscp = if rng.gen_bool(0.5) {
+                            DSCP_TRIMMED
+                        } else {
+                            DSCP_TRIMMED_LASTHOP
+                        };
+                        tos = ip::tos(dscp, t.ecn);
+                    } else if is_data && rng.gen_bool(imp.ce) {
+                        tos = ip::tos(0, Ecn::Ce);
+                    }
                     net.push(InFlight {
                         at,
                         seq,
                         to,
                         from: addrs[e],
-                        data: buf[..t.len].to_vec(),
+                        tos,
+                        data: buf[..len].to_vec(),
                     });
                 }
             }
@@ -134,6 +172,32 @@ fn run(seed: u64, imp: Impairments, sizes: &[usize], tagged: bool) -> u64 {
                 }
             }
         }
+        if !second_posted
+            && first_burst < sizes.len()
+            && sends_done[..first_burst].iter().all(|&n| n == 1)
+            && recvs_done[..first_burst].iter().all(|&n| n == 1)
+        {
+            // Idle long enough for the close handshake, then the rest.
+            let gap = imp.idle_close_us.unwrap_or(0) * 1000 * 3 + 40_000_000;
+            match second_burst_at {
+                None => second_burst_at = Some(now + gap),
+                Some(t) if now >= t => {
+                    assert!(
+                        eng[0].stats().pdcs_closed >= 1,
+                        "idle context not closed: {:?}",
+                        eng[0].stats()
+                    );
+                    for (i, &len) in sizes.iter().enumerate().skip(first_burst) {
+                        eng[0]
+                            .post_send(now, send(addrs[1], pattern(i as u64, len), tag, i as u64))
+                            .unwrap();
+                    }
+                    second_burst_at = None;
+                    second_posted = true;
+                }
+                Some(_) => {}
+            }
+        }
         if sends_done.iter().all(|&n| n == 1)
             && recvs_done.iter().all(|&n| n == 1)
             && net.is_empty()
@@ -143,14 +207,15 @@ fn run(seed: u64, imp: Impairments, sizes: &[usize], tagged: bool) -> u64 {
         // Advance virtual time to the next event.
         let next_net = net.peek().map(|p| p.at);
         let next_timer = eng.iter().filter_map(|e| e.next_timeout()).min();
-        let next = match (next_net, next_timer) {
-            (Some(a), Some(b)) => a.min(b),
-            (a, b) => a.or(b).unwrap_or(now + 10_000),
-        };
+        let next = [next_net, next_timer, second_burst_at]
+            .into_iter()
+            .flatten()
+            .min()
+            .unwrap_or(now + 10_000);
         now = next.max(now).min(now + 10_000).max(now + 1);
         while net.peek().is_some_and(|p| p.at <= now) {
             let p = net.pop().unwrap();
-            eng[p.to].handle_datagram(now, p.from, &p.data);
+            eng[p.to].handle_datagram(now, p.from, p.tos, &p.data);
         }
         for e in eng.iter_mut() {
             if e.next_timeout().is_some_and(|t| t <= now) {
@@ -171,16 +236,7 @@ fn run(seed: u64, imp: Impairments, sizes: &[usize], tagged: bool) -> u64 {
 
 #[test]
 fn clean_channel() {
-    run(
-        1,
-        Impairments {
-            drop: 0.0,
-            duplicate: 0.0,
-            jitter: 0,
-        },
-        &[0, 1, 1500, 100_000, 7],
-        true,
-    );
+    run(1, Impairments::default(), &[0, 1, 1500, 100_000, 7], true);
 }
 
 #[test]
@@ -192,8 +248,55 @@ fn heavy_loss_duplication_reordering() {
                 drop: 0.2,
                 duplicate: 0.1,
                 jitter: 20_000,
+                ..Impairments::default()
             },
             &[3000, 0, 64_000, 10, 200_000, 1],
+            seed % 2 == 0,
+        );
+    }
+}
+
+#[test]
+fn trimming_is_recovered_by_nacks() {
+    for seed in 0..6 {
+        run(
+            seed,
+            Impairments {
+                trim: 0.1,
+                jitter: 5_000,
+                ..Impairments::default()
+            },
+            &[200_000, 3000, 0, 64_000],
+            seed % 2 == 1,
+        );
+    }
+}
+
+#[test]
+fn ecn_marks_are_echoed_without_harm() {
+    run(
+        3,
+        Impairments {
+            ce: 0.3,
+            ..Impairments::default()
+        },
+        &[100_000, 10, 50_000],
+        true,
+    );
+}
+
+#[test]
+fn idle_context_closes_and_reopens() {
+    for seed in 0..4 {
+        run(
+            seed,
+            Impairments {
+                drop: 0.05 * seed as f64,
+                jitter: 3_000,
+                idle_close_us: Some(500),
+                ..Impairments::default()
+            },
+            &[5000, 1, 70_000, 0, 9000, 12],
             seed % 2 == 0,
         );
     }
@@ -207,9 +310,17 @@ proptest! {
         drop in 0.0f64..0.3,
         duplicate in 0.0f64..0.3,
         jitter in 0u64..50_000,
+        trim in 0.0f64..0.2,
+        ce in 0.0f64..0.3,
+        idle_close in proptest::option::of(100u64..2000),
         sizes in proptest::collection::vec(0usize..40_000, 1..12),
         tagged in any::<bool>(),
     ) {
-        run(seed, Impairments { drop, duplicate, jitter }, &sizes, tagged);
+        let imp = Impairments { drop, duplicate, jitter, trim, ce, idle_close_us: idle_close };
+        let took = run(seed, imp, &sizes, tagged);
+        // Bounded: every message through within a bounded number of
+        // (virtual) maximum RTOs of 2 ms, plus the idle gap.
+        let gap = idle_close.map_or(0, |us| us * 3000 + 40_000_000);
+        prop_assert!(took < gap + 2000 * 2_000_000, "took {took} ns");
     }
 }

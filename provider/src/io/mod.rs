@@ -111,7 +111,7 @@ impl Endpoint {
             match self.socket.recv_from(&mut self.rx_buf) {
                 Ok((n, from)) => {
                     busy = true;
-                    self.engine.handle_datagram(now, from, &self.rx_buf[..n]);
+                    self.engine.handle_datagram(now, from, 0, &self.rx_buf[..n]);
                 }
                 // ICMP port unreachable from an earlier send surfaces here as
                 // ECONNREFUSED on Linux; the engine's timers handle dead peers.

@@ -33,6 +33,8 @@ pub struct RxPdc {
     /// PSN of the latest arrival, reported as the ACK's trigger.
     pub last_psn: u32,
     pub last_was_retx: bool,
+    /// A packet since the last ACK arrived with ECN CE: echo it (M flag).
+    pub ecn_echo: bool,
     /// Packets that arrived ahead of a hole since the last ACK.
     pub ooo_count: u16,
     /// An ACK is owed; `ack_due` is when it must leave at the latest.
@@ -56,6 +58,7 @@ impl RxPdc {
             unacked_bytes: 0,
             last_psn: start_psn.wrapping_sub(1),
             last_was_retx: false,
+            ecn_echo: false,
             ooo_count: 0,
             ack_pending: false,
             ack_due: 0,
@@ -119,12 +122,16 @@ impl RxPdc {
             }
         }
         let offset = self.last_psn.wrapping_sub(self.cack) as i32;
+        use crate::wire::prologue::flags::{ACK_M, ACK_RETX};
+        let mut flags = 0;
+        if self.last_was_retx {
+            flags |= ACK_RETX;
+        }
+        if self.ecn_echo {
+            flags |= ACK_M;
+        }
         let ack = AckRepr {
-            flags: if self.last_was_retx {
-                crate::wire::prologue::flags::ACK_RETX
-            } else {
-                0
-            },
+            flags,
             ack_psn_offset: offset.clamp(i16::MIN as i32, i16::MAX as i32) as i16,
             cack_psn: self.cack,
             spdcid: self.local_id,
@@ -137,6 +144,7 @@ impl RxPdc {
             ..AckRepr::default()
         };
         self.ack_pending = false;
+        self.ecn_echo = false;
         self.unacked_bytes = 0;
         self.ooo_count = 0;
         ack

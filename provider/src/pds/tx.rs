@@ -33,6 +33,9 @@ pub struct AckOutcome {
     pub newly_acked: Vec<SlotKind>,
     /// A round-trip sample (ns) from the triggering PSN, when valid.
     pub rtt_sample: Option<u64>,
+    /// Raw round trip of the triggering PSN whether or not the sample is
+    /// valid (congestion control keeps its own filter).
+    pub rtt_raw: Option<u64>,
 }
 
 /// Sender state of one PDC.
@@ -122,6 +125,26 @@ impl TxPdc {
         Some(*slot)
     }
 
+    /// A NACK says `psn` was trimmed: queue it for retransmission now.
+    /// False when there is nothing to resend (acked, queued, or unknown).
+    pub fn nack(&mut self, psn: u32, now: u64) -> bool {
+        let base = self.base;
+        let end = self.next_psn();
+        if !(psn_le(base, psn) && psn_lt(psn, end)) {
+            return false;
+        }
+        let Some(slot) = self.slot_mut(psn) else {
+            return false;
+        };
+        if slot.acked || slot.queued || slot.sent_at > now {
+            return false;
+        }
+        slot.queued = true;
+        // Ahead of timer-driven resends: the receiver is waiting for it.
+        self.retransmit.push_front(psn);
+        true
+    }
+
     /// The retransmission timeout for a packet retried `retries` times.
     pub fn rto(&self, min: u64, max: u64, retries: u32) -> u64 {
         rto_for(self.srtt, self.rttvar, min, max, retries)
@@ -148,8 +171,13 @@ impl TxPdc {
     /// [`TxPdc::on_ack`] into a caller-kept outcome, so the per-ACK path
     /// reuses its vector instead of allocating one.
     pub fn on_ack_into(&mut self, ack: &AckRepr, now: u64, out: &mut AckOutcome) {
-        out.newly_acked.clear();
-        out.rtt_sample = None;
+        // Every field starts afresh; only the vector's capacity is kept.
+        let mut acked = std::mem::take(&mut out.newly_acked);
+        acked.clear();
+        *out = AckOutcome {
+            newly_acked: acked,
+            ..AckOutcome::default()
+        };
         if self.remote_id.is_none() {
             self.remote_id = Some(ack.spdcid);
         }
@@ -159,10 +187,16 @@ impl TxPdc {
             return;
         }
         let trigger = ack.cack_psn.wrapping_add(ack.ack_psn_offset as i32 as u32);
+        let retx_echo = ack.flags & crate::wire::prologue::flags::ACK_RETX != 0;
         if let Some(s) = self.slot(trigger) {
-            // Karn: only packets sent once give a valid sample.
-            if !s.acked && s.retries == 0 && now >= s.sent_at {
-                out.rtt_sample = Some(now - s.sent_at);
+            if !s.acked && now >= s.sent_at {
+                out.rtt_raw = Some(now - s.sent_at);
+                // The receiver echoes whether the copy it saw was a
+                // retransmission, so one resend still gives a sample
+                // (NSCC.md section 2; plain Karn would discard it).
+                if sample_is_valid(s.retries, retx_echo) {
+                    out.rtt_sample = Some(now - s.sent_at);
+                }
             }
         }
         if psn_le(self.base, ack.cack_psn) {
@@ -260,6 +294,12 @@ impl TxPdc {
     }
 }
 
+/// An RTT sample is valid when the packet was sent once and the receiver saw
+/// that copy, or sent exactly twice and the receiver saw the resend.
+pub fn sample_is_valid(retries: u32, retx_echo: bool) -> bool {
+    (retries == 0 && !retx_echo) || (retries == 1 && retx_echo)
+}
+
 /// RFC 6298 timeout (srtt + 4 rttvar, clamped), doubled per retry.
 fn rto_for(srtt: u64, rttvar: u64, min: u64, max: u64, retries: u32) -> u64 {
     let base = if srtt == 0 {
@@ -329,6 +369,49 @@ mod tests {
         // Second timer is twice as long.
         assert_eq!(tx.on_timeout(2999, 1000, 8000), 0);
         assert_eq!(tx.on_timeout(3000, 1000, 8000), 2);
+    }
+
+    #[test]
+    fn rtt_sample_validation_uses_the_retransmission_echo() {
+        assert!(sample_is_valid(0, false));
+        assert!(!sample_is_valid(0, true));
+        assert!(!sample_is_valid(1, false));
+        assert!(sample_is_valid(1, true));
+        assert!(!sample_is_valid(2, true));
+        let mut tx = TxPdc::new(1, 0);
+        tx.push(data(0), 0, 1000);
+        tx.on_timeout(1000, 1000, 8000);
+        tx.retransmit.clear();
+        tx.resend(0, 1000).unwrap();
+        // The ACK says the retransmission was seen: a valid 500 ns sample.
+        let a = AckRepr {
+            flags: crate::wire::prologue::flags::ACK_RETX,
+            ack_psn_offset: 0,
+            ..ack(0, 0)
+        };
+        let out = tx.on_ack(&a, 1500);
+        assert_eq!(out.rtt_sample, Some(500));
+    }
+
+    #[test]
+    fn nack_queues_once_and_first() {
+        let mut tx = TxPdc::new(1, 10);
+        for i in 0..4 {
+            tx.push(data(i), 0, 1000);
+        }
+        tx.on_timeout(1000, 1000, 8000);
+        assert_eq!(tx.retransmit.len(), 4);
+        tx.retransmit.clear();
+        for psn in 10..14 {
+            tx.resend(psn, 1000);
+        }
+        assert!(tx.nack(12, 1100));
+        assert!(!tx.nack(12, 1100), "already queued");
+        assert!(!tx.nack(14, 1100), "never sent");
+        assert!(!tx.nack(9, 1100), "below the window");
+        assert_eq!(tx.retransmit.front(), Some(&12));
+        tx.on_ack(&ack(11, 0), 1200);
+        assert!(!tx.nack(11, 1200), "acked");
     }
 
     #[test]

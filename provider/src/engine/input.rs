@@ -1,0 +1,501 @@
+//! Datagram input: requests, SES payload and responses, ACKs.
+
+use super::*;
+
+impl Engine {
+    // ----- datagram input -------------------------------------------------------------
+
+    /// One arriving datagram: its source, the IP TOS byte it arrived with
+    /// (ECN codepoint and DSCP; 0 when the driver cannot read it) and its
+    /// bytes.
+    pub fn handle_datagram(&mut self, now: u64, from: SocketAddr, tos: u8, data: &[u8]) {
+        let Ok(prologue) = Prologue::parse(data) else {
+            self.stats.malformed += 1;
+            return;
+        };
+        match prologue.ptype {
+            PacketType::RudRequest => self.on_request(now, from, tos, data),
+            PacketType::AckCc => self.on_ack(now, from, data),
+            PacketType::Nack => self.on_nack(now, from, data),
+            PacketType::Control => self.on_control(now, from, data),
+            _ => self.stats.malformed += 1,
+        }
+    }
+
+    pub(super) fn on_request(&mut self, now: u64, from: SocketAddr, tos: u8, data: &[u8]) {
+        let Ok(req) = RequestRepr::parse(data) else {
+            self.stats.malformed += 1;
+            return;
+        };
+        let body = &data[RequestRepr::LEN..];
+        // Parse the SES header before the PSN is accepted, so a packet that
+        // fails a check leaves no trace.
+        let ses = match req.next {
+            NextHeader::SesRequest => match SesRequestRepr::parse(body) {
+                Ok(s) if self.request_is_sane(&s, body.len() - SesRequestRepr::LEN) => {
+                    Ses::Request(s)
+                }
+                _ => {
+                    self.stats.malformed += 1;
+                    return;
+                }
+            },
+            NextHeader::SesResponse => match SesResponseRepr::parse(body) {
+                Ok(s) => Ses::Response(s),
+                Err(_) => {
+                    self.stats.malformed += 1;
+                    return;
+                }
+            },
+            NextHeader::None => {
+                self.stats.malformed += 1;
+                return;
+            }
+        };
+        let p = self.peer_index(from);
+        if !self.rx_context(p, &req) {
+            self.stats.unknown_pdc += 1;
+            // Not SYN and no context of ours: the sender holds a context we
+            // closed or lost (we restarted). Tell it, so it starts afresh.
+            self.queue_nack(
+                from,
+                NackRepr {
+                    flags: 0,
+                    code: NackCode::InvalidDpdcid,
+                    vendor_code: 0,
+                    psn: req.psn,
+                    spdcid: req.dpdcid,
+                    dpdcid: req.spdcid,
+                    payload: 0,
+                },
+            );
+            return;
+        }
+        let payload_len = body.len().saturating_sub(match ses {
+            Ses::Request(_) => SesRequestRepr::LEN,
+            Ses::Response(_) => SesResponseRepr::LEN,
+        });
+        if let Some(trim) = trimmed(tos, &ses, payload_len) {
+            self.on_trimmed(p, &req, trim);
+            return;
+        }
+        if let Ses::Request(s) = &ses {
+            // Later packets must agree with the length the first one set.
+            if let Some(inb) = self.peers[p].inbound.get(&s.message_id) {
+                let payload_len = (body.len() - SesRequestRepr::LEN) as u64;
+                if s.buffer_offset + payload_len > inb.header.len {
+                    self.stats.malformed += 1;
+                    return;
+                }
+            }
+        }
+        let Some(rx) = self.peers[p].rx.as_mut() else {
+            return;
+        };
+        let arrival = rx.arrive(req.psn);
+        rx.last_psn = req.psn;
+        rx.last_was_retx = req.flags & pflags::RETX != 0;
+        let ce = Ecn::from_tos(tos) == Ecn::Ce;
+        if ce {
+            // Echoed in the next ACK's M flag, which leaves at once.
+            self.stats.ecn_ce_received += 1;
+            rx.ecn_echo = true;
+        }
+        match arrival {
+            Arrival::OutOfWindow => {
+                self.stats.out_of_window += 1;
+                return;
+            }
+            Arrival::Duplicate => {
+                self.stats.duplicates += 1;
+                self.queue_ack(p);
+                return;
+            }
+            Arrival::New => {}
+        }
+        self.stats.packets_received += 1;
+        rx.rcvd_bytes += payload_len as u64;
+        rx.unacked_bytes += payload_len.max(1);
+        // NSCC.md section 6: at once on CE, AR (the sender sets it on
+        // retransmissions too) and the first packets (SYN); otherwise every
+        // 16 KiB or after a short delay.
+        let immediate = ce
+            || req.flags & (pflags::AR | pflags::SYN | pflags::RETX) != 0
+            || rx.unacked_bytes >= ACK_COALESCE_BYTES;
+        if immediate {
+            self.queue_ack(p);
+        } else if !rx.ack_pending {
+            rx.ack_pending = true;
+            rx.ack_due = now + ACK_DELAY_NS;
+            if self.ack_timer == 0 || rx.ack_due < self.ack_timer {
+                self.ack_timer = rx.ack_due;
+            }
+        }
+        match ses {
+            Ses::Request(s) => self.on_ses_request(p, &s, &body[SesRequestRepr::LEN..]),
+            Ses::Response(r) => self.on_ses_response(p, &r),
+        }
+    }
+
+    pub(super) fn request_is_sane(&self, s: &SesRequestRepr, payload_len: usize) -> bool {
+        matches!(s.opcode(), Ok(SesOpcode::Send | SesOpcode::TaggedSend))
+            && s.buffer_offset
+                .checked_add(payload_len as u64)
+                .is_some_and(|end| end <= s.request_length as u64)
+            && s.request_length as usize <= Config::MAX_MSG_SIZE
+    }
+
+    /// Find or establish the receive PDC a request belongs to. False when
+    /// the packet belongs to no context we know.
+    pub(super) fn rx_context(&mut self, p: usize, req: &RequestRepr) -> bool {
+        if req.syn() {
+            let start = req.psn.wrapping_sub(req.dpdcid as u32);
+            let same = self.peers[p]
+                .rx
+                .as_ref()
+                .is_some_and(|rx| rx.remote_id == req.spdcid && rx.start_psn == start);
+            if !same {
+                // A new context from this peer (first contact or a restart):
+                // whatever the old one was receiving is gone with it.
+                let id = self.alloc_pdc_id();
+                let window = self.window;
+                let peer = &mut self.peers[p];
+                if let Some(old) = peer.rx.take() {
+                    self.rx_by_id.remove(&old.local_id);
+                }
+                peer.rx = Some(RxPdc::new(id, req.spdcid, start, window));
+                peer.inbound.clear();
+                peer.next_match_seq = 0;
+                self.unexpected.retain(|u| u.peer != p);
+                self.rx_by_id.insert(id, p);
+            }
+            return true;
+        }
+        self.rx_by_id.get(&req.dpdcid) == Some(&p)
+            && self.peers[p]
+                .rx
+                .as_ref()
+                .is_some_and(|rx| rx.remote_id == req.spdcid)
+    }
+
+    pub(super) fn on_ses_request(&mut self, p: usize, s: &SesRequestRepr, payload: &[u8]) {
+        let peer = &mut self.peers[p];
+        let id = s.message_id;
+        if !peer.inbound.contains_key(&id) {
+            // Message IDs are consecutive per peer; the distance from the next
+            // one to match recovers the full sequence number.
+            let ahead = id.wrapping_sub(peer.next_match_seq as u16) as u64;
+            peer.inbound.insert(
+                id,
+                Inbound {
+                    seq: peer.next_match_seq + ahead,
+                    header: MsgHeader {
+                        tagged: s.opcode == SesOpcode::TaggedSend as u8,
+                        tag: s.match_bits,
+                        len: s.request_length as u64,
+                        cq_data: None,
+                        want_response: s.flags & sflags::DC != 0,
+                    },
+                    received: 0,
+                    state: InboundState::Staged(Vec::new()),
+                },
+            );
+        }
+        let Some(inb) = peer.inbound.get_mut(&id) else {
+            return;
+        };
+        if s.flags & sflags::SOM != 0 && s.flags & sflags::HD != 0 {
+            inb.header.cq_data = Some(s.header_data);
+        }
+        inb.place(s.buffer_offset, payload);
+        // Delivery complete (fi_cq(3)): the message was processed here once
+        // all its bytes are in, whether placed in a posted buffer or held
+        // as unexpected until the application posts one.
+        if inb.complete() && inb.header.want_response {
+            let len = inb.header.len.min(u32::MAX as u64) as u32;
+            peer.queue.push_back(TxItem::Response { msg_id: id, len });
+            self.mark_ready(p);
+        }
+        self.match_in_order(p);
+        self.finish_if_complete(p, id);
+    }
+
+    pub(super) fn on_ses_response(&mut self, p: usize, r: &SesResponseRepr) {
+        let peer = &mut self.peers[p];
+        let Some(m) = peer.messages.get_mut(&r.message_id) else {
+            return;
+        };
+        if m.level != CompletionLevel::Delivery || m.delivered {
+            return;
+        }
+        m.delivered = true;
+        if !m.completed {
+            m.completed = true;
+            self.completions
+                .push_back(Completion::send(m.context, m.tagged, m.len() as usize));
+        }
+        if Self::retire_message(peer, r.message_id) {
+            self.sends_outstanding -= 1;
+        }
+    }
+
+    /// A data packet whose payload the fabric cut: NACK it at once so the
+    /// sender retransmits without waiting for a timeout (NSCC.md section 5).
+    /// The PSN is not accepted, so the retransmission is a new arrival.
+    fn on_trimmed(&mut self, p: usize, req: &RequestRepr, trim: Trim) {
+        self.stats.trimmed_received += 1;
+        let Some(rx) = self.peers[p].rx.as_ref() else {
+            return;
+        };
+        if rx.has(req.psn) {
+            // The full copy already arrived (a duplicate was trimmed).
+            self.queue_ack(p);
+            return;
+        }
+        let nack = NackRepr {
+            flags: 0,
+            code: match trim {
+                Trim::Fabric => NackCode::Trimmed,
+                Trim::LastHop => NackCode::TrimmedLastHop,
+            },
+            vendor_code: 0,
+            psn: req.psn,
+            spdcid: rx.local_id,
+            dpdcid: req.spdcid,
+            payload: 0,
+        };
+        let to = self.peers[p].addr;
+        self.queue_nack(to, nack);
+    }
+
+    pub(super) fn on_nack(&mut self, now: u64, from: SocketAddr, data: &[u8]) {
+        let Ok(nack) = NackRepr::parse(data) else {
+            self.stats.malformed += 1;
+            return;
+        };
+        let Some(&p) = self.tx_by_id.get(&nack.dpdcid) else {
+            self.stats.unknown_pdc += 1;
+            return;
+        };
+        if self.peers[p].addr != from
+            || self.peers[p].tx.remote_id.is_some_and(|r| r != nack.spdcid)
+        {
+            self.stats.unknown_pdc += 1;
+            return;
+        }
+        self.stats.nacks_received += 1;
+        match nack.code {
+            NackCode::Trimmed | NackCode::TrimmedLastHop => {
+                if self.peers[p].tx.nack(nack.psn, now) {
+                    self.stats.nack_retransmits += 1;
+                    self.mark_ready(p);
+                }
+            }
+            // The receiver had no room or the PSN fell outside its window:
+            // the packet stays outstanding and its timer resends it.
+            NackCode::NoPacketBuffer | NackCode::PsnOutOfWindow => {}
+            // The receiver does not know our context (it restarted, or
+            // closed it): what was in flight is lost with it.
+            NackCode::InvalidDpdcid | NackCode::Closing | NackCode::InvalidSyn => {
+                if self.peers[p].tx.in_flight() > 0 {
+                    self.fail_peer(p);
+                } else {
+                    self.reset_tx_pdc(p);
+                }
+            }
+        }
+    }
+
+    pub(super) fn on_control(&mut self, now: u64, from: SocketAddr, data: &[u8]) {
+        let Ok(ctl) = ControlRepr::parse(data) else {
+            self.stats.malformed += 1;
+            return;
+        };
+        match ctl.ctl_type {
+            ControlType::Close => self.on_close(now, from, &ctl),
+            // Answered with an ACK of the receive context they name.
+            ControlType::AckRequest | ControlType::Probe => match self.rx_by_id.get(&ctl.dpdcid) {
+                Some(&p) if self.peers[p].addr == from => self.queue_ack(p),
+                _ => self.stats.unknown_pdc += 1,
+            },
+            // Credit-based flow control is not used by this provider.
+            ControlType::CloseRequest | ControlType::Credit | ControlType::CreditRequest => {
+                self.stats.malformed += 1
+            }
+        }
+    }
+
+    /// A close travels twice: sender -> receiver asks to close the receive
+    /// context; receiver -> sender (same packet type, [`CLOSE_CONFIRM`])
+    /// confirms it is gone, or refuses ([`CLOSE_REFUSED`]) while it still
+    /// holds unmatched messages of the peer or misses packets below the
+    /// close PSN.
+    fn on_close(&mut self, now: u64, from: SocketAddr, ctl: &ControlRepr) {
+        if ctl.flags & CLOSE_CONFIRM != 0 {
+            // The answer to our own close; a stale one is dropped, never
+            // answered (answering could ping-pong forever).
+            if let Some(&p) = self.tx_by_id.get(&ctl.dpdcid) {
+                let peer = &mut self.peers[p];
+                if peer.addr == from
+                    && peer.closing.is_some_and(|c| c.psn == ctl.psn)
+                    && peer.tx.remote_id == Some(ctl.spdcid)
+                {
+                    if ctl.flags & CLOSE_REFUSED != 0 {
+                        // The receiver still needs the context; try again
+                        // after another idle period.
+                        peer.closing = None;
+                        peer.tx_active_at = now;
+                        self.mark_ready(p);
+                    } else {
+                        self.stats.pdcs_closed += 1;
+                        self.reset_tx_pdc(p);
+                        self.peers[p].tx_active_at = now;
+                    }
+                }
+            }
+            return;
+        }
+        let confirm = ControlRepr {
+            flags: CLOSE_CONFIRM,
+            spdcid: ctl.dpdcid,
+            dpdcid: ctl.spdcid,
+            ..*ctl
+        };
+        match self.rx_by_id.get(&ctl.dpdcid) {
+            Some(&p) if self.peers[p].addr == from => {
+                let peer = &mut self.peers[p];
+                let Some(rx) = peer.rx.as_ref() else {
+                    return;
+                };
+                if rx.remote_id != ctl.spdcid {
+                    self.stats.unknown_pdc += 1;
+                    return;
+                }
+                if rx.cack() != ctl.psn.wrapping_sub(1) || !peer.inbound.is_empty() {
+                    let refuse = ControlRepr {
+                        flags: CLOSE_CONFIRM | CLOSE_REFUSED,
+                        ..confirm
+                    };
+                    self.control_queue
+                        .push_back((from, ControlOut::Control(refuse)));
+                    return;
+                }
+                let id = rx.local_id;
+                peer.rx = None;
+                peer.next_match_seq = 0;
+                peer.in_ack_queue = false;
+                self.rx_by_id.remove(&id);
+                self.ack_queue.retain(|&q| q != p);
+                self.control_queue
+                    .push_back((from, ControlOut::Control(confirm)));
+            }
+            // Already closed (our confirmation was lost): confirm again.
+            None if self.peer_by_addr.contains_key(&from) => {
+                self.control_queue
+                    .push_back((from, ControlOut::Control(confirm)));
+            }
+            _ => self.stats.unknown_pdc += 1,
+        }
+    }
+
+    pub(super) fn on_ack(&mut self, now: u64, from: SocketAddr, data: &[u8]) {
+        let Ok(ack) = AckRepr::parse(data) else {
+            self.stats.malformed += 1;
+            return;
+        };
+        let Some(&p) = self.tx_by_id.get(&ack.dpdcid) else {
+            self.stats.unknown_pdc += 1;
+            return;
+        };
+        if self.peers[p].addr != from || self.peers[p].tx.remote_id.is_some_and(|r| r != ack.spdcid)
+        {
+            self.stats.unknown_pdc += 1;
+            return;
+        }
+        self.stats.acks_received += 1;
+        if ack.flags & pflags::ACK_M != 0 {
+            self.stats.ecn_echoes_received += 1;
+        }
+        let peer = &mut self.peers[p];
+        peer.tx_active_at = now;
+        let mut out = std::mem::take(&mut self.ack_scratch);
+        peer.tx.on_ack_into(&ack, now, &mut out);
+        for &kind in &out.newly_acked {
+            if let SlotKind::Data { msg_id, .. } = kind {
+                self.on_packet_acked(p, msg_id);
+            }
+        }
+        self.ack_scratch = out;
+        self.mark_ready(p);
+    }
+
+    pub(super) fn on_packet_acked(&mut self, p: usize, msg_id: u16) {
+        let peer = &mut self.peers[p];
+        let Some(m) = peer.messages.get_mut(&msg_id) else {
+            return;
+        };
+        m.unacked_packets = m.unacked_packets.saturating_sub(1);
+        if !m.fully_acked() {
+            return;
+        }
+        if m.level == CompletionLevel::Transmit && !m.completed {
+            m.completed = true;
+            self.completions
+                .push_back(Completion::send(m.context, m.tagged, m.len() as usize));
+        }
+        if Self::retire_message(peer, msg_id) {
+            self.sends_outstanding -= 1;
+        }
+    }
+
+    /// Drop a message whose completion is out and whose packets are all
+    /// acked; true when it was dropped.
+    pub(super) fn retire_message(peer: &mut Peer, msg_id: u16) -> bool {
+        let done = peer.messages.get(&msg_id).is_some_and(|m| {
+            m.fully_acked()
+                && m.completed
+                && (m.level != CompletionLevel::Delivery || m.delivered || !m.signal)
+        });
+        if done {
+            peer.messages.remove(&msg_id);
+        }
+        done
+    }
+}
+
+enum Ses {
+    Request(SesRequestRepr),
+    Response(SesResponseRepr),
+}
+
+/// Control flag of a close that answers one (receiver -> sender).
+pub(super) const CLOSE_CONFIRM: u8 = 0x01;
+/// With [`CLOSE_CONFIRM`]: the receiver keeps the context (it still holds
+/// unmatched messages of the peer, or misses packets below the close PSN).
+pub(super) const CLOSE_REFUSED: u8 = 0x02;
+
+/// Whether a data packet lost its payload in the fabric, and where.
+///
+/// A switch that trims rewrites the DSCP ([`crate::wire::ip::trim_of`]).
+/// When that mark did not survive, the length gives it away: a packet of a
+/// message with bytes left always carries some, and packets without
+/// immediate data name their payload length (14 bits) in the SES header.
+fn trimmed(tos: u8, ses: &Ses, payload_len: usize) -> Option<Trim> {
+    if let Some(t) = crate::wire::ip::trim_of(tos) {
+        return Some(t);
+    }
+    let Ses::Request(s) = ses else {
+        return None;
+    };
+    // Only sends promise payload in every packet (a read request has none).
+    if !matches!(s.opcode(), Ok(SesOpcode::Send | SesOpcode::TaggedSend)) {
+        return None;
+    }
+    let remaining = (s.request_length as u64).saturating_sub(s.buffer_offset);
+    if payload_len == 0 && remaining > 0 {
+        return Some(Trim::Fabric);
+    }
+    let immediate_data = s.flags & sflags::SOM != 0 && s.flags & sflags::HD != 0;
+    let claimed = ((s.header_data >> 32) & 0x3fff) as usize;
+    (!immediate_data && claimed != payload_len & 0x3fff).then_some(Trim::Fabric)
+}

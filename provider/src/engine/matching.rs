@@ -1,0 +1,100 @@
+//! Matching incoming messages to posted receives, in each sender's order, and
+//! completing them.
+
+use super::*;
+
+impl Engine {
+    // ----- matching and delivery ----------------------------------------------------
+
+    /// Attach a receive to an incoming message (unexpected or just matched).
+    pub(super) fn bind_receive(&mut self, p: usize, msg_id: u16, mut recv: RecvOp) {
+        let Some(inb) = self.peers[p].inbound.get_mut(&msg_id) else {
+            return;
+        };
+        if let InboundState::Staged(stage) | InboundState::Unexpected(stage) = &inb.state {
+            // Parts not yet arrived are zero here and overwritten on arrival.
+            if !stage.is_empty() {
+                let n = stage.len().min(recv.buffer.len());
+                recv.buffer.write_at(0, &stage[..n]);
+            }
+        }
+        inb.state = InboundState::Posted(recv);
+        self.finish_if_complete(p, msg_id);
+    }
+
+    pub(super) fn discard(&mut self, p: usize, msg_id: u16) {
+        if let Some(inb) = self.peers[p].inbound.get_mut(&msg_id) {
+            inb.state = InboundState::Discard;
+        }
+        self.finish_if_complete(p, msg_id);
+    }
+
+    /// Match every message whose turn has come, in the sender's order.
+    pub(super) fn match_in_order(&mut self, p: usize) {
+        loop {
+            let peer = &mut self.peers[p];
+            let seq = peer.next_match_seq;
+            let id = seq as u16;
+            let header = match peer.inbound.get(&id) {
+                Some(inb) if inb.seq == seq && matches!(inb.state, InboundState::Staged(_)) => {
+                    inb.header
+                }
+                _ => return,
+            };
+            peer.next_match_seq += 1;
+            let src = peer.addr;
+            match self.posted.take_match(src, header.tagged, header.tag) {
+                Some(recv) => self.bind_receive(p, id, recv),
+                None => {
+                    if let Some(inb) = self.peers[p].inbound.get_mut(&id) {
+                        if let InboundState::Staged(stage) = &mut inb.state {
+                            inb.state = InboundState::Unexpected(std::mem::take(stage));
+                        }
+                    }
+                    self.unexpected.push_back(Unexpected {
+                        peer: p,
+                        src,
+                        msg_id: id,
+                        tagged: header.tagged,
+                        tag: header.tag,
+                        claimed: None,
+                    });
+                }
+            }
+        }
+    }
+
+    /// Complete a matched (or discarded) message once all its bytes are in.
+    pub(super) fn finish_if_complete(&mut self, p: usize, msg_id: u16) {
+        let peer = &mut self.peers[p];
+        let done = peer.inbound.get(&msg_id).is_some_and(|m| {
+            m.complete() && matches!(m.state, InboundState::Posted(_) | InboundState::Discard)
+        });
+        if !done {
+            return;
+        }
+        let Some(inb) = peer.inbound.remove(&msg_id) else {
+            return;
+        };
+        let h = inb.header;
+        if let InboundState::Posted(recv) = inb.state {
+            let cap = recv.buffer.len() as u64;
+            let error = (h.len > cap).then(|| CompletionError::Truncated {
+                overflow: (h.len - cap) as usize,
+            });
+            if recv.signal || error.is_some() {
+                self.completions.push_back(Completion {
+                    kind: CompletionKind::Recv,
+                    context: recv.context,
+                    tagged: h.tagged,
+                    len: h.len.min(cap) as usize,
+                    buf: recv.buffer.base_addr(),
+                    tag: h.tag,
+                    data: h.cq_data,
+                    src: Some(peer.addr),
+                    error,
+                });
+            }
+        }
+    }
+}

@@ -1,0 +1,207 @@
+//! Datagram output: ACKs ahead of data, peers taking turns, packet building.
+
+use super::*;
+
+impl Engine {
+    // ----- datagram output --------------------------------------------------------------
+
+    /// Write the next datagram to send into `buf` (at least `mtu` bytes).
+    /// Control (ACKs) goes ahead of data; peers with data take turns.
+    pub fn poll_transmit(&mut self, now: u64, buf: &mut [u8]) -> Option<Transmit> {
+        if let Some((dest, pkt)) = self.control_queue.pop_front() {
+            let len = match pkt {
+                ControlOut::Nack(n) => {
+                    n.emit(buf);
+                    NackRepr::LEN
+                }
+                ControlOut::Control(c) => {
+                    c.emit(buf);
+                    ControlRepr::LEN
+                }
+            };
+            return Some(Transmit {
+                dest,
+                len,
+                entropy: 0,
+                ecn: Ecn::NotEct,
+            });
+        }
+        while let Some(p) = self.ack_queue.pop_front() {
+            let peer = &mut self.peers[p];
+            peer.in_ack_queue = false;
+            if let Some(rx) = peer.rx.as_mut() {
+                let ack = rx.build_ack();
+                ack.emit(buf);
+                self.stats.acks_sent += 1;
+                return Some(Transmit {
+                    dest: peer.addr,
+                    len: AckRepr::LEN,
+                    entropy: 0,
+                    ecn: Ecn::NotEct,
+                });
+            }
+        }
+        // Each ready peer gets at most one turn per call, so a peer that
+        // cannot send after all does not spin here.
+        for _ in 0..self.send_ring.len() {
+            let Some(p) = self.send_ring.pop_front() else {
+                break;
+            };
+            self.peers[p].in_send_ring = false;
+            let sent = self.next_packet(p, now, buf);
+            self.mark_ready(p);
+            if sent.is_some() {
+                return sent;
+            }
+        }
+        None
+    }
+
+    pub(super) fn next_packet(&mut self, p: usize, now: u64, buf: &mut [u8]) -> Option<Transmit> {
+        let max_payload = self.max_payload();
+        let window = self.window;
+        let rto = self.peers[p].tx.rto(self.rto_min, self.rto_max, 0);
+        let peer = &mut self.peers[p];
+        // Retransmissions first.
+        while let Some(psn) = peer.tx.retransmit.pop_front() {
+            let Some(slot) = peer.tx.resend(psn, now) else {
+                continue;
+            };
+            self.stats.retransmits += 1;
+            self.stats.packets_sent += 1;
+            let len = build_packet(peer, psn, slot.kind, pflags::RETX | pflags::AR, buf);
+            return Some(Transmit {
+                dest: peer.addr,
+                len,
+                entropy: 0,
+                ecn: Ecn::Ect0,
+            });
+        }
+        if peer.tx.in_flight() >= window {
+            return None;
+        }
+        let (kind, last_of_item) = match *peer.queue.front()? {
+            TxItem::Response { msg_id, len } => (SlotKind::Response { msg_id, len }, true),
+            TxItem::Message(id) => {
+                let Some(m) = peer.messages.get_mut(&id) else {
+                    peer.queue.pop_front();
+                    return None;
+                };
+                let offset = m.next_offset;
+                let len = (m.len() - offset).min(max_payload as u64);
+                m.next_offset += len;
+                m.started = true;
+                m.unacked_packets += 1;
+                (
+                    SlotKind::Data {
+                        msg_id: id,
+                        offset,
+                        len: len as u32,
+                    },
+                    m.fully_sent(),
+                )
+            }
+        };
+        if last_of_item {
+            peer.queue.pop_front();
+        }
+        let psn = peer.tx.push(kind, now, rto);
+        // Ask for an immediate ACK when the backlog empties or the window fills.
+        let ar = peer.queue.is_empty() || peer.tx.in_flight() >= window;
+        let len = build_packet(peer, psn, kind, if ar { pflags::AR } else { 0 }, buf);
+        self.stats.packets_sent += 1;
+        Some(Transmit {
+            dest: peer.addr,
+            len,
+            entropy: 0,
+            ecn: Ecn::Ect0,
+        })
+    }
+}
+
+/// Serialise the packet a PSN carries (first send or retransmission).
+fn build_packet(peer: &Peer, psn: u32, kind: SlotKind, flags: u8, buf: &mut [u8]) -> usize {
+    let (dpdcid, syn) = match peer.tx.remote_id {
+        Some(id) => (id, 0),
+        // Until the first ACK names the receiver's context, SYN carries the
+        // offset from the start PSN. The window keeps it under 4096.
+        None => (peer.tx.syn_offset(psn).unwrap_or(0), pflags::SYN),
+    };
+    let next = match kind {
+        SlotKind::Data { .. } => NextHeader::SesRequest,
+        SlotKind::Response { .. } => NextHeader::SesResponse,
+    };
+    RequestRepr {
+        ptype: PacketType::RudRequest,
+        next,
+        flags: flags | syn,
+        clear_psn_offset: 0,
+        psn,
+        spdcid: peer.tx.local_id,
+        dpdcid,
+    }
+    .emit(buf);
+    let body = &mut buf[RequestRepr::LEN..];
+    match kind {
+        SlotKind::Data {
+            msg_id,
+            offset,
+            len,
+        } => {
+            let Some(m) = peer.messages.get(&msg_id) else {
+                // The message was failed or retired; send an empty shell so
+                // the PSN is still consumed at the receiver.
+                return RequestRepr::LEN;
+            };
+            let som = offset == 0;
+            let eom = offset + len as u64 >= m.len();
+            let mut f = 0;
+            if som {
+                f |= sflags::SOM;
+            }
+            if eom {
+                f |= sflags::EOM;
+            }
+            if som && m.cq_data.is_some() {
+                f |= sflags::HD;
+            }
+            if m.level == CompletionLevel::Delivery && m.signal {
+                f |= sflags::DC;
+            }
+            let header_data = match (som, m.cq_data) {
+                (true, Some(d)) => d,
+                _ => ((len as u64 & 0x3fff) << 32) | (offset & 0xffff_ffff),
+            };
+            SesRequestRepr {
+                opcode: if m.tagged {
+                    SesOpcode::TaggedSend as u8
+                } else {
+                    SesOpcode::Send as u8
+                },
+                flags: f,
+                message_id: msg_id,
+                buffer_offset: offset,
+                match_bits: m.tag,
+                header_data,
+                request_length: m.len() as u32,
+                ..SesRequestRepr::default()
+            }
+            .emit(body);
+            let start = SesRequestRepr::LEN;
+            m.payload
+                .read_at(offset as usize, &mut body[start..start + len as usize]);
+            DATA_HEADERS + len as usize
+        }
+        SlotKind::Response { msg_id, len } => {
+            SesResponseRepr {
+                opcode: SesOpcode::Response as u8,
+                return_code: 0,
+                message_id: msg_id,
+                job_id: 0,
+                modified_length: len,
+            }
+            .emit(body);
+            RequestRepr::LEN + SesResponseRepr::LEN
+        }
+    }
+}

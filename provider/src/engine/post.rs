@@ -1,0 +1,187 @@
+//! Application operations: post sends and receives, probes, cancel, completions.
+
+use super::*;
+
+impl Engine {
+    // ----- application operations -------------------------------------------------
+
+    pub fn post_send(&mut self, now: u64, op: SendOp) -> Result<()> {
+        let len = op.payload.len();
+        if len > Config::MAX_MSG_SIZE {
+            return Err(Error::MessageTooLong {
+                len,
+                max: Config::MAX_MSG_SIZE,
+            });
+        }
+        if self.sends_outstanding >= Config::QUEUE_DEPTH {
+            return Err(Error::Again);
+        }
+        let p = self.peer_index(op.dest);
+        if self.peers[p].messages.len() >= MAX_MSGS_PER_PEER {
+            return Err(Error::Again);
+        }
+        self.sends_outstanding += 1;
+        let mut payload = op.payload;
+        let mut completed = !op.signal;
+        if op.level == CompletionLevel::Inject {
+            // The source buffer is free once this call returns.
+            if let Payload::Borrowed(b) = &payload {
+                let mut copy = vec![0u8; b.len()];
+                b.read_at(0, &mut copy);
+                payload = Payload::Owned(copy);
+            }
+            if op.signal {
+                self.completions
+                    .push_back(Completion::send(op.context, op.tag.is_some(), len));
+            }
+            completed = true;
+        }
+        let peer = &mut self.peers[p];
+        peer.tx_active_at = now;
+        let id = peer.next_msg_id;
+        peer.next_msg_id = id.wrapping_add(1);
+        peer.messages.insert(
+            id,
+            TxMessage {
+                tagged: op.tag.is_some(),
+                tag: op.tag.unwrap_or(0),
+                cq_data: op.cq_data,
+                payload,
+                context: op.context,
+                level: op.level,
+                signal: op.signal,
+                next_offset: 0,
+                started: false,
+                unacked_packets: 0,
+                completed,
+                delivered: false,
+            },
+        );
+        peer.queue.push_back(TxItem::Message(id));
+        self.mark_ready(p);
+        Ok(())
+    }
+
+    pub fn post_recv(&mut self, _now: u64, op: RecvOp) -> Result<()> {
+        let probe = op.probe;
+        if probe.peek || probe.claim || probe.discard {
+            return self.probe(op);
+        }
+        let found = self.unexpected.iter().position(|u| u.matches(&op));
+        match found.and_then(|i| self.unexpected.remove(i)) {
+            Some(u) => self.bind_receive(u.peer, u.msg_id, op),
+            None if self.posted.len() >= Config::QUEUE_DEPTH => return Err(Error::Again),
+            None => self.posted.push(op),
+        }
+        Ok(())
+    }
+
+    /// fi_trecvmsg with FI_PEEK / FI_CLAIM / FI_DISCARD.
+    pub(super) fn probe(&mut self, op: RecvOp) -> Result<()> {
+        let ProbeFlags {
+            peek,
+            claim,
+            discard,
+        } = op.probe;
+        if !op.tagged || (!peek && !claim) {
+            return Err(Error::InvalidArgument(
+                "FI_DISCARD needs FI_PEEK or FI_CLAIM",
+            ));
+        }
+        let found = if peek {
+            self.unexpected.iter().position(|u| u.matches(&op))
+        } else {
+            self.unexpected
+                .iter()
+                .position(|u| u.claimed == Some(op.context))
+        };
+        let Some(i) = found else {
+            self.completions.push_back(Completion {
+                kind: CompletionKind::Recv,
+                context: op.context,
+                tagged: true,
+                len: 0,
+                buf: 0,
+                tag: op.tag,
+                data: None,
+                src: None,
+                error: Some(CompletionError::NoMessage),
+            });
+            return Ok(());
+        };
+        let u = self.unexpected[i];
+        let header = self.peers[u.peer].inbound.get(&u.msg_id).map(|m| m.header);
+        let Some(header) = header else {
+            // Cannot happen: an unexpected entry always has its inbound state.
+            self.unexpected.remove(i);
+            return Err(Error::InvalidArgument("stale unexpected message"));
+        };
+        if peek {
+            self.completions.push_back(Completion {
+                kind: CompletionKind::Recv,
+                context: op.context,
+                tagged: true,
+                len: header.len as usize,
+                buf: 0,
+                tag: header.tag,
+                data: header.cq_data,
+                src: Some(u.src),
+                error: None,
+            });
+            if discard {
+                self.unexpected.remove(i);
+                self.discard(u.peer, u.msg_id);
+            } else if claim {
+                self.unexpected[i].claimed = Some(op.context);
+            }
+            return Ok(());
+        }
+        // FI_CLAIM on a message reserved by an earlier FI_PEEK|FI_CLAIM.
+        self.unexpected.remove(i);
+        if discard {
+            self.completions.push_back(Completion {
+                kind: CompletionKind::Recv,
+                context: op.context,
+                tagged: true,
+                len: 0,
+                buf: 0,
+                tag: header.tag,
+                data: header.cq_data,
+                src: Some(u.src),
+                error: None,
+            });
+            self.discard(u.peer, u.msg_id);
+        } else {
+            self.bind_receive(u.peer, u.msg_id, op);
+        }
+        Ok(())
+    }
+
+    /// Cancel a posted receive. True when found; its FI_ECANCELED completion
+    /// is queued.
+    pub fn cancel(&mut self, context: Context) -> bool {
+        let Some(recv) = self.posted.take_context(context) else {
+            return false;
+        };
+        self.completions.push_back(Completion {
+            kind: CompletionKind::Recv,
+            context,
+            tagged: recv.tagged,
+            len: 0,
+            buf: recv.buffer.base_addr(),
+            tag: recv.tag,
+            data: None,
+            src: None,
+            error: Some(CompletionError::Canceled),
+        });
+        true
+    }
+
+    pub fn poll_completion(&mut self) -> Option<Completion> {
+        self.completions.pop_front()
+    }
+
+    pub fn has_completions(&self) -> bool {
+        !self.completions.is_empty()
+    }
+}

@@ -1,0 +1,153 @@
+//! Timers: delayed ACKs, retransmission timeouts, peer failure.
+
+use super::*;
+
+impl Engine {
+    // ----- timers -----------------------------------------------------------------------
+
+    pub fn next_timeout(&self) -> Option<u64> {
+        let rto = self
+            .peers
+            .iter()
+            .map(|p| self.tx_deadline(p))
+            .filter(|&t| t != 0)
+            .min();
+        let ack = (self.ack_timer != 0).then_some(self.ack_timer);
+        match (rto, ack) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    pub fn handle_timeout(&mut self, now: u64) {
+        if self.ack_timer != 0 && self.ack_timer <= now {
+            self.ack_timer = 0;
+            for p in 0..self.peers.len() {
+                let Some(rx) = self.peers[p].rx.as_ref() else {
+                    continue;
+                };
+                if rx.ack_pending {
+                    if rx.ack_due <= now {
+                        self.queue_ack(p);
+                    } else if self.ack_timer == 0 || rx.ack_due < self.ack_timer {
+                        self.ack_timer = rx.ack_due;
+                    }
+                }
+            }
+        }
+        for p in 0..self.peers.len() {
+            self.close_timer(p, now);
+            let due = self.peers[p].tx.rto_due;
+            if due == 0 || due > now {
+                continue;
+            }
+            let worst = self.peers[p].tx.on_timeout(now, self.rto_min, self.rto_max);
+            if worst > self.max_retries {
+                self.fail_peer(p);
+            } else {
+                self.mark_ready(p);
+            }
+        }
+    }
+
+    /// The earliest send-side deadline of a peer: its retransmission timer,
+    /// its close handshake's resend, or the moment it becomes idle long
+    /// enough to close (0 = none).
+    fn tx_deadline(&self, p: &Peer) -> u64 {
+        let idle = match p.closing {
+            Some(c) => c.sent_at + p.tx.rto(self.rto_min, self.rto_max, c.tries),
+            None if self.pdc_idle > 0 && p.tx.remote_id.is_some() && p.tx_idle() => {
+                p.tx_active_at + self.pdc_idle
+            }
+            None => 0,
+        };
+        match (p.tx.rto_due, idle) {
+            (0, t) | (t, 0) => t,
+            (a, b) => a.min(b),
+        }
+    }
+
+    /// Close handshake, send side: start it once the context has been idle
+    /// for `pdc_idle`, resend the close until the receiver answers, and give
+    /// up (forget the context anyway) after `max_retries`.
+    fn close_timer(&mut self, p: usize, now: u64) {
+        let (rto_min, rto_max) = (self.rto_min, self.rto_max);
+        let peer = &mut self.peers[p];
+        let Some(remote) = peer.tx.remote_id else {
+            return;
+        };
+        let closing = match peer.closing {
+            Some(c) if now >= c.sent_at + peer.tx.rto(rto_min, rto_max, c.tries) => {
+                if c.tries >= self.max_retries {
+                    self.reset_tx_pdc(p);
+                    return;
+                }
+                Closing {
+                    sent_at: now,
+                    tries: c.tries + 1,
+                    ..c
+                }
+            }
+            None if self.pdc_idle > 0
+                && peer.tx_idle()
+                && now >= peer.tx_active_at + self.pdc_idle =>
+            {
+                Closing {
+                    psn: peer.tx.next_psn(),
+                    sent_at: now,
+                    tries: 0,
+                }
+            }
+            _ => return,
+        };
+        peer.closing = Some(closing);
+        let close = ControlRepr {
+            ctl_type: ControlType::Close,
+            flags: 0,
+            probe_opaque: 0,
+            psn: closing.psn,
+            spdcid: peer.tx.local_id,
+            dpdcid: remote,
+            payload: 0,
+        };
+        let to = peer.addr;
+        self.control_queue
+            .push_back((to, ControlOut::Control(close)));
+    }
+
+    /// Start a fresh send context for this peer (after a close or a
+    /// failure): new PDC ID, new random start PSN, SYN on the next packets.
+    /// Message IDs restart too, as the receiver's matching does.
+    pub(super) fn reset_tx_pdc(&mut self, p: usize) {
+        let id = self.alloc_pdc_id();
+        let start = self.rng.gen();
+        let peer = &mut self.peers[p];
+        peer.tx.abandon();
+        self.tx_by_id.remove(&peer.tx.local_id);
+        peer.tx = TxPdc::new(id, start);
+        peer.next_msg_id = 0;
+        peer.closing = None;
+        self.tx_by_id.insert(id, p);
+        self.mark_ready(p);
+    }
+
+    /// The peer stopped answering: fail everything in flight to it and start
+    /// a fresh delivery context for whatever is posted later.
+    pub(super) fn fail_peer(&mut self, p: usize) {
+        self.stats.peers_failed += 1;
+        self.peers[p].queue.clear();
+        self.reset_tx_pdc(p);
+        let peer = &mut self.peers[p];
+        let mut failed: Vec<(u16, TxMessage)> = peer.messages.drain().collect();
+        self.sends_outstanding -= failed.len();
+        failed.sort_by_key(|(id, _)| *id);
+        for (_, m) in failed {
+            if !m.completed {
+                self.completions.push_back(Completion {
+                    error: Some(CompletionError::PeerUnreachable),
+                    ..Completion::send(m.context, m.tagged, 0)
+                });
+            }
+        }
+    }
+}

@@ -1,0 +1,224 @@
+//! Rendezvous extension header (28 B).
+//!
+//! A rendezvous send (SES opcode 6, or 0x0A tagged) carries only the first
+//! `eager_length` bytes of the message; this header, placed between the SES
+//! standard request header and the payload of its first packet (SOM), tells
+//! the target where the rest is so it can pull it with an SES read once the
+//! message is matched. Unexpected large messages thus cost the target only
+//! the eager part.
+//!
+//! ```text
+//!  0 eager_length (u32): message bytes carried by the send itself
+//!  4 ri_generation (u8)
+//!  5 PIDonFEP (12 bits) | resource index (12 bits): the initiator's resource to read from
+//!  8 read_address (u64): initiator buffer address (or offset) of the first byte to pull
+//! 16 read_key (u64): memory key the read must present
+//! 24 read_length (u32): bytes to pull
+//! ```
+//! The target reads `read_length` bytes from `read_address` and places them
+//! at message offset `eager_length`; `eager_length + read_length` is the SES
+//! request length. All fields big-endian.
+
+use super::{be32, be64, packet_view, put32, put64, WireError};
+
+mod field {
+    pub const EAGER_LENGTH: usize = 0;
+    pub const RI_GENERATION: usize = 4;
+    pub const PID_RI: usize = 5;
+    pub const READ_ADDRESS: usize = 8;
+    pub const READ_KEY: usize = 16;
+    pub const READ_LENGTH: usize = 24;
+}
+
+packet_view!(
+    /// A bounds-checked view of the rendezvous extension header.
+    Packet, len = RendezvousRepr::LEN
+);
+
+impl<T: AsRef<[u8]>> Packet<T> {
+    pub fn eager_length(&self) -> u32 {
+        be32(self.buffer.as_ref(), field::EAGER_LENGTH)
+    }
+    pub fn ri_generation(&self) -> u8 {
+        self.buffer.as_ref()[field::RI_GENERATION]
+    }
+    fn pid_ri(&self) -> u32 {
+        let b = self.buffer.as_ref();
+        let at = field::PID_RI;
+        u32::from_be_bytes([0, b[at], b[at + 1], b[at + 2]])
+    }
+    pub fn pid_on_fep(&self) -> u16 {
+        (self.pid_ri() >> 12) as u16
+    }
+    pub fn resource_index(&self) -> u16 {
+        (self.pid_ri() & 0xfff) as u16
+    }
+    pub fn read_address(&self) -> u64 {
+        be64(self.buffer.as_ref(), field::READ_ADDRESS)
+    }
+    pub fn read_key(&self) -> u64 {
+        be64(self.buffer.as_ref(), field::READ_KEY)
+    }
+    pub fn read_length(&self) -> u32 {
+        be32(self.buffer.as_ref(), field::READ_LENGTH)
+    }
+}
+
+impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
+    pub fn set_eager_length(&mut self, v: u32) {
+        put32(self.buffer.as_mut(), field::EAGER_LENGTH, v);
+    }
+    pub fn set_ri_generation(&mut self, v: u8) {
+        self.buffer.as_mut()[field::RI_GENERATION] = v;
+    }
+    /// Both 12-bit fields (each masked to its width).
+    pub fn set_pid_resource(&mut self, pid_on_fep: u16, resource_index: u16) {
+        let v = ((pid_on_fep as u32 & 0xfff) << 12) | (resource_index as u32 & 0xfff);
+        let [_, x, y, z] = v.to_be_bytes();
+        self.buffer.as_mut()[field::PID_RI..field::PID_RI + 3].copy_from_slice(&[x, y, z]);
+    }
+    pub fn set_read_address(&mut self, v: u64) {
+        put64(self.buffer.as_mut(), field::READ_ADDRESS, v);
+    }
+    pub fn set_read_key(&mut self, v: u64) {
+        put64(self.buffer.as_mut(), field::READ_KEY, v);
+    }
+    pub fn set_read_length(&mut self, v: u32) {
+        put32(self.buffer.as_mut(), field::READ_LENGTH, v);
+    }
+}
+
+/// A parsed rendezvous extension header.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct RendezvousRepr {
+    pub eager_length: u32,
+    pub ri_generation: u8,
+    /// 12 bits.
+    pub pid_on_fep: u16,
+    /// 12 bits.
+    pub resource_index: u16,
+    pub read_address: u64,
+    pub read_key: u64,
+    pub read_length: u32,
+}
+
+impl RendezvousRepr {
+    pub const LEN: usize = 28;
+
+    /// Parse the header; a read range that wraps the 64-bit address space
+    /// is `Malformed`. Never panics.
+    pub fn parse(b: &[u8]) -> Result<Self, WireError> {
+        let v = Packet::new_checked(b)?;
+        let r = RendezvousRepr {
+            eager_length: v.eager_length(),
+            ri_generation: v.ri_generation(),
+            pid_on_fep: v.pid_on_fep(),
+            resource_index: v.resource_index(),
+            read_address: v.read_address(),
+            read_key: v.read_key(),
+            read_length: v.read_length(),
+        };
+        if r.read_address.checked_add(r.read_length as u64).is_none() {
+            return Err(WireError::Malformed);
+        }
+        Ok(r)
+    }
+
+    /// Write the header into `b[..LEN]`; panics if `b` is shorter.
+    pub fn emit(&self, b: &mut [u8]) {
+        let mut v = Packet::new_unchecked(&mut b[..Self::LEN]);
+        v.set_eager_length(self.eager_length);
+        v.set_ri_generation(self.ri_generation);
+        v.set_pid_resource(self.pid_on_fep, self.resource_index);
+        v.set_read_address(self.read_address);
+        v.set_read_key(self.read_key);
+        v.set_read_length(self.read_length);
+    }
+
+    /// The whole message length this header describes (eager + pulled);
+    /// the engine checks it against the SES request length.
+    pub fn total_length(&self) -> u64 {
+        self.eager_length as u64 + self.read_length as u64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn layout_and_round_trip() {
+        let r = RendezvousRepr {
+            eager_length: 0x1000,
+            ri_generation: 9,
+            pid_on_fep: 0x123,
+            resource_index: 0x456,
+            read_address: 0x7f00_0000_1000,
+            read_key: 0xfeed,
+            read_length: 0x0010_0000,
+        };
+        let mut b = [0u8; RendezvousRepr::LEN];
+        r.emit(&mut b);
+        assert_eq!(&b[..8], &[0, 0, 0x10, 0, 9, 0x12, 0x34, 0x56]);
+        assert_eq!(&b[24..], &[0, 0x10, 0, 0]);
+        assert_eq!(RendezvousRepr::parse(&b), Ok(r));
+        assert_eq!(r.total_length(), 0x0010_1000);
+        assert_eq!(RendezvousRepr::parse(&b[..27]), Err(WireError::Truncated));
+    }
+
+    #[test]
+    fn wrapping_read_range_rejected() {
+        let r = RendezvousRepr {
+            read_address: u64::MAX,
+            read_length: 1,
+            ..RendezvousRepr::default()
+        };
+        let mut b = [0u8; RendezvousRepr::LEN];
+        r.emit(&mut b);
+        assert_eq!(RendezvousRepr::parse(&b), Err(WireError::Malformed));
+    }
+
+    pub(crate) fn any_rendezvous() -> impl Strategy<Value = RendezvousRepr> {
+        (
+            any::<u32>(),
+            any::<u8>(),
+            0u16..1 << 12,
+            0u16..1 << 12,
+            0u64..u64::MAX - u32::MAX as u64,
+            any::<u64>(),
+            any::<u32>(),
+        )
+            .prop_map(
+                |(eager_length, ri_generation, pid_on_fep, resource_index, addr, key, len)| {
+                    RendezvousRepr {
+                        eager_length,
+                        ri_generation,
+                        pid_on_fep,
+                        resource_index,
+                        read_address: addr,
+                        read_key: key,
+                        read_length: len,
+                    }
+                },
+            )
+    }
+
+    proptest! {
+        #[test]
+        fn emit_parse_round_trip(r in any_rendezvous()) {
+            let mut b = [0u8; RendezvousRepr::LEN];
+            r.emit(&mut b);
+            prop_assert_eq!(RendezvousRepr::parse(&b), Ok(r));
+        }
+
+        #[test]
+        fn parse_arbitrary_bytes(b in proptest::collection::vec(any::<u8>(), 0..40)) {
+            if let Ok(r) = RendezvousRepr::parse(&b) {
+                let mut out = [0u8; RendezvousRepr::LEN];
+                r.emit(&mut out);
+                prop_assert_eq!(&out[..], &b[..RendezvousRepr::LEN]);
+            }
+        }
+    }
+}
