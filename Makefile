@@ -182,7 +182,8 @@ bench: install bench-micro ## uet vs tcp, udp;ofi_rxd, raw UDP (BENCH_QUICK=1: s
 
 bench-micro: deps ## criterion benches of the engine (provider/benches)
 	@echo "== criterion micro-benchmarks (provider/benches)"
-	timeout $(T_CARGO) $(CARGO) bench -p uet --bench engine $(if $(BENCH_QUICK),-- --quick,)
+	timeout $(T_CARGO) $(CARGO) bench -p uet --bench engine -- \
+	  $(if $(BENCH_QUICK),--quick,--warm-up-time 1 --measurement-time 2)
 
 # Fuzzing: cargo-fuzz on stable Rust (RUSTC_BOOTSTRAP lets it pass its
 # nightly-only flags; no sanitizer, debug assertions on). Each target runs

@@ -256,6 +256,9 @@ def main():
     configs = list(CONFIGS)
     pp_rows, bw_rows, raw_rows = [], [], []
     t0 = time.time()
+    # Busy-polling benchmarks measure the scheduler when the cores are busy.
+    log("== load average at start: %.2f %.2f %.2f on %d cores"
+        % (*os.getloadavg(), os.cpu_count() or 0))
     n_pp = REPS * len(PP_MODES) * len(PP_SIZES)
     done = 0
     for rep in range(REPS):
@@ -294,7 +297,8 @@ def main():
     write_csv("raw.csv", raw_rows, ["rep", "test", "size", "lat_us", "p50_us", "mbps",
                                     "cpu_s_per_gb"])
     report(pp_rows, bw_rows, raw_rows)
-    log(f"== bench finished in {time.time() - t0:.0f} s; results in {OUT}")
+    log(f"== bench finished in {time.time() - t0:.0f} s; load average at end: "
+        f"{os.getloadavg()[0]:.2f}; results in {OUT}")
 
 
 def write_csv(name, rows, fields):
