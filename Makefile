@@ -22,6 +22,8 @@ export CARGO_TERM_COLOR ?= never
 # are used by fabtests/scripts.
 DEB_PKGS  := libfabric-dev libfabric-bin libclang-dev openmpi-bin libopenmpi-dev \
              pkg-config valgrind python3 iproute2 python3-matplotlib
+# `make bench`: raw-UDP anchors.
+DEB_PKGS  += sockperf iperf3
 
 # C programs: every fabtests/functional/*.c, fabtests/matrix/*.c and
 # fabtests/mpi/*.c is one program (headers beside them are shared). Absent
@@ -36,6 +38,8 @@ MPI_HDR   := $(wildcard fabtests/mpi/*.h)
 FUNC_BIN  := $(patsubst fabtests/functional/%.c,$(BUILD)/bin/%,$(FUNC_SRC))
 MPI_BIN   := $(patsubst fabtests/mpi/%.c,$(BUILD)/bin/%,$(MPI_SRC))
 SCRIPTS   := $(wildcard fabtests/scripts/*.sh) $(wildcard fabtests/scripts/*.py)
+BENCH_SRC := $(wildcard fabtests/bench/*.c)
+BENCH_BIN := $(patsubst fabtests/bench/%.c,$(BUILD)/bin/%,$(BENCH_SRC))
 
 # What selects the freshly installed provider in the test stages.
 RUN_ENV   := FI_PROVIDER_PATH=$(LIBDIR) FI_PROVIDER=uet
@@ -50,7 +54,7 @@ T_MATRIX  := 120
 
 TEST_STAGES := test-lint test-rust test-discovery test-functional test-pingpong test-mpi test-big test-matrix
 
-.PHONY: all build rust c-progs deps install test $(TEST_STAGES) demo lint fmt clean help fuzz
+.PHONY: all build rust c-progs deps install test $(TEST_STAGES) demo bench bench-micro lint fmt clean help fuzz
 
 all: build ## Default: deps, the Rust workspace (release) and the C test programs
 
@@ -84,7 +88,7 @@ build: rust c-progs ## deps + cargo build --release --workspace + C programs in 
 rust: deps
 	$(CARGO) build --release --workspace
 
-c-progs: $(FUNC_BIN) $(MATRIX_BIN) $(MPI_BIN)
+c-progs: $(FUNC_BIN) $(MATRIX_BIN) $(MPI_BIN) $(BENCH_BIN)
 
 # `| deps`: the compilers and headers come from the Debian packages.
 $(BUILD)/bin/%: fabtests/functional/%.c $(FUNC_HDR) | deps
@@ -97,6 +101,11 @@ $(BUILD)/bin/%: fabtests/matrix/%.c $(MATRIX_HDR) | deps
 	$(CC) $(CFLAGS) -I$(CURDIR)/include $$(pkg-config --cflags libfabric) -o $@ $< \
 	  $$(pkg-config --libs libfabric)
 
+$(BUILD)/bin/%: fabtests/bench/%.c | deps
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -I$(CURDIR)/include $$(pkg-config --cflags libfabric) -o $@ $< \
+	  $$(pkg-config --libs libfabric)
+
 $(BUILD)/bin/%: fabtests/mpi/%.c $(MPI_HDR) | deps
 	@mkdir -p $(@D)
 	$(MPICC) $(CFLAGS) -I$(CURDIR)/include -o $@ $<
@@ -105,7 +114,8 @@ install: build ## Install into PREFIX (default ./install; no root needed)
 	install -d $(LIBDIR) $(PREFIX)/include/rdma $(PREFIX)/bin
 	install -m 0755 $(SO) $(LIBDIR)/libuet-fi.so
 	install -m 0644 include/rdma/fi_ext_uet.h $(PREFIX)/include/rdma/
-	install -m 0755 target/release/uet-emu $(FUNC_BIN) $(MATRIX_BIN) $(MPI_BIN) $(SCRIPTS) $(PREFIX)/bin/
+	install -m 0755 target/release/uet-emu $(FUNC_BIN) $(MATRIX_BIN) $(MPI_BIN) $(BENCH_BIN) \
+	  $(SCRIPTS) $(PREFIX)/bin/
 
 # The stages run one after another (also under -j) and the first failure
 # stops make.
@@ -181,6 +191,23 @@ demo: install ## Install, fi_pingpong uet vs tcp, then incast and permutation th
 	  $(RUN_ENV) $(PREFIX)/bin/uet-emu run fabtests/scenarios/$$s.toml --out results/$$s \
 	    --matrix $(PREFIX)/bin/uet_matrix --plot fabtests/scripts/plot_matrix.py || exit 1; done
 	@echo "== make demo: tables in results/*/table.txt, plots in results/*/ (PNG and SVG)"
+
+# Debian's python3 carries python3-matplotlib (a pyenv python3 may not).
+BENCH_PY  ?= /usr/bin/python3
+BENCH_STAMP := $(shell date -u +%Y%m%dT%H%M%SZ)
+BENCH_OUT ?= $(CURDIR)/results/bench/$(BENCH_STAMP)
+T_BENCH   := 1500
+
+bench: install bench-micro ## uet vs tcp, udp;ofi_rxd, raw UDP (BENCH_QUICK=1: short run)
+	@echo "== fi_pingpong, streaming bandwidth and raw UDP; results in $(BENCH_OUT)"
+	UET_BW=$(BUILD)/bin/uet_bw timeout $(T_BENCH) $(BENCH_PY) fabtests/scripts/bench.py \
+	  $(PREFIX) $(BENCH_OUT) $(if $(BENCH_QUICK),--quick)
+	@ln -sfn $(BENCH_OUT) $(CURDIR)/results/bench/latest
+
+bench-micro: deps ## criterion benches of the engine (provider/benches)
+	@echo "== criterion micro-benchmarks (provider/benches)"
+	timeout $(T_CARGO) $(CARGO) bench -p uet --bench engine -- \
+	  $(if $(BENCH_QUICK),--quick,--warm-up-time 1 --measurement-time 2)
 
 # Fuzzing: cargo-fuzz on stable Rust (RUSTC_BOOTSTRAP lets it pass its
 # nightly-only flags; no sanitizer, debug assertions on). Each target runs

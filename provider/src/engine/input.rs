@@ -486,7 +486,8 @@ impl Engine {
         }
         let peer = &mut self.peers[p];
         peer.tx_active_at = now;
-        let out = peer.tx.on_ack(&ack, now);
+        let mut out = std::mem::take(&mut self.ack_scratch);
+        peer.tx.on_ack_into(&ack, now, &mut out);
         // In flight is clocked by the receiver's cumulative received bytes
         // (24 bits of 256-byte units, wrapping); an older ACK overtaken by a
         // newer one reports nothing new.
@@ -525,11 +526,12 @@ impl Engine {
         }
         let (entropy, rtt) = (out.trigger_entropy.unwrap_or(0), out.rtt_raw.unwrap_or(0));
         self.record(p, now, TraceKind::Ack, entropy, rtt, ecn);
-        for kind in out.newly_acked {
+        for &kind in &out.newly_acked {
             if let SlotKind::Data { msg_id, .. } = kind {
                 self.on_packet_acked(p, msg_id);
             }
         }
+        self.ack_scratch = out;
         self.mark_ready(p);
     }
 

@@ -215,13 +215,27 @@ impl TxPdc {
     /// Apply an ACK: cumulative PSN plus SACK bitmap.
     pub fn on_ack(&mut self, ack: &AckRepr, now: u64) -> AckOutcome {
         let mut out = AckOutcome::default();
+        self.on_ack_into(ack, now, &mut out);
+        out
+    }
+
+    /// [`TxPdc::on_ack`] into a caller-kept outcome, so the per-ACK path
+    /// reuses its vector instead of allocating one.
+    pub fn on_ack_into(&mut self, ack: &AckRepr, now: u64, out: &mut AckOutcome) {
+        // Every field starts afresh; only the vector's capacity is kept.
+        let mut acked = std::mem::take(&mut out.newly_acked);
+        acked.clear();
+        *out = AckOutcome {
+            newly_acked: acked,
+            ..AckOutcome::default()
+        };
         if self.remote_id.is_none() {
             self.remote_id = Some(ack.spdcid);
         }
         let end = self.next_psn();
         // An ACK for PSNs never sent is bogus: ignore it whole.
         if !psn_lt(ack.cack_psn, end) {
-            return out;
+            return;
         }
         let trigger = ack.cack_psn.wrapping_add(ack.ack_psn_offset as i32 as u32);
         let retx_echo = ack.flags & crate::wire::prologue::flags::ACK_RETX != 0;
@@ -289,7 +303,6 @@ impl TxPdc {
         if self.slots.is_empty() {
             self.rto_due = 0;
         }
-        out
     }
 
     /// Queue every packet whose timer expired. Returns the highest retry

@@ -1,10 +1,19 @@
 //! Posted-receive and unexpected-message queues.
 //!
-//! Both are searched in order, so the first posted receive that matches wins
-//! and unexpected messages are taken in the order they were matched against
-//! (which is per-peer send order).
+//! The first posted receive that matches a message wins, and unexpected
+//! messages are taken in the order they were matched against (which is
+//! per-peer send order).
+//!
+//! Tagged receives are indexed so that matching does not grow with the
+//! number posted: receives are grouped by their ignore mask (applications
+//! use a handful of masks), and within a mask by the tag bits that take part
+//! (`tag & !ignore`). A message looks up its bucket in each mask class and
+//! takes the candidate posted first (a sequence number per receive keeps
+//! posting order across classes). Only directed receives for other peers in
+//! the same bucket are scanned past.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
+use std::hash::{BuildHasherDefault, Hasher};
 use std::net::SocketAddr;
 
 use crate::ops::{Context, RecvOp};
@@ -20,45 +29,149 @@ fn accepts(recv: &RecvOp, src: SocketAddr, tagged: bool, tag: u64) -> bool {
         && (!tagged || tag_matches(recv.tag, recv.ignore, tag))
 }
 
+struct Posted {
+    /// Posting order across all mask classes.
+    seq: u64,
+    recv: RecvOp,
+}
+
+/// Hashes a tag with the murmur3 finaliser: a few cycles instead of
+/// SipHash's dozens, and every input bit reaches the low bits the table
+/// indexes with. Keys are the application's own tags, so flooding is not a
+/// concern; a peer's tag is only looked up.
+#[derive(Default)]
+struct TagHasher(u64);
+
+impl Hasher for TagHasher {
+    fn finish(&self) -> u64 {
+        let mut x = self.0;
+        x ^= x >> 33;
+        x = x.wrapping_mul(0xff51_afd7_ed55_8ccd);
+        x ^= x >> 33;
+        x = x.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+        x ^ (x >> 33)
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 << 8) | u64::from(b);
+        }
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.0 = v;
+    }
+}
+
+/// Tagged receives sharing one ignore mask, bucketed by `tag & !ignore`.
+struct MaskClass {
+    ignore: u64,
+    buckets: HashMap<u64, VecDeque<Posted>, BuildHasherDefault<TagHasher>>,
+}
+
+/// Mask classes kept while empty, so a receive posted after the last one
+/// was matched reuses its class's table instead of allocating a new one.
+const IDLE_CLASSES: usize = 8;
+/// Emptied buckets stay in their table (a ping-pong on one tag then costs
+/// no allocation and one lookup per side) until this many more than live
+/// receives exist; then they are swept.
+const IDLE_BUCKETS: usize = 64;
+
 /// Receives the application posted and no message has matched yet.
 #[derive(Default)]
 pub struct PostedQueues {
     msg: VecDeque<RecvOp>,
-    tagged: VecDeque<RecvOp>,
+    tagged: Vec<MaskClass>,
+    tagged_len: usize,
+    next_seq: u64,
 }
 
 impl PostedQueues {
     pub fn push(&mut self, recv: RecvOp) {
-        if recv.tagged {
-            self.tagged.push_back(recv);
-        } else {
+        if !recv.tagged {
             self.msg.push_back(recv);
+            return;
+        }
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        self.tagged_len += 1;
+        let ignore = recv.ignore;
+        let i = match self.tagged.iter().position(|c| c.ignore == ignore) {
+            Some(i) => i,
+            None => {
+                if self.tagged.len() >= IDLE_CLASSES {
+                    self.tagged
+                        .retain(|c| c.buckets.values().any(|q| !q.is_empty()));
+                }
+                self.tagged.push(MaskClass {
+                    ignore,
+                    buckets: HashMap::default(),
+                });
+                self.tagged.len() - 1
+            }
+        };
+        let buckets = &mut self.tagged[i].buckets;
+        let key = recv.tag & !ignore;
+        match buckets.get_mut(&key) {
+            Some(q) => q.push_back(Posted { seq, recv }),
+            None => {
+                if buckets.len() >= 2 * self.tagged_len + IDLE_BUCKETS {
+                    buckets.retain(|_, q| !q.is_empty());
+                }
+                buckets.insert(key, VecDeque::from([Posted { seq, recv }]));
+            }
         }
     }
 
     /// Take the first receive that accepts a message with these properties.
     pub fn take_match(&mut self, src: SocketAddr, tagged: bool, tag: u64) -> Option<RecvOp> {
-        let q = if tagged {
-            &mut self.tagged
-        } else {
-            &mut self.msg
-        };
-        let i = q.iter().position(|r| accepts(r, src, tagged, tag))?;
-        q.remove(i)
+        if !tagged {
+            let i = self.msg.iter().position(|r| accepts(r, src, false, tag))?;
+            return self.msg.remove(i);
+        }
+        // (class, position in its bucket, seq) of the earliest candidate.
+        let mut best: Option<(usize, usize, u64)> = None;
+        if self.tagged_len == 0 {
+            return None;
+        }
+        for (ci, class) in self.tagged.iter().enumerate() {
+            let Some(q) = class.buckets.get(&(tag & !class.ignore)) else {
+                continue;
+            };
+            let Some(pos) = q.iter().position(|p| p.recv.src.is_none_or(|s| s == src)) else {
+                continue;
+            };
+            let seq = q[pos].seq;
+            if best.is_none_or(|(_, _, b)| seq < b) {
+                best = Some((ci, pos, seq));
+            }
+        }
+        let (ci, pos, _) = best?;
+        self.remove_tagged(ci, tag & !self.tagged[ci].ignore, pos)
+    }
+
+    fn remove_tagged(&mut self, ci: usize, key: u64, pos: usize) -> Option<RecvOp> {
+        let posted = self.tagged[ci].buckets.get_mut(&key)?.remove(pos)?;
+        self.tagged_len -= 1;
+        Some(posted.recv)
     }
 
     /// Remove the receive posted with `context` (fi_cancel).
     pub fn take_context(&mut self, context: Context) -> Option<RecvOp> {
-        for q in [&mut self.msg, &mut self.tagged] {
-            if let Some(i) = q.iter().position(|r| r.context == context) {
-                return q.remove(i);
-            }
+        if let Some(i) = self.msg.iter().position(|r| r.context == context) {
+            return self.msg.remove(i);
         }
-        None
+        let found = self.tagged.iter().enumerate().find_map(|(ci, c)| {
+            c.buckets.iter().find_map(|(&key, q)| {
+                q.iter()
+                    .position(|p| p.recv.context == context)
+                    .map(|pos| (ci, key, pos))
+            })
+        });
+        let (ci, key, pos) = found?;
+        self.remove_tagged(ci, key, pos)
     }
 
     pub fn len(&self) -> usize {
-        self.msg.len() + self.tagged.len()
+        self.msg.len() + self.tagged_len
     }
 
     pub fn is_empty(&self) -> bool {
@@ -125,5 +238,99 @@ mod tests {
         assert!(q.take_match(a, true, 8).is_none());
         assert_eq!(q.take_context(3).map(|r| r.context), Some(3));
         assert!(q.is_empty());
+    }
+
+    #[test]
+    fn posting_order_wins_across_ignore_masks() {
+        let a: SocketAddr = "127.0.0.1:1".parse().unwrap();
+        let mut q = PostedQueues::default();
+        q.push(recv(true, 0x10, 0xff, None, 1)); // any tag 0x00..=0xff
+        q.push(recv(true, 0x42, 0, None, 2));
+        q.push(recv(true, 0x42, 0, None, 3));
+        q.push(recv(true, 0x40, 0x0f, None, 4));
+        assert_eq!(q.take_match(a, true, 0x42).map(|r| r.context), Some(1));
+        assert_eq!(q.take_match(a, true, 0x42).map(|r| r.context), Some(2));
+        assert_eq!(q.take_match(a, true, 0x42).map(|r| r.context), Some(3));
+        assert_eq!(q.take_match(a, true, 0x42).map(|r| r.context), Some(4));
+        assert!(q.take_match(a, true, 0x42).is_none());
+        assert!(q.is_empty());
+    }
+
+    #[test]
+    fn many_distinct_tags_and_masks_come_and_go() {
+        let a: SocketAddr = "127.0.0.1:1".parse().unwrap();
+        let mut q = PostedQueues::default();
+        let mut reference = Vec::new();
+        for round in 0..3u64 {
+            for i in 0..500u64 {
+                let (tag, ignore) = (i + round * 1000, i % 20);
+                q.push(recv(true, tag, ignore, None, tag));
+                reference.push(recv(true, tag, ignore, None, tag));
+            }
+            for i in (0..500u64).rev() {
+                let tag = i + round * 1000;
+                let got = q.take_match(a, true, tag).map(|r| r.context);
+                assert_eq!(got, linear_match(&mut reference, a, true, tag));
+            }
+            // Masked receives may have taken other tags' messages: cancel
+            // what is left, in both.
+            assert_eq!(q.len(), reference.len());
+            for r in std::mem::take(&mut reference) {
+                assert_eq!(
+                    q.take_context(r.context).map(|r| r.context),
+                    Some(r.context)
+                );
+            }
+            assert!(q.is_empty());
+            // Emptied buckets are swept when new tags come, not kept forever.
+            let buckets: usize = q.tagged.iter().map(|c| c.buckets.len()).sum();
+            assert!(buckets <= 20 * IDLE_BUCKETS + 500, "{buckets} buckets kept");
+        }
+    }
+
+    /// The reference: one list searched in posting order.
+    fn linear_match(
+        list: &mut Vec<RecvOp>,
+        src: SocketAddr,
+        tagged: bool,
+        tag: u64,
+    ) -> Option<u64> {
+        let i = list.iter().position(|r| accepts(r, src, tagged, tag))?;
+        Some(list.remove(i).context)
+    }
+
+    proptest::proptest! {
+        /// Any sequence of posts, matches and cancels gives what a linear
+        /// search in posting order gives.
+        #[test]
+        fn same_as_linear_search(ops in proptest::collection::vec(
+            (0u8..4, 0u64..8, proptest::sample::select(vec![0u64, 1, 3, 7, !0]), 0u16..3, proptest::bool::ANY),
+            0..200,
+        )) {
+            let mut q = PostedQueues::default();
+            let mut reference = Vec::new();
+            for (ctx, (op, tag, ignore, port, tagged)) in ops.into_iter().enumerate() {
+                let src = (port > 0).then(|| SocketAddr::from(([127, 0, 0, 1], port)));
+                let from = SocketAddr::from(([127, 0, 0, 1], 1 + port % 2));
+                match op {
+                    0 | 1 => {
+                        q.push(recv(tagged, tag, ignore, src, ctx as u64));
+                        reference.push(recv(tagged, tag, ignore, src, ctx as u64));
+                    }
+                    2 => {
+                        let got = q.take_match(from, tagged, tag).map(|r| r.context);
+                        proptest::prop_assert_eq!(got, linear_match(&mut reference, from, tagged, tag));
+                    }
+                    _ => {
+                        let target = (tag as usize * 7) % (ctx + 1);
+                        let got = q.take_context(target as u64).map(|r| r.context);
+                        let want = reference.iter().position(|r| r.context == target as u64)
+                            .map(|i| reference.remove(i).context);
+                        proptest::prop_assert_eq!(got, want);
+                    }
+                }
+                proptest::prop_assert_eq!(q.len(), reference.len());
+            }
+        }
     }
 }
