@@ -136,6 +136,7 @@ test-discovery:
 test-functional:
 	@echo "== [4/7] C functional suite over the public fi_* API"
 	$(RUN_ENV) timeout $(T_FUNC) $(PREFIX)/bin/uet_functional -p uet
+	$(RUN_ENV) timeout $(T_FUNC) $(PREFIX)/bin/uet_surface -p uet
 
 test-pingpong:
 	@echo "== [5/7] fi_pingpong over uet: msg, then tagged (all sizes, data checks)"

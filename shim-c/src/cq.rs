@@ -8,7 +8,7 @@ use std::os::raw::{c_char, c_int, c_void};
 use std::ptr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use parking_lot::Mutex;
 use uet::{Completion, CompletionError, CompletionKind};
@@ -18,6 +18,7 @@ use crate::domain::{self, DomainInner};
 use crate::endpoint::EpInner;
 use crate::errors::{guard, ret_int, ret_ssize, FiResult};
 use crate::object::{self, fid_ops, ops_ptr};
+use crate::wait::{self, Waker};
 
 /// One completion waiting to be read, with its sender's fi_addr resolved.
 pub(crate) struct Entry {
@@ -33,32 +34,48 @@ pub(crate) struct CqInner {
     /// Endpoints whose progress may produce entries for this CQ.
     eps: Mutex<Vec<Weak<EpInner>>>,
     signaled: AtomicBool,
+    waker: Waker,
+    wait_obj: fi_wait_obj,
 }
 
 impl CqInner {
     pub(crate) fn push(&self, e: Entry) {
         self.queue.lock().push_back(e);
+        self.waker.wake();
     }
 
     /// Remember an endpoint to progress when this CQ is read.
     pub(crate) fn attach(&self, ep: &Arc<EpInner>) {
-        let mut eps = self.eps.lock();
-        if !eps.iter().any(|w| ptr::eq(w.as_ptr(), Arc::as_ptr(ep))) {
-            eps.push(Arc::downgrade(ep));
+        wait::attach(&self.eps, ep);
+    }
+
+    /// fi_trywait: -FI_EAGAIN when entries are waiting (progressing first).
+    pub(crate) fn trywait(&self) -> FiResult<()> {
+        // Drain first: a wake-up after this point stays pending on the fd.
+        self.waker.drain();
+        self.progress();
+        if self.queue.lock().is_empty() {
+            Ok(())
+        } else {
+            Err(FI_EAGAIN)
         }
+    }
+
+    fn wait_fd(&self) -> FiResult<std::os::fd::RawFd> {
+        if self.wait_obj == FI_WAIT_NONE {
+            return Err(FI_EINVAL);
+        }
+        self.waker.epoll_fd(&wait::live(&self.eps))
     }
 
     /// Progress every live bound endpoint (never under our queue lock: an
     /// endpoint pushes into CQ queues while it holds its own lock).
-    fn progress(&self) {
-        let live: Vec<Arc<EpInner>> = {
-            let mut eps = self.eps.lock();
-            eps.retain(|w| w.strong_count() > 0);
-            eps.iter().filter_map(Weak::upgrade).collect()
-        };
-        for ep in live {
+    fn progress(&self) -> Vec<Arc<EpInner>> {
+        let live = wait::live(&self.eps);
+        for ep in &live {
             ep.progress();
         }
+        live
     }
 }
 
@@ -69,7 +86,7 @@ pub(crate) struct Cq {
     _domain: Arc<DomainInner>,
 }
 
-pub(crate) static FI_OPS: fi_ops = fid_ops!(cq_close);
+pub(crate) static FI_OPS: fi_ops = fid_ops!(cq_close, object::fid_bind_enosys, cq_control);
 static OPS: fi_ops_cq = fi_ops_cq {
     size: size_of::<fi_ops_cq>(),
     read: Some(cq_read),
@@ -108,6 +125,7 @@ pub(crate) unsafe extern "C" fn open(
                 return Err(FI_EINVAL);
             }
             let mut format = FI_CQ_FORMAT_CONTEXT;
+            let mut wait_obj = FI_WAIT_NONE;
             // SAFETY: attr is NULL or a valid fi_cq_attr.
             if let Some(a) = unsafe { attr.as_ref() } {
                 format = match a.format {
@@ -116,7 +134,11 @@ pub(crate) unsafe extern "C" fn open(
                     | FI_CQ_FORMAT_TAGGED) => f,
                     _ => return Err(FI_ENOSYS),
                 };
-                if a.wait_obj != FI_WAIT_NONE && a.wait_obj != FI_WAIT_UNSPEC {
+                wait_obj = match a.wait_obj {
+                    w @ (FI_WAIT_NONE | FI_WAIT_UNSPEC | FI_WAIT_FD | FI_WAIT_YIELD) => w,
+                    _ => return Err(FI_ENOSYS),
+                };
+                if a.flags & FI_AFFINITY as u64 != 0 {
                     return Err(FI_ENOSYS);
                 }
             }
@@ -135,6 +157,8 @@ pub(crate) unsafe extern "C" fn open(
                     queue: Mutex::default(),
                     eps: Mutex::default(),
                     signaled: AtomicBool::new(false),
+                    waker: Waker::new()?,
+                    wait_obj,
                 }),
                 _domain: Arc::clone(&dom.inner),
             });
@@ -285,9 +309,7 @@ fn sread(
     src_addr: *mut fi_addr_t,
     timeout: c_int,
 ) -> FiResult<usize> {
-    let deadline = u64::try_from(timeout)
-        .ok()
-        .map(|ms| Instant::now() + Duration::from_millis(ms));
+    let deadline = wait::deadline(timeout);
     loop {
         match read(cq, buf, count, src_addr) {
             Err(FI_EAGAIN) => {}
@@ -298,10 +320,20 @@ fn sread(
         {
             return Err(FI_EAGAIN);
         }
-        if cq.eps.lock().is_empty() {
-            std::thread::sleep(Duration::from_micros(100));
-        }
+        wait::sleep(&wait::live(&cq.eps), &cq.waker, deadline);
     }
+}
+
+extern "C" fn cq_control(f: *mut fid, command: c_int, arg: *mut c_void) -> c_int {
+    guard(|| {
+        // SAFETY: f is a live fid handed to us by libfabric.
+        let Some(c) = (unsafe { from_fid(f) }) else {
+            return -(FI_EINVAL as c_int);
+        };
+        ret_int(crate::cntr::wait_control(command, arg, || {
+            c.inner.wait_fd()
+        }))
+    })
 }
 
 extern "C" fn cq_read(cq: *mut fid_cq, buf: *mut c_void, count: usize) -> isize {
@@ -421,6 +453,7 @@ extern "C" fn cq_signal(cq: *mut fid_cq) -> c_int {
     guard(|| match from_ptr(cq) {
         Some(c) => {
             c.inner.signaled.store(true, Ordering::Release);
+            c.inner.waker.wake();
             0
         }
         None => -(FI_EINVAL as c_int),

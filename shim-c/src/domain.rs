@@ -11,7 +11,7 @@ use crate::addr::{self, Family};
 use crate::bindings::*;
 use crate::errors::{guard, ret_int, unsupported};
 use crate::object::{self, fid_ops, ops_ptr};
-use crate::{av, cq, endpoint, fabric, mr, params, DOMAIN_NAME};
+use crate::{av, cntr, cq, endpoint, fabric, mr, params, DOMAIN_NAME};
 
 /// State every object opened from one domain shares.
 pub(crate) struct DomainInner {
@@ -44,7 +44,7 @@ static OPS: fi_ops_domain = fi_ops_domain {
     cq_open: Some(cq::open),
     endpoint: Some(endpoint::open),
     scalable_ep: Some(scalable_ep),
-    cntr_open: Some(cntr_open),
+    cntr_open: Some(cntr::open),
     poll_open: Some(poll_open),
     stx_ctx: Some(stx_ctx),
     srx_ctx: Some(srx_ctx),
@@ -55,7 +55,6 @@ static OPS: fi_ops_domain = fi_ops_domain {
 
 unsupported! {
     scalable_ep(*mut fid_domain, *mut fi_info, *mut *mut fid_ep, *mut c_void) -> c_int = FI_ENOSYS;
-    cntr_open(*mut fid_domain, *mut fi_cntr_attr, *mut *mut fid_cntr, *mut c_void) -> c_int = FI_ENOSYS;
     poll_open(*mut fid_domain, *mut fi_poll_attr, *mut *mut fid_poll) -> c_int = FI_ENOSYS;
     stx_ctx(*mut fid_domain, *mut fi_tx_attr, *mut *mut fid_stx, *mut c_void) -> c_int = FI_ENOSYS;
     srx_ctx(*mut fid_domain, *mut fi_rx_attr, *mut *mut fid_ep, *mut c_void) -> c_int = FI_ENOSYS;

@@ -3,7 +3,9 @@
 //! enabling, op flags, options, names and cancel live here; the data
 //! operations are in `msg.rs` and `tagged.rs`.
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
+use std::os::fd::RawFd;
 use std::os::raw::{c_int, c_void};
 use std::ptr;
 use std::sync::Arc;
@@ -15,6 +17,7 @@ use crate::addr::{self, Family};
 use crate::av::{self, AvInner, FI_ADDR_NOTAVAIL, FI_ADDR_UNSPEC};
 use crate::bindings::*;
 use crate::buffers::IovBuffer;
+use crate::cntr::{self, CntrInner};
 use crate::cq::{self, CqInner, Entry};
 use crate::domain::{self, DomainInner};
 use crate::eq::{self, EqInner};
@@ -35,6 +38,33 @@ pub(crate) struct EpState {
     _eq: Option<Arc<EqInner>>,
     tx_op_flags: u64,
     rx_op_flags: u64,
+    /// Counters bumped by local sends and receives (FI_SEND / FI_RECV).
+    tx_cntr: Option<Arc<CntrInner>>,
+    rx_cntr: Option<Arc<CntrInner>>,
+    /// With a counter bound, every operation asks the engine for a
+    /// completion so the counter sees it; the engine then carries a token
+    /// instead of the application's context, and this table says which
+    /// context it stands for and whether the CQ gets an entry too.
+    pending: HashMap<u64, Pending>,
+    next_token: u64,
+}
+
+struct Pending {
+    context: u64,
+    signal: bool,
+}
+
+/// Tokens have bit 63 set: never a user-space address, so they cannot be
+/// confused with a context that reached the engine untranslated (probes).
+const TOKEN_BASE: u64 = 1 << 63;
+
+impl EpState {
+    fn token(&mut self, context: u64, signal: bool) -> u64 {
+        let t = TOKEN_BASE | self.next_token;
+        self.next_token = (self.next_token + 1) & !TOKEN_BASE;
+        self.pending.insert(t, Pending { context, signal });
+        t
+    }
 }
 
 pub(crate) struct EpInner {
@@ -83,13 +113,26 @@ fn level_of(flags: u64) -> Option<CompletionLevel> {
 impl EpInner {
     /// Move packets, then route finished operations to the bound CQs.
     pub(crate) fn progress(&self) {
-        let mut st = self.state.lock();
+        let mut guard = self.state.lock();
+        let st = &mut *guard;
         st.ep.progress();
-        while let Some(c) = st.ep.poll_completion() {
-            let cq = match c.kind {
-                CompletionKind::Send => st.tx_cq.as_ref(),
-                CompletionKind::Recv => st.rx_cq.as_ref(),
+        while let Some(mut c) = st.ep.poll_completion() {
+            let (cq, cntr) = match c.kind {
+                CompletionKind::Send => (st.tx_cq.as_ref(), st.tx_cntr.as_ref()),
+                CompletionKind::Recv => (st.rx_cq.as_ref(), st.rx_cntr.as_ref()),
             };
+            let mut signal = true;
+            if let Some(p) = st.pending.remove(&c.context) {
+                c.context = p.context;
+                signal = p.signal;
+                if let Some(k) = cntr {
+                    k.completed(c.error.is_none());
+                }
+            }
+            // Errors reach the CQ even for unsignalled operations.
+            if !signal && c.error.is_none() {
+                continue;
+            }
             let Some(cq) = cq else { continue };
             let src = match (c.src, st.av.as_ref()) {
                 (Some(a), Some(av)) => av.table.lock().lookup_addr(&a),
@@ -97,6 +140,16 @@ impl EpInner {
             };
             cq.push(Entry { c, src });
         }
+    }
+
+    /// Sockets a blocking wait sleeps on.
+    pub(crate) fn wait_fds(&self) -> Vec<RawFd> {
+        self.state.lock().ep.wait_fds()
+    }
+
+    /// How long a blocking wait may sleep before this endpoint needs progress.
+    pub(crate) fn idle_budget(&self) -> Option<std::time::Duration> {
+        self.state.lock().ep.idle_budget()
     }
 
     fn peer(st: &EpState, fi_addr: fi_addr_t) -> FiResult<SocketAddr> {
@@ -138,16 +191,26 @@ impl EpInner {
         let signal = !tx.inject
             && st.tx_cq.is_some()
             && (!st.tx_selective || flags & FI_COMPLETION as u64 != 0);
+        let counted = st.tx_cntr.is_some();
+        let context = if counted {
+            st.token(tx.context as u64, signal)
+        } else {
+            tx.context as u64
+        };
         let op = SendOp {
             dest,
             payload,
             tag: tx.tag,
             cq_data: tx.data,
-            context: tx.context as u64,
+            context,
             level,
-            signal,
+            signal: signal || counted,
         };
-        st.ep.send(op).map_err(|e| fi_errno(&e))
+        let r = st.ep.send(op).map_err(|e| fi_errno(&e));
+        if r.is_err() && counted {
+            st.pending.remove(&context);
+        }
+        r
     }
 
     pub(crate) fn recv(&self, rx: Rx) -> FiResult<()> {
@@ -175,17 +238,29 @@ impl EpInner {
         };
         let signal = st.rx_cq.is_some()
             && (probe.peek || probe.claim || !st.rx_selective || flags & FI_COMPLETION as u64 != 0);
+        // Probes keep the application's context (FI_CLAIM finds its message
+        // by it) and are not counted.
+        let counted = st.rx_cntr.is_some() && probe == ProbeFlags::default();
+        let context = if counted {
+            st.token(rx.context as u64, signal)
+        } else {
+            rx.context as u64
+        };
         let op = RecvOp {
             src,
             tagged: rx.tagged,
             tag: rx.tag,
             ignore: rx.ignore,
             buffer: Box::new(rx.buf),
-            context: rx.context as u64,
-            signal,
+            context,
+            signal: signal || counted,
             probe,
         };
-        st.ep.recv(op).map_err(|e| fi_errno(&e))
+        let r = st.ep.recv(op).map_err(|e| fi_errno(&e));
+        if r.is_err() && counted {
+            st.pending.remove(&context);
+        }
+        r
     }
 }
 
@@ -324,6 +399,10 @@ fn create(
             _eq: None,
             tx_op_flags: tx_attr.map_or(0, |a| a.op_flags),
             rx_op_flags: rx_attr.map_or(0, |a| a.op_flags),
+            tx_cntr: None,
+            rx_cntr: None,
+            pending: HashMap::new(),
+            next_token: 0,
         }),
         domain: Arc::clone(&dom.inner),
         caps,
@@ -404,7 +483,24 @@ fn bind(ep: &Ep, bfid: *mut fid, flags: u64) -> FiResult<()> {
             let eq = unsafe { eq::from_fid(bfid) }.ok_or(FI_EINVAL)?;
             st._eq = Some(Arc::clone(&eq.inner));
         }
-        FI_CLASS_CNTR => return Err(FI_ENOSYS),
+        FI_CLASS_CNTR => {
+            // SAFETY: as above.
+            let c = unsafe { cntr::from_fid(bfid) }.ok_or(FI_EINVAL)?;
+            let known =
+                (FI_SEND | FI_RECV | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE) as u64;
+            if flags & known == 0 || flags & !known != 0 {
+                return Err(FI_EINVAL);
+            }
+            // RMA events never happen (no FI_RMA): those bindings count nothing.
+            if flags & FI_SEND as u64 != 0 {
+                st.tx_cntr = Some(Arc::clone(&c.inner));
+            }
+            if flags & FI_RECV as u64 != 0 {
+                st.rx_cntr = Some(Arc::clone(&c.inner));
+            }
+            drop(st);
+            c.inner.attach(&ep.inner);
+        }
         _ => return Err(FI_EINVAL),
     }
     Ok(())
@@ -424,7 +520,10 @@ fn control(ep: &Ep, command: c_int, arg: *mut c_void) -> FiResult<()> {
     let recvs = caps & FI_RECV as u64 != 0 || caps & (FI_SEND | FI_RECV) as u64 == 0;
     match command as u32 {
         FI_ENABLE => {
-            if (sends && st.tx_cq.is_none()) || (recvs && st.rx_cq.is_none()) {
+            // Completions go to a CQ or a counter (or both).
+            let tx_bound = st.tx_cq.is_some() || st.tx_cntr.is_some();
+            let rx_bound = st.rx_cq.is_some() || st.rx_cntr.is_some();
+            if (sends && !tx_bound) || (recvs && !rx_bound) {
                 return Err(FI_ENOCQ);
             }
             if st.av.is_none() {
@@ -463,7 +562,14 @@ extern "C" fn ep_control(f: *mut fid, command: c_int, arg: *mut c_void) -> c_int
 extern "C" fn ep_cancel(f: fid_t, context: *mut c_void) -> isize {
     guard(|| match from_fid(f) {
         Some(ep) => {
-            if ep.inner.state.lock().ep.cancel(context as u64) {
+            let mut st = ep.inner.state.lock();
+            // A counted receive reached the engine under a token.
+            let token = st
+                .pending
+                .iter()
+                .find(|(_, p)| p.context == context as u64)
+                .map(|(t, _)| *t);
+            if token.is_some_and(|t| st.ep.cancel(t)) || st.ep.cancel(context as u64) {
                 0
             } else {
                 -(FI_ENOENT as isize)

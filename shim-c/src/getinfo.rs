@@ -454,7 +454,7 @@ fn build_info(o: &Offer) -> *mut fi_info {
         dom.max_ep_rx_ctx = 1;
         dom.max_ep_stx_ctx = 0;
         dom.max_ep_srx_ctx = 0;
-        dom.cntr_cnt = 0;
+        dom.cntr_cnt = 1024;
         dom.mr_iov_limit = IOV_LIMIT;
         dom.caps = o.caps & (FI_LOCAL_COMM | FI_REMOTE_COMM);
         dom.mode = 0;

@@ -27,6 +27,7 @@ pub mod bindings;
 mod addr;
 mod av;
 mod buffers;
+mod cntr;
 mod cq;
 mod domain;
 mod endpoint;
@@ -41,6 +42,7 @@ mod object;
 mod params;
 mod rma_atomic;
 mod tagged;
+mod wait;
 
 use std::ptr;
 use std::sync::OnceLock;

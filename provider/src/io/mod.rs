@@ -103,6 +103,26 @@ impl Endpoint {
         self.engine.has_completions()
     }
 
+    /// Descriptors that become readable when a datagram arrives, for callers
+    /// that sleep in poll/epoll between progress calls.
+    pub fn wait_fds(&self) -> Vec<std::os::fd::RawFd> {
+        use std::os::fd::AsRawFd;
+        vec![self.socket.as_raw_fd()]
+    }
+
+    /// How long a caller may sleep before the engine needs a progress call
+    /// even without input: zero when a transmit is pending, the time to the
+    /// next timer otherwise, `None` when nothing is armed.
+    pub fn idle_budget(&self) -> Option<std::time::Duration> {
+        if self.stalled.is_some() || self.engine.has_completions() {
+            return Some(std::time::Duration::ZERO);
+        }
+        let now = self.now();
+        self.engine
+            .next_timeout()
+            .map(|t| std::time::Duration::from_nanos(t.saturating_sub(now)))
+    }
+
     /// Move packets and fire timers. Returns true when anything happened.
     pub fn progress(&mut self) -> bool {
         let mut busy = false;
