@@ -11,6 +11,7 @@ use crate::addr::{self, Family};
 use crate::bindings::*;
 use crate::errors::{guard, ret_int, unsupported};
 use crate::object::{self, fid_ops, ops_ptr};
+use crate::progress::AutoProgress;
 use crate::{av, cntr, cq, endpoint, fabric, mr, params, DOMAIN_NAME};
 
 /// State every object opened from one domain shares.
@@ -22,6 +23,8 @@ pub(crate) struct DomainInner {
     pub(crate) family: Family,
     pub(crate) mr_mode: c_int,
     next_key: AtomicU64,
+    /// The progress thread of an FI_PROGRESS_AUTO domain.
+    pub(crate) auto_progress: Option<AutoProgress>,
 }
 
 impl DomainInner {
@@ -83,12 +86,15 @@ pub(crate) unsafe extern "C" fn open(
                 return Err(FI_EINVAL);
             }
             let mut mr_mode = 0;
+            let mut auto = false;
             // SAFETY: domain_attr is NULL or valid; name NULL or a C string.
             if let Some(d) = unsafe { info.domain_attr.as_ref() } {
                 if unsafe { addr::c_str(d.name) }.is_some_and(|n| n != DOMAIN_NAME) {
                     return Err(FI_EINVAL);
                 }
                 mr_mode = d.mr_mode;
+                auto =
+                    d.data_progress == FI_PROGRESS_AUTO || d.control_progress == FI_PROGRESS_AUTO;
             }
             let family = Family::from_format(info.addr_format).ok_or(FI_EINVAL)?;
             let inner = DomainInner {
@@ -97,6 +103,11 @@ pub(crate) unsafe extern "C" fn open(
                 family,
                 mr_mode,
                 next_key: AtomicU64::new(1),
+                auto_progress: if auto {
+                    Some(AutoProgress::start()?)
+                } else {
+                    None
+                },
             };
             let obj = Box::new(Domain {
                 fid: fid_domain {
@@ -137,6 +148,11 @@ extern "C" fn domain_close(f: *mut fid) -> c_int {
         // from it hold their own Arc of the shared state.
         match unsafe { object::take::<Domain>(f, &FI_OPS) } {
             Some(b) => {
+                // The thread holds endpoints only weakly; stop it now even if
+                // other objects still hold the shared state.
+                if let Some(p) = &b.inner.auto_progress {
+                    p.stop();
+                }
                 drop(b);
                 0
             }

@@ -424,6 +424,9 @@ fn create(
         },
         inner: Arc::new(inner),
     });
+    if let Some(p) = &dom.inner.auto_progress {
+        p.add(&obj.inner);
+    }
     // SAFETY: ep is a valid out-pointer (checked above).
     unsafe { *ep = &mut Box::leak(obj).fid };
     Ok(())

@@ -156,9 +156,14 @@ pub(crate) fn negotiate(
         t if t <= FI_THREAD_ENDPOINT => t, // every object is locked
         _ => return Err(fail("threading")),
     };
+    // Manual by default; a domain asked for FI_PROGRESS_AUTO runs a
+    // progress thread (both models then apply to control and data alike).
+    let mut progress = FI_PROGRESS_MANUAL;
     for p in [h.control_progress, h.data_progress] {
-        if p != FI_PROGRESS_UNSPEC && p != FI_PROGRESS_MANUAL {
-            return Err(fail("only FI_PROGRESS_MANUAL is implemented"));
+        match p {
+            FI_PROGRESS_UNSPEC | FI_PROGRESS_MANUAL => {}
+            FI_PROGRESS_AUTO => progress = FI_PROGRESS_AUTO,
+            _ => return Err(fail("progress model")),
         }
     }
     let resource_mgmt = match h.resource_mgmt {
@@ -235,7 +240,7 @@ pub(crate) fn negotiate(
         dest,
         api_version: version,
         threading,
-        progress: FI_PROGRESS_MANUAL,
+        progress,
         resource_mgmt,
         av_type,
         mr_mode,
@@ -555,7 +560,10 @@ mod tests {
             data_progress: FI_PROGRESS_AUTO,
             ..Hints::default()
         };
-        assert_eq!(offer(&Target::default(), &h), Err(FI_ENODATA));
+        assert_eq!(
+            offer(&Target::default(), &h).map(|o| o.progress),
+            Ok(FI_PROGRESS_AUTO)
+        );
         let h = Hints {
             fabric_name: Some("tcp".into()),
             ..Hints::default()

@@ -40,6 +40,7 @@ mod mr;
 mod msg;
 mod object;
 mod params;
+mod progress;
 mod rma_atomic;
 mod tagged;
 mod wait;
