@@ -77,6 +77,8 @@ static struct env {
 
 /* Progress model the next open_domain asks for (reset by teardown). */
 static enum fi_progress want_progress;
+/* Capabilities beyond FI_MSG|FI_TAGGED the next open_domain asks for. */
+static uint64_t want_caps;
 
 static void teardown(void)
 {
@@ -103,6 +105,7 @@ static void teardown(void)
 		fi_freeinfo(E.info);
 	memset(&E, 0, sizeof E);
 	want_progress = FI_PROGRESS_UNSPEC;
+	want_caps = 0;
 }
 
 static void open_domain(void)
@@ -112,7 +115,7 @@ static void open_domain(void)
 	int rc;
 
 	CHECK(hints, "fi_allocinfo");
-	hints->caps = FI_MSG | FI_TAGGED;
+	hints->caps = FI_MSG | FI_TAGGED | want_caps;
 	hints->mode = FI_CONTEXT | FI_CONTEXT2;
 	hints->ep_attr->type = FI_EP_RDM;
 	hints->addr_format = FI_SOCKADDR_IN;
@@ -236,6 +239,13 @@ static struct fi_cq_tagged_entry sread_one(struct fid_cq *cq, void *ctx)
 	struct fi_cq_tagged_entry e;
 	ssize_t n = fi_cq_sread(cq, &e, 1, NULL, WAIT_MS);
 
+	if (n == -FI_EAVAIL) {
+		struct fi_cq_err_entry err = { 0 };
+
+		(void)fi_cq_readerr(cq, &err, 0);
+		fail(__LINE__, "error entry: %s, context %p, flags 0x%llx", fi_strerror(err.err),
+		     err.op_context, (unsigned long long)err.flags);
+	}
 	CHECK(n == 1, "fi_cq_sread = %zd (%s)", n, fi_strerror((int)-n));
 	CHECK(e.op_context == ctx, "context %p, want %p", e.op_context, ctx);
 	return e;
@@ -602,6 +612,130 @@ static void t_auto_progress(void)
 	(void)sread_one(E.cq[0], &sctx);
 }
 
+/* FI_MULTI_RECV: messages land back to back in one buffer; the entry of
+ * the message that leaves less than FI_OPT_MIN_MULTI_RECV carries
+ * FI_MULTI_RECV (buffer released). */
+static void t_multi_recv(void)
+{
+	static char big[1000], second[1000], out[4][300];
+	size_t min = 200, got_min = 0, len = sizeof got_min;
+	struct iovec iov = { big, sizeof big };
+	struct fi_msg msg = { .msg_iov = &iov, .iov_count = 1, .addr = FI_ADDR_UNSPEC };
+	int mctx, mctx2, sctx[4], i;
+
+	want_caps = FI_MULTI_RECV;
+	two_eps(FI_WAIT_UNSPEC);
+	CHECK(E.info->caps & FI_MULTI_RECV, "FI_MULTI_RECV not granted");
+	CHECK_RC(fi_setopt(&E.ep[1]->fid, FI_OPT_ENDPOINT, FI_OPT_MIN_MULTI_RECV, &min, sizeof min));
+	CHECK_RC(fi_getopt(&E.ep[1]->fid, FI_OPT_ENDPOINT, FI_OPT_MIN_MULTI_RECV, &got_min, &len));
+	CHECK(got_min == 200 && len == sizeof got_min, "getopt %zu", got_min);
+	msg.context = &mctx;
+	CHECK_RC(fi_recvmsg(E.ep[1], &msg, FI_MULTI_RECV));
+	iov.iov_base = second;
+	msg.context = &mctx2;
+	CHECK_RC(fi_recvmsg(E.ep[1], &msg, FI_MULTI_RECV));
+	for (i = 0; i < 4; i++) {
+		memset(out[i], 'A' + i, sizeof out[i]);
+		send_msg(0, 1, out[i], sizeof out[i], &sctx[i], 0);
+	}
+	for (i = 0; i < 4; i++) {
+		struct fi_cq_tagged_entry e = sread_one(E.cq[1], i < 3 ? &mctx : &mctx2);
+		char *want = i < 3 ? big + 300 * i : second;
+
+		CHECK(e.len == 300, "entry %d len %zu", i, e.len);
+		CHECK(e.buf == want, "entry %d at %p, want %p", i, e.buf, (void *)want);
+		CHECK(memcmp(want, out[i], 300) == 0, "entry %d data", i);
+		CHECK(e.flags & FI_RECV, "entry %d flags", i);
+		CHECK(!!(e.flags & FI_MULTI_RECV) == (i == 2),
+		      "entry %d FI_MULTI_RECV flag %d", i, !!(e.flags & FI_MULTI_RECV));
+	}
+	for (i = 0; i < 4; i++)
+		(void)sread_one(E.cq[0], &sctx[i]);
+	/* The second buffer is still posted: cancel releases it. */
+	CHECK_RC((int)fi_cancel(&E.ep[1]->fid, &mctx2));
+	{
+		struct fi_cq_tagged_entry e;
+		struct fi_cq_err_entry err = { 0 };
+		ssize_t n = fi_cq_sread(E.cq[1], &e, 1, NULL, WAIT_MS);
+
+		CHECK(n == -FI_EAVAIL, "cancel read %zd", n);
+		CHECK(fi_cq_readerr(E.cq[1], &err, 0) == 1, "readerr");
+		CHECK(err.err == FI_ECANCELED && err.op_context == &mctx2, "cancel entry");
+		CHECK(err.flags & FI_MULTI_RECV, "cancelled buffer not released");
+	}
+	/* Messages that arrived first (unexpected) fill a buffer posted later. */
+	for (i = 0; i < 2; i++) {
+		memset(out[i], 'a' + i, sizeof out[i]);
+		send_msg(0, 1, out[i], sizeof out[i], &sctx[i], 0);
+	}
+	/* Transmit complete = B's transport holds them: progress both sides. */
+	{
+		double end = now_s() + WAIT_MS / 1000.0;
+		struct fi_cq_tagged_entry e;
+
+		for (i = 0; i < 2;) {
+			CHECK(now_s() < end, "sends did not complete");
+			CHECK(fi_cq_read(E.cq[1], &e, 1) == -FI_EAGAIN, "B has an entry");
+			if (fi_cq_read(E.cq[0], &e, 1) == 1) {
+				CHECK(e.op_context == &sctx[i], "send %d context", i);
+				i++;
+			}
+		}
+	}
+	memset(big, 0, sizeof big);
+	iov.iov_base = big;
+	msg.context = &mctx;
+	CHECK_RC(fi_recvmsg(E.ep[1], &msg, FI_MULTI_RECV));
+	for (i = 0; i < 2; i++) {
+		struct fi_cq_tagged_entry e = sread_one(E.cq[1], &mctx);
+
+		CHECK(e.len == 300 && e.buf == big + 300 * i, "unexpected %d: len %zu at %p",
+		      i, e.len, e.buf);
+		CHECK(memcmp(big + 300 * i, out[i], 300) == 0, "unexpected %d data", i);
+		CHECK(!(e.flags & FI_MULTI_RECV), "released early");
+	}
+	CHECK_RC((int)fi_cancel(&E.ep[1]->fid, &mctx));
+}
+
+/* FI_SOURCE_ERR: a message from a sender missing from the AV is an error
+ * entry FI_EADDRNOTAVAIL whose err_data is the sender's address. */
+static void t_source_err(void)
+{
+	char out[32] = "who am I", in[32] = { 0 }, name[64];
+	size_t namelen = sizeof name;
+	struct fi_cq_err_entry err = { 0 };
+	struct fi_cq_tagged_entry e;
+	fi_addr_t back = FI_ADDR_NOTAVAIL;
+	int rctx, sctx;
+	ssize_t n;
+
+	want_caps = FI_SOURCE | FI_SOURCE_ERR;
+	two_eps(FI_WAIT_UNSPEC);
+	CHECK((E.info->caps & FI_SOURCE_ERR) == FI_SOURCE_ERR, "FI_SOURCE_ERR not granted");
+	CHECK_RC(fi_getname(&E.ep[0]->fid, name, &namelen));
+	CHECK_RC(fi_av_remove(E.av, &E.addr[0], 1, 0));
+	recv_msg(1, in, sizeof in, &rctx);
+	send_msg(0, 1, out, sizeof out, &sctx, 0);
+	n = fi_cq_sread(E.cq[1], &e, 1, NULL, WAIT_MS);
+	CHECK(n == -FI_EAVAIL, "read %zd, want -FI_EAVAIL", n);
+	CHECK(fi_cq_readerr(E.cq[1], &err, 0) == 1, "readerr");
+	CHECK(err.err == FI_EADDRNOTAVAIL, "err %d", err.err);
+	CHECK(err.op_context == &rctx && err.len == sizeof out, "context/len");
+	CHECK(strcmp(in, out) == 0, "data not delivered");
+	CHECK(err.err_data && err.err_data_size == namelen &&
+	      memcmp(err.err_data, name, namelen) == 0, "err_data is not the sender's address");
+	CHECK(fi_av_insert(E.av, err.err_data, 1, &back, 0, NULL) == 1, "re-insert");
+	/* Known again: the next message reads normally with its source. */
+	recv_msg(1, in, sizeof in, &rctx);
+	send_msg(0, 1, out, sizeof out, &sctx, 0);
+	{
+		fi_addr_t src = FI_ADDR_NOTAVAIL;
+
+		n = fi_cq_sreadfrom(E.cq[1], &e, 1, &src, NULL, WAIT_MS);
+		CHECK(n == 1 && src == back, "readfrom %zd src %llu", n, (unsigned long long)src);
+	}
+}
+
 /* ------------------------------------------------------------------ */
 
 static const struct test { const char *name; void (*fn)(void); } tests[] = {
@@ -614,6 +748,8 @@ static const struct test { const char *name; void (*fn)(void); } tests[] = {
 	{ "eq_wait", t_eq_wait },
 	{ "threads", t_threads },
 	{ "auto_progress", t_auto_progress },
+	{ "multi_recv", t_multi_recv },
+	{ "source_err", t_source_err },
 };
 
 int main(int argc, char **argv)

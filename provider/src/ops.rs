@@ -31,6 +31,13 @@ pub trait MsgBuffer: Send {
     fn base_addr(&self) -> usize {
         0
     }
+    /// FI_MULTI_RECV: carve the first `len` bytes off as a buffer of their
+    /// own for one message and stay posted with the rest. `None` (the
+    /// default) means the message takes this whole buffer, which is then no
+    /// longer posted.
+    fn split_front(&mut self, _len: usize) -> Option<Box<dyn MsgBuffer>> {
+        None
+    }
 }
 
 impl MsgBuffer for Vec<u8> {

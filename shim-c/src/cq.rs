@@ -24,6 +24,26 @@ use crate::wait::{self, Waker};
 pub(crate) struct Entry {
     pub(crate) c: Completion,
     pub(crate) src: fi_addr_t,
+    /// Flags beyond what the completion implies (FI_MULTI_RECV).
+    pub(crate) flags: u64,
+    /// FI_SOURCE_ERR: the sender is not in the AV; reported as an error
+    /// entry (FI_EADDRNOTAVAIL) carrying the address as err_data.
+    pub(crate) unknown_source: Option<Vec<u8>>,
+}
+
+impl Entry {
+    pub(crate) fn new(c: Completion, src: fi_addr_t) -> Entry {
+        Entry {
+            c,
+            src,
+            flags: 0,
+            unknown_source: None,
+        }
+    }
+
+    fn is_error(&self) -> bool {
+        self.c.error.is_some() || self.unknown_source.is_some()
+    }
 }
 
 pub(crate) struct CqInner {
@@ -31,6 +51,8 @@ pub(crate) struct CqInner {
     /// The fabric's API version: fixes the fi_cq_err_entry layout.
     api_version: u32,
     queue: Mutex<VecDeque<Entry>>,
+    /// err_data of the last error entry read (valid until the next readerr).
+    err_data: Mutex<Vec<u8>>,
     /// Endpoints whose progress may produce entries for this CQ.
     eps: Mutex<Vec<Weak<EpInner>>>,
     signaled: AtomicBool,
@@ -155,6 +177,7 @@ pub(crate) unsafe extern "C" fn open(
                     format,
                     api_version: dom.inner.api_version,
                     queue: Mutex::default(),
+                    err_data: Mutex::default(),
                     eps: Mutex::default(),
                     signaled: AtomicBool::new(false),
                     waker: Waker::new()?,
@@ -232,8 +255,9 @@ fn tagged_entry(c: &Completion) -> fi_cq_tagged_entry {
 ///
 /// # Safety
 /// `buf` must hold at least `i + 1` entries of `format`.
-unsafe fn write_entry(format: fi_cq_format, buf: *mut c_void, i: usize, c: &Completion) {
-    let t = tagged_entry(c);
+unsafe fn write_entry(format: fi_cq_format, buf: *mut c_void, i: usize, e: &Entry) {
+    let mut t = tagged_entry(&e.c);
+    t.flags |= e.flags;
     // SAFETY: guaranteed by the caller; unaligned writes tolerate any buffer.
     unsafe {
         let p = buf.cast::<u8>().add(i * entry_size(format));
@@ -277,20 +301,20 @@ fn read(cq: &CqInner, buf: *mut c_void, count: usize, src_addr: *mut fi_addr_t) 
     let mut q = cq.queue.lock();
     match q.front() {
         None => return Err(FI_EAGAIN),
-        Some(e) if e.c.error.is_some() => return Err(FI_EAVAIL),
+        Some(e) if e.is_error() => return Err(FI_EAVAIL),
         Some(_) => {}
     }
     let mut n = 0;
     while n < count {
         match q.front() {
-            Some(e) if e.c.error.is_none() => {}
+            Some(e) if !e.is_error() => {}
             _ => break,
         }
         let Some(e) = q.pop_front() else { break };
         // SAFETY: buf holds `count` entries of the CQ's format, src_addr is
         // NULL or holds `count` fi_addr_t (fi_cq_read/readfrom contract).
         unsafe {
-            write_entry(cq.format, buf, n, &e.c);
+            write_entry(cq.format, buf, n, &e);
             if !src_addr.is_null() {
                 *src_addr.add(n) = e.src;
             }
@@ -413,15 +437,48 @@ extern "C" fn cq_readerr(cq: *mut fid_cq, buf: *mut fi_cq_err_entry, _flags: u64
         }
         let mut q = cq.inner.queue.lock();
         let e = match q.front() {
-            Some(e) if e.c.error.is_some() => q.pop_front(),
+            Some(e) if e.is_error() => q.pop_front(),
             _ => None,
         };
         drop(q);
         let Some(e) = e else {
             return -(FI_EAGAIN as isize);
         };
-        let (err, olen) = e.c.error.map_or((FI_EOTHER, 0), error_code);
-        let t = tagged_entry(&e.c);
+        let (err, olen) = match (e.c.error, &e.unknown_source) {
+            (Some(x), _) => error_code(x),
+            (None, Some(_)) => (FI_EADDRNOTAVAIL, 0),
+            (None, None) => (FI_EOTHER, 0),
+        };
+        let mut t = tagged_entry(&e.c);
+        t.flags |= e.flags;
+        let n = err_entry_len(cq.inner.api_version);
+        // err_data: into the application's buffer when it offers one (API
+        // 1.5+, err_data_size > 0), else a buffer of ours kept until the
+        // next readerr.
+        let (err_data, err_data_size) = match &e.unknown_source {
+            None => (ptr::null_mut(), 0),
+            Some(bytes) => {
+                // SAFETY: buf is a valid fi_cq_err_entry of at least n bytes;
+                // err_data_size is inside it when n covers it.
+                let (app_buf, app_len) = unsafe {
+                    if n == size_of::<fi_cq_err_entry>() {
+                        ((*buf).err_data, (*buf).err_data_size)
+                    } else {
+                        (ptr::null_mut(), 0)
+                    }
+                };
+                if !app_buf.is_null() && app_len > 0 {
+                    let k = app_len.min(bytes.len());
+                    // SAFETY: the application's err_data holds app_len bytes.
+                    unsafe { ptr::copy_nonoverlapping(bytes.as_ptr(), app_buf.cast::<u8>(), k) };
+                    (app_buf, k)
+                } else {
+                    let mut keep = cq.inner.err_data.lock();
+                    keep.clone_from(bytes);
+                    (keep.as_mut_ptr().cast::<c_void>(), keep.len())
+                }
+            }
+        };
         let entry = fi_cq_err_entry {
             op_context: t.op_context,
             flags: t.flags,
@@ -432,10 +489,9 @@ extern "C" fn cq_readerr(cq: *mut fid_cq, buf: *mut fi_cq_err_entry, _flags: u64
             olen,
             err: err as c_int,
             prov_errno: err as c_int,
-            err_data: ptr::null_mut(),
-            err_data_size: 0,
+            err_data,
+            err_data_size,
         };
-        let n = err_entry_len(cq.inner.api_version);
         // SAFETY: the application's fi_cq_err_entry (for its API version)
         // holds at least n bytes; we copy exactly those.
         unsafe {
@@ -526,13 +582,14 @@ mod tests {
         let c = completion(CompletionKind::Recv, true, Some(9));
         let mut buf = [fi_cq_tagged_entry::default(); 2];
         // SAFETY: buf holds two tagged entries.
-        unsafe { write_entry(FI_CQ_FORMAT_TAGGED, buf.as_mut_ptr().cast(), 1, &c) };
+        let e = Entry::new(c, 0);
+        unsafe { write_entry(FI_CQ_FORMAT_TAGGED, buf.as_mut_ptr().cast(), 1, &e) };
         assert_eq!(buf[1].tag, 7);
         assert_eq!(buf[1].data, 9);
         assert_eq!(buf[1].op_context as usize, 0x1000);
         let mut ctx = [fi_cq_entry::default(); 3];
         // SAFETY: ctx holds three context entries.
-        unsafe { write_entry(FI_CQ_FORMAT_CONTEXT, ctx.as_mut_ptr().cast(), 2, &c) };
+        unsafe { write_entry(FI_CQ_FORMAT_CONTEXT, ctx.as_mut_ptr().cast(), 2, &e) };
         assert_eq!(ctx[2].op_context as usize, 0x1000);
         assert!(ctx[1].op_context.is_null());
     }

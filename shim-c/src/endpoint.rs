@@ -11,12 +11,14 @@ use std::ptr;
 use std::sync::Arc;
 
 use parking_lot::Mutex;
-use uet::{CompletionKind, CompletionLevel, Config, Payload, ProbeFlags, RecvOp, SendOp};
+use uet::{
+    CompletionKind, CompletionLevel, Config, MsgBuffer, Payload, ProbeFlags, RecvOp, SendOp,
+};
 
 use crate::addr::{self, Family};
 use crate::av::{self, AvInner, FI_ADDR_NOTAVAIL, FI_ADDR_UNSPEC};
 use crate::bindings::*;
-use crate::buffers::IovBuffer;
+use crate::buffers::{IovBuffer, MultiBuffer, MultiState};
 use crate::cntr::{self, CntrInner};
 use crate::cq::{self, CqInner, Entry};
 use crate::domain::{self, DomainInner};
@@ -47,11 +49,19 @@ pub(crate) struct EpState {
     /// context it stands for and whether the CQ gets an entry too.
     pending: HashMap<u64, Pending>,
     next_token: u64,
+    /// FI_OPT_MIN_MULTI_RECV: a multi-receive buffer with less room left
+    /// than this is released.
+    min_multi_recv: usize,
 }
+
+/// Default FI_OPT_MIN_MULTI_RECV.
+const DEFAULT_MIN_MULTI_RECV: usize = 64;
 
 struct Pending {
     context: u64,
     signal: bool,
+    /// A multi-receive buffer: completes once per message.
+    multi: Option<Arc<Mutex<MultiState>>>,
 }
 
 /// Tokens have bit 63 set: never a user-space address, so they cannot be
@@ -62,7 +72,14 @@ impl EpState {
     fn token(&mut self, context: u64, signal: bool) -> u64 {
         let t = TOKEN_BASE | self.next_token;
         self.next_token = (self.next_token + 1) & !TOKEN_BASE;
-        self.pending.insert(t, Pending { context, signal });
+        self.pending.insert(
+            t,
+            Pending {
+                context,
+                signal,
+                multi: None,
+            },
+        );
         t
     }
 }
@@ -121,12 +138,29 @@ impl EpInner {
                 CompletionKind::Send => (st.tx_cq.as_ref(), st.tx_cntr.as_ref()),
                 CompletionKind::Recv => (st.rx_cq.as_ref(), st.rx_cntr.as_ref()),
             };
+            let (cq, cntr) = (cq.cloned(), cntr.cloned());
             let mut signal = true;
+            let mut flags = 0;
+            let context_token = c.context;
             if let Some(p) = st.pending.remove(&c.context) {
                 c.context = p.context;
                 signal = p.signal;
-                if let Some(k) = cntr {
+                if let Some(k) = &cntr {
                     k.completed(c.error.is_none());
+                }
+                if let Some(m) = &p.multi {
+                    // The buffer stays posted until its last message
+                    // completes after it was used up, or it is cancelled.
+                    let mut ms = m.lock();
+                    ms.outstanding = ms.outstanding.saturating_sub(1);
+                    let released = c.error == Some(uet::CompletionError::Canceled)
+                        || (ms.whole_taken && ms.outstanding == 0);
+                    drop(ms);
+                    if released {
+                        flags |= FI_MULTI_RECV as u64;
+                    } else {
+                        st.pending.insert(context_token, p);
+                    }
                 }
             }
             // Errors reach the CQ even for unsignalled operations.
@@ -138,7 +172,13 @@ impl EpInner {
                 (Some(a), Some(av)) => av.table.lock().lookup_addr(&a),
                 _ => FI_ADDR_NOTAVAIL,
             };
-            cq.push(Entry { c, src });
+            let mut entry = Entry::new(c, src);
+            entry.flags = flags;
+            if self.caps & FI_SOURCE_ERR != 0 && entry.c.error.is_none() && src == FI_ADDR_NOTAVAIL
+            {
+                entry.unknown_source = entry.c.src.map(|a| addr::to_bytes(&a));
+            }
+            cq.push(entry);
         }
     }
 
@@ -219,7 +259,8 @@ impl EpInner {
             return Err(FI_EOPBADSTATE);
         }
         let flags = rx.flags.unwrap_or(st.rx_op_flags);
-        if flags & FI_MULTI_RECV as u64 != 0 {
+        let multi = flags & FI_MULTI_RECV as u64 != 0;
+        if multi && (rx.tagged || self.caps & FI_MULTI_RECV as u64 == 0) {
             return Err(FI_EINVAL);
         }
         let src = if rx.src == FI_ADDR_UNSPEC || self.caps & FI_DIRECTED_RECV == 0 {
@@ -240,18 +281,27 @@ impl EpInner {
             && (probe.peek || probe.claim || !st.rx_selective || flags & FI_COMPLETION as u64 != 0);
         // Probes keep the application's context (FI_CLAIM finds its message
         // by it) and are not counted.
-        let counted = st.rx_cntr.is_some() && probe == ProbeFlags::default();
+        let counted = (st.rx_cntr.is_some() && probe == ProbeFlags::default()) || multi;
         let context = if counted {
             st.token(rx.context as u64, signal)
         } else {
             rx.context as u64
+        };
+        let buffer: Box<dyn MsgBuffer> = if multi {
+            let m = MultiBuffer::new(rx.buf, st.min_multi_recv);
+            if let Some(p) = st.pending.get_mut(&context) {
+                p.multi = Some(Arc::clone(&m.state));
+            }
+            Box::new(m)
+        } else {
+            Box::new(rx.buf)
         };
         let op = RecvOp {
             src,
             tagged: rx.tagged,
             tag: rx.tag,
             ignore: rx.ignore,
-            buffer: Box::new(rx.buf),
+            buffer,
             context,
             signal: signal || counted,
             probe,
@@ -401,6 +451,7 @@ fn create(
             rx_op_flags: rx_attr.map_or(0, |a| a.op_flags),
             tx_cntr: None,
             rx_cntr: None,
+            min_multi_recv: DEFAULT_MIN_MULTI_RECV,
             pending: HashMap::new(),
             next_token: 0,
         }),
@@ -582,29 +633,61 @@ extern "C" fn ep_cancel(f: fid_t, context: *mut c_void) -> isize {
     })
 }
 
+fn is_min_multi_recv(level: c_int, name: c_int) -> bool {
+    level as u32 == FI_OPT_ENDPOINT && name as u32 == FI_OPT_MIN_MULTI_RECV
+}
+
 extern "C" fn ep_getopt(
     f: fid_t,
-    _level: c_int,
-    _name: c_int,
-    _val: *mut c_void,
-    _len: *mut usize,
+    level: c_int,
+    name: c_int,
+    val: *mut c_void,
+    len: *mut usize,
 ) -> c_int {
-    guard(|| match from_fid(f) {
-        Some(_) => -(FI_ENOPROTOOPT as c_int),
-        None => -(FI_EINVAL as c_int),
+    guard(|| {
+        let Some(ep) = from_fid(f) else {
+            return -(FI_EINVAL as c_int);
+        };
+        if !is_min_multi_recv(level, name) {
+            return -(FI_ENOPROTOOPT as c_int);
+        }
+        if val.is_null() || len.is_null() {
+            return -(FI_EINVAL as c_int);
+        }
+        // SAFETY: len is valid (checked); val holds *len bytes.
+        unsafe {
+            if *len < std::mem::size_of::<usize>() {
+                *len = std::mem::size_of::<usize>();
+                return -(FI_ETOOSMALL as c_int);
+            }
+            *val.cast::<usize>() = ep.inner.state.lock().min_multi_recv;
+            *len = std::mem::size_of::<usize>();
+        }
+        0
     })
 }
 
 extern "C" fn ep_setopt(
     f: fid_t,
-    _level: c_int,
-    _name: c_int,
-    _val: *const c_void,
-    _len: usize,
+    level: c_int,
+    name: c_int,
+    val: *const c_void,
+    len: usize,
 ) -> c_int {
-    guard(|| match from_fid(f) {
-        Some(_) => -(FI_ENOPROTOOPT as c_int),
-        None => -(FI_EINVAL as c_int),
+    guard(|| {
+        let Some(ep) = from_fid(f) else {
+            return -(FI_EINVAL as c_int);
+        };
+        if !is_min_multi_recv(level, name) {
+            return -(FI_ENOPROTOOPT as c_int);
+        }
+        if val.is_null() || len != std::mem::size_of::<usize>() {
+            return -(FI_EINVAL as c_int);
+        }
+        // SAFETY: val points to a size_t (checked length).
+        let v = unsafe { *val.cast::<usize>() };
+        ep.inner.state.lock().min_multi_recv = v;
+        0
     })
 }
 

@@ -23,8 +23,12 @@ pub(crate) const CAPS: u64 = FI_MSG as u64
     | FI_RECV as u64
     | FI_DIRECTED_RECV
     | FI_SOURCE
+    | FI_MULTI_RECV as u64
     | FI_LOCAL_COMM
     | FI_REMOTE_COMM;
+/// Capabilities granted only when asked for: FI_SOURCE_ERR changes what a
+/// receive from an unknown sender reports.
+const ON_REQUEST: u64 = FI_SOURCE_ERR;
 /// Secondary capabilities reported even when not asked for.
 const SECONDARY: u64 = FI_SOURCE | FI_LOCAL_COMM | FI_REMOTE_COMM;
 /// Tag bits the provider matches on: all 64; this is libfabric's generic
@@ -37,7 +41,7 @@ const TX_OP_FLAGS: u64 = FI_COMPLETION as u64
     | FI_INJECT_COMPLETE as u64
     | FI_TRANSMIT_COMPLETE as u64
     | FI_DELIVERY_COMPLETE as u64;
-const RX_OP_FLAGS: u64 = FI_COMPLETION as u64;
+const RX_OP_FLAGS: u64 = FI_COMPLETION as u64 | FI_MULTI_RECV as u64;
 /// Operations a transmit or receive context queues before FI_EAGAIN.
 pub(crate) const QUEUE_SIZE: usize = uet::Config::QUEUE_DEPTH;
 /// Most iovec entries per operation.
@@ -126,10 +130,10 @@ pub(crate) fn negotiate(
         return Err(FI_ENODATA); // ofi_rxm/ofi_rxd ask for MSG/DGRAM: not us
     }
     let wanted = h.caps | h.tx.caps | h.rx.caps;
-    if wanted & !CAPS != 0 {
+    if wanted & !(CAPS | ON_REQUEST) != 0 {
         return Err(fail(&format!(
             "capabilities {:#x} not supported",
-            wanted & !CAPS
+            wanted & !(CAPS | ON_REQUEST)
         )));
     }
     let family = Family::from_format(h.addr_format).ok_or_else(|| fail("address format"))?;
@@ -213,8 +217,8 @@ pub(crate) fn negotiate(
         let base = if d.caps != 0 { d.caps } else { caps };
         base & own
     };
-    let tx_own = CAPS & !(FI_RECV as u64 | FI_DIRECTED_RECV);
-    let rx_own = CAPS & !(FI_SEND as u64);
+    let tx_own = CAPS & !(FI_RECV as u64 | FI_DIRECTED_RECV | FI_MULTI_RECV as u64);
+    let rx_own = (CAPS | ON_REQUEST) & !(FI_SEND as u64);
     let tx = Dir {
         caps: dir_caps(&h.tx, tx_own),
         op_flags: h.tx.op_flags & TX_OP_FLAGS,
@@ -544,12 +548,7 @@ mod tests {
             };
             assert_eq!(offer(&Target::default(), &h), Err(FI_ENODATA));
         }
-        for caps in [
-            FI_RMA as u64,
-            FI_ATOMIC as u64,
-            FI_MULTI_RECV as u64,
-            FI_HMEM,
-        ] {
+        for caps in [FI_RMA as u64, FI_ATOMIC as u64, FI_HMEM] {
             let h = Hints {
                 caps: caps | FI_MSG as u64,
                 ..Hints::default()

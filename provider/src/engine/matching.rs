@@ -43,7 +43,10 @@ impl Engine {
             };
             peer.next_match_seq += 1;
             let src = peer.addr;
-            match self.posted.take_match(src, header.tagged, header.tag) {
+            match self
+                .posted
+                .take_match_len(src, header.tagged, header.tag, header.len)
+            {
                 Some(recv) => self.bind_receive(p, id, recv),
                 None => {
                     if let Some(inb) = self.peers[p].inbound.get_mut(&id) {
