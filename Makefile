@@ -35,6 +35,11 @@ SCRIPTS   := $(wildcard fabtests/scripts/*.sh)
 
 # What selects the freshly installed provider in the test stages.
 RUN_ENV   := FI_PROVIDER_PATH=$(LIBDIR) FI_PROVIDER=uet
+# --keep-debuginfo: the provider is dlclose'd before the leak check; its
+# symbols are needed to match the suppressions.
+VALGRIND  := valgrind -q --error-exitcode=3 --leak-check=full \
+	--errors-for-leak-kinds=definite --show-leak-kinds=definite --keep-debuginfo=yes \
+	--suppressions=$(CURDIR)/fabtests/functional/valgrind.supp
 
 # Upper bounds (seconds) that stop a hung stage; typical runs are far shorter.
 T_CARGO   := 600
@@ -137,6 +142,9 @@ test-functional:
 	@echo "== [4/7] C functional suite over the public fi_* API"
 	$(RUN_ENV) timeout $(T_FUNC) $(PREFIX)/bin/uet_functional -p uet
 	$(RUN_ENV) timeout $(T_FUNC) $(PREFIX)/bin/uet_surface -p uet
+	@echo "-- under valgrind (memory errors, definite leaks): uet_surface, uet_functional close_order"
+	$(RUN_ENV) timeout $(T_FUNC) $(VALGRIND) $(PREFIX)/bin/uet_surface -p uet
+	$(RUN_ENV) timeout $(T_FUNC) $(VALGRIND) $(PREFIX)/bin/uet_functional -p uet -t close_order
 
 test-pingpong:
 	@echo "== [5/7] fi_pingpong over uet: msg, then tagged (all sizes, data checks)"
