@@ -28,6 +28,7 @@
 #include <rdma/fi_endpoint.h>
 #include <rdma/fi_eq.h>
 #include <rdma/fi_errno.h>
+#include <rdma/fi_rma.h>
 #include <rdma/fi_tagged.h>
 
 #define API_VERSION FI_VERSION(1, 17)
@@ -79,6 +80,8 @@ static struct env {
 static enum fi_progress want_progress;
 /* Capabilities beyond FI_MSG|FI_TAGGED the next open_domain asks for. */
 static uint64_t want_caps;
+/* MR modes the next open_domain supports. */
+static int want_mr_mode;
 
 static void teardown(void)
 {
@@ -106,6 +109,7 @@ static void teardown(void)
 	memset(&E, 0, sizeof E);
 	want_progress = FI_PROGRESS_UNSPEC;
 	want_caps = 0;
+	want_mr_mode = 0;
 }
 
 static void open_domain(void)
@@ -121,6 +125,7 @@ static void open_domain(void)
 	hints->addr_format = FI_SOCKADDR_IN;
 	hints->fabric_attr->prov_name = strdup(prov);
 	hints->domain_attr->data_progress = want_progress;
+	hints->domain_attr->mr_mode = want_mr_mode;
 	rc = fi_getinfo(API_VERSION, NULL, NULL, 0, hints, &E.info);
 	fi_freeinfo(hints);
 	CHECK_RC(rc);
@@ -736,6 +741,214 @@ static void t_source_err(void)
 	}
 }
 
+/* Wait for an entry with `ctx` on endpoint i's CQ while progressing the
+ * other endpoint; returns the entry, or the error entry when `err` is set. */
+static struct fi_cq_err_entry wait_entry(int i, void *ctx, int want_err)
+{
+	double end = now_s() + WAIT_MS / 1000.0;
+	struct fi_cq_err_entry out = { 0 };
+
+	for (;;) {
+		struct fi_cq_tagged_entry e;
+		ssize_t n;
+
+		CHECK(now_s() < end, "no completion on endpoint %d", i);
+		(void)fi_cq_read(E.cq[1 - i], NULL, 0);
+		n = fi_cq_read(E.cq[i], &e, 1);
+		if (n == -FI_EAGAIN)
+			continue;
+		if (n == -FI_EAVAIL) {
+			CHECK(fi_cq_readerr(E.cq[i], &out, 0) == 1, "readerr");
+			CHECK(want_err, "error entry %d (%s)", out.err, fi_strerror(out.err));
+			CHECK(out.op_context == ctx, "error context %p", out.op_context);
+			return out;
+		}
+		CHECK(n == 1, "read %zd", n);
+		CHECK(!want_err, "success where an error was expected");
+		CHECK(e.op_context == ctx, "context %p, want %p", e.op_context, ctx);
+		out.op_context = e.op_context;
+		out.flags = e.flags;
+		out.len = e.len;
+		out.data = e.data;
+		return out;
+	}
+}
+
+static const uint64_t RMA_RW = FI_REMOTE_READ | FI_REMOTE_WRITE;
+
+/* Target address of byte `off` of a region at `buf`. */
+static uint64_t target_addr(void *buf, size_t off)
+{
+	return (E.info->domain_attr->mr_mode & FI_MR_VIRT_ADDR) ? (uint64_t)(uintptr_t)buf + off : off;
+}
+
+static void rma_basic(int mr_mode)
+{
+	static char target[8192], ro[256], src[4096], dst[4096];
+	struct fid_mr *mr = NULL, *ro_mr = NULL;
+	struct fi_cq_err_entry c;
+	uint64_t key, ro_key;
+	int ctx[8], i;
+
+	want_caps = FI_RMA;
+	want_mr_mode = mr_mode;
+	two_eps(FI_WAIT_UNSPEC);
+	CHECK((E.info->caps & (FI_RMA | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE)) ==
+	      (FI_RMA | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE), "RMA caps");
+	for (i = 0; i < (int)sizeof target; i++)
+		target[i] = (char)(i * 7);
+	memset(ro, 0x33, sizeof ro);
+	CHECK_RC(fi_mr_reg(E.domain, target, sizeof target, RMA_RW, 0, 42, 0, &mr, NULL));
+	CHECK_RC(fi_mr_reg(E.domain, ro, sizeof ro, FI_REMOTE_READ, 0, 43, 0, &ro_mr, NULL));
+	key = fi_mr_key(mr);
+	ro_key = fi_mr_key(ro_mr);
+	if (!(E.info->domain_attr->mr_mode & FI_MR_PROV_KEY))
+		CHECK(key == 42 && ro_key == 43, "requested keys not used");
+	{
+		struct fid_mr *dup = NULL;
+
+		if (!(E.info->domain_attr->mr_mode & FI_MR_PROV_KEY)) {
+			CHECK(fi_mr_reg(E.domain, ro, 16, RMA_RW, 0, 42, 0, &dup, NULL) == -FI_ENOKEY,
+			      "duplicate key accepted");
+		}
+	}
+
+	/* write: 3000 bytes (several packets) at offset 100 */
+	for (i = 0; i < 3000; i++)
+		src[i] = (char)(i ^ 0x5a);
+	CHECK_RC(fi_write(E.ep[0], src, 3000, NULL, E.addr[1], target_addr(target, 100), key, &ctx[0]));
+	c = wait_entry(0, &ctx[0], 0);
+	CHECK(c.flags == (FI_RMA | FI_WRITE), "write flags 0x%llx", (unsigned long long)c.flags);
+	CHECK(memcmp(target + 100, src, 3000) == 0, "write data");
+	CHECK(target[99] == (char)(99 * 7) && target[3100] == (char)(3100 * 7), "write overran");
+
+	/* writedata: the target's CQ reports the data */
+	CHECK_RC(fi_writedata(E.ep[0], src, 64, NULL, 0xabcdef, E.addr[1], target_addr(target, 5000), key, &ctx[1]));
+	(void)wait_entry(0, &ctx[1], 0);
+	c = wait_entry(1, NULL, 0);
+	CHECK(c.flags == (FI_RMA | FI_REMOTE_WRITE | FI_REMOTE_CQ_DATA) && c.data == 0xabcdef,
+	      "remote entry flags 0x%llx data 0x%llx", (unsigned long long)c.flags,
+	      (unsigned long long)c.data);
+	CHECK(memcmp(target + 5000, src, 64) == 0, "writedata data");
+
+	/* read 1000 bytes at offset 2000, and readv into two pieces */
+	memset(dst, 0, sizeof dst);
+	CHECK_RC(fi_read(E.ep[0], dst, 1000, NULL, E.addr[1], target_addr(target, 2000), key, &ctx[2]));
+	c = wait_entry(0, &ctx[2], 0);
+	CHECK(c.flags == (FI_RMA | FI_READ) && c.len == 1000, "read flags/len");
+	CHECK(memcmp(dst, target + 2000, 1000) == 0, "read data");
+	{
+		struct iovec iov[2] = { { dst, 10 }, { dst + 100, 20 } };
+
+		CHECK_RC(fi_readv(E.ep[0], iov, NULL, 2, E.addr[1], target_addr(target, 0), key, &ctx[3]));
+		(void)wait_entry(0, &ctx[3], 0);
+		CHECK(memcmp(dst, target, 10) == 0 && memcmp(dst + 100, target + 10, 20) == 0, "readv");
+	}
+
+	/* writemsg with FI_REMOTE_CQ_DATA and readmsg */
+	{
+		struct iovec iov = { src, 16 };
+		struct fi_rma_iov rma = { target_addr(target, 7000), 16, key };
+		struct fi_msg_rma msg = { .msg_iov = &iov, .iov_count = 1, .addr = E.addr[1],
+			.rma_iov = &rma, .rma_iov_count = 1, .context = &ctx[4], .data = 77 };
+
+		CHECK_RC(fi_writemsg(E.ep[0], &msg, FI_REMOTE_CQ_DATA | FI_DELIVERY_COMPLETE));
+		(void)wait_entry(0, &ctx[4], 0);
+		c = wait_entry(1, NULL, 0);
+		CHECK(c.data == 77, "writemsg data");
+		iov.iov_base = dst;
+		msg.context = &ctx[5];
+		memset(dst, 0, 16);
+		CHECK_RC(fi_readmsg(E.ep[0], &msg, 0));
+		(void)wait_entry(0, &ctx[5], 0);
+		CHECK(memcmp(dst, src, 16) == 0, "readmsg");
+	}
+
+	/* refused: unknown key, past the end, no write permission, read past end */
+	{
+		char before[sizeof target];
+
+		memcpy(before, target, sizeof target);
+		CHECK_RC(fi_write(E.ep[0], src, 8, NULL, E.addr[1], target_addr(target, 0), key + 1000, &ctx[6]));
+		c = wait_entry(0, &ctx[6], 1);
+		CHECK(c.err == FI_EACCES, "bad key: err %d", c.err);
+		CHECK_RC(fi_write(E.ep[0], src, 100, NULL, E.addr[1], target_addr(target, sizeof target - 50), key, &ctx[6]));
+		c = wait_entry(0, &ctx[6], 1);
+		CHECK(c.err == FI_EACCES, "past the end: err %d", c.err);
+		CHECK(memcmp(before, target, sizeof target) == 0, "refused write touched memory");
+		CHECK_RC(fi_write(E.ep[0], src, 8, NULL, E.addr[1], target_addr(ro, 0), ro_key, &ctx[6]));
+		c = wait_entry(0, &ctx[6], 1);
+		CHECK(c.err == FI_EACCES, "read-only region: err %d", c.err);
+		CHECK(ro[0] == 0x33 && ro[7] == 0x33, "read-only region written");
+		CHECK_RC(fi_read(E.ep[0], dst, 300, NULL, E.addr[1], target_addr(ro, 0), ro_key, &ctx[7]));
+		c = wait_entry(0, &ctx[7], 1);
+		CHECK(c.err == FI_EACCES, "read past the end: err %d", c.err);
+		CHECK_RC(fi_read(E.ep[0], dst, 256, NULL, E.addr[1], target_addr(ro, 0), ro_key, &ctx[7]));
+		(void)wait_entry(0, &ctx[7], 0);
+	}
+	fi_close(&mr->fid);
+	mr = NULL;
+	/* a closed region refuses access */
+	CHECK_RC(fi_write(E.ep[0], src, 8, NULL, E.addr[1], target_addr(target, 0), key, &ctx[6]));
+	c = wait_entry(0, &ctx[6], 1);
+	CHECK(c.err == FI_EACCES, "closed region: err %d", c.err);
+	fi_close(&ro_mr->fid);
+}
+
+static void t_rma_offset_keys(void) { rma_basic(0); }
+static void t_rma_virt_prov_key(void) { rma_basic(FI_MR_VIRT_ADDR | FI_MR_PROV_KEY); }
+
+/* RMA counters: FI_WRITE/FI_READ at the initiator, FI_REMOTE_WRITE/READ at
+ * the target; fi_inject_write completes only through the counter. */
+static void t_rma_counters(void)
+{
+	static char target[1024], src[64], dst[64];
+	struct fid_mr *mr = NULL;
+	int i;
+
+	want_caps = FI_RMA;
+	open_domain();
+	for (i = 0; i < 4; i++)
+		E.cntr[i] = open_cntr(FI_WAIT_UNSPEC);
+	for (i = 0; i < 2; i++) {
+		open_ep(i);
+		E.cq[i] = open_cq(FI_WAIT_NONE);
+		CHECK_RC(fi_ep_bind(E.ep[i], &E.cq[i]->fid, FI_TRANSMIT | FI_RECV));
+	}
+	CHECK_RC(fi_ep_bind(E.ep[0], &E.cntr[0]->fid, FI_WRITE));
+	CHECK_RC(fi_ep_bind(E.ep[0], &E.cntr[1]->fid, FI_READ));
+	CHECK_RC(fi_ep_bind(E.ep[1], &E.cntr[2]->fid, FI_REMOTE_WRITE));
+	CHECK_RC(fi_ep_bind(E.ep[1], &E.cntr[3]->fid, FI_REMOTE_READ));
+	enable_both();
+	CHECK_RC(fi_mr_reg(E.domain, target, sizeof target, RMA_RW, 0, 9, 0, &mr, NULL));
+	memset(src, 0x11, sizeof src);
+	for (i = 0; i < 5; i++)
+		CHECK_RC(fi_inject_write(E.ep[0], src, sizeof src, E.addr[1], target_addr(target, 64 * i), fi_mr_key(mr)));
+	CHECK_RC(fi_read(E.ep[0], dst, sizeof dst, NULL, E.addr[1], target_addr(target, 0), fi_mr_key(mr), NULL));
+	{
+		double end = now_s() + WAIT_MS / 1000.0;
+
+		uint64_t v[4];
+
+		/* Read every counter each round: each progresses its endpoint. */
+		for (;;) {
+			for (i = 0; i < 4; i++)
+				v[i] = fi_cntr_read(E.cntr[i]);
+			if (v[0] >= 5 && v[1] >= 1 && v[2] >= 5 && v[3] >= 1)
+				break;
+			CHECK(now_s() < end, "counters %llu %llu %llu %llu",
+			      (unsigned long long)v[0], (unsigned long long)v[1],
+			      (unsigned long long)v[2], (unsigned long long)v[3]);
+		}
+		CHECK(v[0] == 5 && v[1] == 1 && v[2] == 5 && v[3] == 1, "counted too much");
+		CHECK(fi_cntr_readerr(E.cntr[0]) == 0 && fi_cntr_readerr(E.cntr[1]) == 0, "errors");
+	}
+	CHECK(target[0] == 0x11 && target[64 * 5 - 1] == 0x11 && target[64 * 5] == 0, "data");
+	(void)wait_entry(0, NULL, 0);	/* the read's CQ entry */
+	CHECK(fi_cq_read(E.cq[0], NULL, 0) == -FI_EAGAIN, "inject_write made a CQ entry");
+	fi_close(&mr->fid);
+}
+
 /* ------------------------------------------------------------------ */
 
 static const struct test { const char *name; void (*fn)(void); } tests[] = {
@@ -750,6 +963,9 @@ static const struct test { const char *name; void (*fn)(void); } tests[] = {
 	{ "auto_progress", t_auto_progress },
 	{ "multi_recv", t_multi_recv },
 	{ "source_err", t_source_err },
+	{ "rma_offset_keys", t_rma_offset_keys },
+	{ "rma_virt_prov_key", t_rma_virt_prov_key },
+	{ "rma_counters", t_rma_counters },
 };
 
 int main(int argc, char **argv)

@@ -131,6 +131,7 @@ fn run(seed: u64, imp: Impairments, sizes: &[usize], tagged: bool) -> u64 {
                         recvs_done[i] += 1;
                         assert_eq!(c.len, sizes[i]);
                     }
+                    other => panic!("no RMA here, got {other:?}"),
                 }
             }
         }

@@ -27,6 +27,10 @@ pub(crate) struct IovBuffer {
 // completion is reported; the engine that holds this buffer is itself
 // serialised by the endpoint lock, so no two threads access it at once.
 unsafe impl Send for IovBuffer {}
+// SAFETY: shared access only reads through the pointers (writes need
+// `&mut`); registered regions are read by several endpoints' engines, and
+// what the application does with its own memory meanwhile is its contract.
+unsafe impl Sync for IovBuffer {}
 
 impl IovBuffer {
     /// A single buffer (`fi_send` / `fi_recv`). NULL is allowed when `len` is 0.
@@ -107,6 +111,11 @@ impl IovBuffer {
         });
         t.len = len - keep;
         t
+    }
+
+    /// Total bytes described.
+    pub(crate) fn len_bytes(&self) -> usize {
+        self.len
     }
 
     /// A copy of the whole buffer (for injected and small sends).

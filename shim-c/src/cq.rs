@@ -208,9 +208,21 @@ extern "C" fn cq_close(f: *mut fid) -> c_int {
 
 /// Completion flags of an entry.
 pub(crate) fn comp_flags(c: &Completion) -> u64 {
+    let rma = FI_RMA as u64;
     let dir = match c.kind {
         CompletionKind::Send => FI_SEND as u64,
         CompletionKind::Recv => FI_RECV as u64,
+        CompletionKind::Write => return rma | FI_WRITE as u64,
+        CompletionKind::Read => return rma | FI_READ as u64,
+        CompletionKind::RemoteWrite => {
+            let data = if c.data.is_some() {
+                FI_REMOTE_CQ_DATA as u64
+            } else {
+                0
+            };
+            return rma | FI_REMOTE_WRITE as u64 | data;
+        }
+        CompletionKind::RemoteRead => return rma | FI_REMOTE_READ as u64,
     };
     let class = if c.tagged {
         FI_TAGGED as u64
@@ -413,6 +425,7 @@ pub(crate) fn error_code(e: CompletionError) -> (u32, usize) {
         CompletionError::Canceled => (FI_ECANCELED, 0),
         CompletionError::NoMessage => (FI_ENOMSG, 0),
         CompletionError::PeerUnreachable => (FI_EIO, 0),
+        CompletionError::AccessDenied => (FI_EACCES, 0),
     }
 }
 

@@ -10,6 +10,7 @@ use uet::Config;
 use crate::addr::{self, Family};
 use crate::bindings::*;
 use crate::errors::{guard, ret_int, unsupported};
+use crate::mr_table::MrTable;
 use crate::object::{self, fid_ops, ops_ptr};
 use crate::progress::AutoProgress;
 use crate::{av, cntr, cq, endpoint, fabric, mr, params, DOMAIN_NAME};
@@ -23,6 +24,8 @@ pub(crate) struct DomainInner {
     pub(crate) family: Family,
     pub(crate) mr_mode: c_int,
     next_key: AtomicU64,
+    /// Registered memory, shared with every endpoint's engine.
+    pub(crate) regions: Arc<MrTable>,
     /// The progress thread of an FI_PROGRESS_AUTO domain.
     pub(crate) auto_progress: Option<AutoProgress>,
 }
@@ -103,6 +106,7 @@ pub(crate) unsafe extern "C" fn open(
                 family,
                 mr_mode,
                 next_key: AtomicU64::new(1),
+                regions: Arc::new(MrTable::new(mr_mode)),
                 auto_progress: if auto {
                     Some(AutoProgress::start()?)
                 } else {

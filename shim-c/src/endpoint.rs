@@ -12,7 +12,8 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 use uet::{
-    CompletionKind, CompletionLevel, Config, MsgBuffer, Payload, ProbeFlags, RecvOp, SendOp,
+    CompletionKind, CompletionLevel, Config, MsgBuffer, Payload, ProbeFlags, RecvOp, RmaKind,
+    RmaOp, SendOp,
 };
 
 use crate::addr::{self, Family};
@@ -43,6 +44,12 @@ pub(crate) struct EpState {
     /// Counters bumped by local sends and receives (FI_SEND / FI_RECV).
     tx_cntr: Option<Arc<CntrInner>>,
     rx_cntr: Option<Arc<CntrInner>>,
+    /// Counters of RMA this endpoint initiates (FI_WRITE / FI_READ) and of
+    /// peers' RMA into its memory (FI_REMOTE_WRITE / FI_REMOTE_READ).
+    write_cntr: Option<Arc<CntrInner>>,
+    read_cntr: Option<Arc<CntrInner>>,
+    remote_write_cntr: Option<Arc<CntrInner>>,
+    remote_read_cntr: Option<Arc<CntrInner>>,
     /// With a counter bound, every operation asks the engine for a
     /// completion so the counter sees it; the engine then carries a token
     /// instead of the application's context, and this table says which
@@ -103,6 +110,21 @@ pub(crate) struct Tx {
     pub(crate) inject: bool,
 }
 
+/// An RMA operation as the data-operation entry points describe it.
+pub(crate) struct Rma {
+    pub(crate) write: bool,
+    /// Local source (writes) or destination (reads).
+    pub(crate) buf: IovBuffer,
+    pub(crate) dest: fi_addr_t,
+    pub(crate) addr: u64,
+    pub(crate) key: u64,
+    /// Remote CQ data (fi_writedata, fi_inject_writedata, FI_REMOTE_CQ_DATA).
+    pub(crate) data: Option<u64>,
+    pub(crate) context: *mut c_void,
+    pub(crate) flags: Option<u64>,
+    pub(crate) inject: bool,
+}
+
 /// A receive as the data-operation entry points describe it.
 pub(crate) struct Rx {
     pub(crate) buf: IovBuffer,
@@ -137,8 +159,24 @@ impl EpInner {
             let (cq, cntr) = match c.kind {
                 CompletionKind::Send => (st.tx_cq.as_ref(), st.tx_cntr.as_ref()),
                 CompletionKind::Recv => (st.rx_cq.as_ref(), st.rx_cntr.as_ref()),
+                CompletionKind::Write => (st.tx_cq.as_ref(), st.write_cntr.as_ref()),
+                CompletionKind::Read => (st.tx_cq.as_ref(), st.read_cntr.as_ref()),
+                CompletionKind::RemoteWrite => (st.rx_cq.as_ref(), st.remote_write_cntr.as_ref()),
+                CompletionKind::RemoteRead => (None, st.remote_read_cntr.as_ref()),
             };
             let (cq, cntr) = (cq.cloned(), cntr.cloned());
+            // Peers' RMA: counted; only remote CQ data makes a CQ entry.
+            if matches!(
+                c.kind,
+                CompletionKind::RemoteWrite | CompletionKind::RemoteRead
+            ) {
+                if let Some(k) = &cntr {
+                    k.completed(true);
+                }
+                if c.data.is_none() {
+                    continue;
+                }
+            }
             let mut signal = true;
             let mut flags = 0;
             let context_token = c.context;
@@ -180,6 +218,70 @@ impl EpInner {
             }
             cq.push(entry);
         }
+    }
+
+    /// An RMA write or read (fi_write*, fi_read*, fi_inject_write*).
+    pub(crate) fn rma(&self, r: Rma) -> FiResult<()> {
+        let mut st = self.state.lock();
+        if !st.enabled {
+            return Err(FI_EOPBADSTATE);
+        }
+        if self.caps & FI_RMA as u64 == 0 {
+            return Err(FI_EINVAL);
+        }
+        let len = MsgBuffer::len(&r.buf);
+        if len > Config::MAX_MSG_SIZE {
+            return Err(FI_EMSGSIZE);
+        }
+        let flags = r.flags.unwrap_or(st.tx_op_flags);
+        let inject_size = self.domain.config.inject_size;
+        if r.inject && (len > inject_size || !r.write) {
+            return Err(FI_EINVAL);
+        }
+        let dest = Self::peer(&st, r.dest)?;
+        let signal = !r.inject
+            && st.tx_cq.is_some()
+            && (!st.tx_selective || flags & FI_COMPLETION as u64 != 0);
+        let counted = if r.write {
+            st.write_cntr.is_some()
+        } else {
+            st.read_cntr.is_some()
+        };
+        let context = if counted {
+            st.token(r.context as u64, signal)
+        } else {
+            r.context as u64
+        };
+        let kind = if r.write {
+            // Writes complete on the target's answer; a copy keeps the
+            // source free for injects and small writes.
+            let payload = if r.inject || len <= inject_size {
+                Payload::Owned(r.buf.to_vec())
+            } else {
+                Payload::Borrowed(Box::new(r.buf))
+            };
+            RmaKind::Write {
+                payload,
+                cq_data: r.data,
+            }
+        } else {
+            RmaKind::Read {
+                buffer: Box::new(r.buf),
+            }
+        };
+        let op = RmaOp {
+            dest,
+            kind,
+            addr: r.addr,
+            key: r.key,
+            context,
+            signal: signal || counted,
+        };
+        let res = st.ep.rma(op).map_err(|e| fi_errno(&e));
+        if res.is_err() && counted {
+            st.pending.remove(&context);
+        }
+        res
     }
 
     /// Sockets a blocking wait sleeps on.
@@ -428,7 +530,7 @@ fn create(
         (None, Some(d)) => addr::source_for(&d, config.port),
         (None, None) => addr::default_source(family, config.port),
     };
-    let endpoint = uet::Endpoint::bind(config, bind_to).map_err(|e| {
+    let mut endpoint = uet::Endpoint::bind(config, bind_to).map_err(|e| {
         crate::log::warn(FI_LOG_EP_CTRL, &format!("binding {bind_to}: {e}"));
         fi_errno(&e)
     })?;
@@ -436,6 +538,7 @@ fn create(
         FI_LOG_EP_CTRL,
         &format!("endpoint bound to {}", endpoint.local_addr()),
     );
+    endpoint.set_memory_regions(dom.inner.regions.clone());
     let caps = if info.caps == 0 { CAPS } else { info.caps };
     let inner = EpInner {
         state: Mutex::new(EpState {
@@ -451,6 +554,10 @@ fn create(
             rx_op_flags: rx_attr.map_or(0, |a| a.op_flags),
             tx_cntr: None,
             rx_cntr: None,
+            write_cntr: None,
+            read_cntr: None,
+            remote_write_cntr: None,
+            remote_read_cntr: None,
             min_multi_recv: DEFAULT_MIN_MULTI_RECV,
             pending: HashMap::new(),
             next_token: 0,
@@ -545,12 +652,19 @@ fn bind(ep: &Ep, bfid: *mut fid, flags: u64) -> FiResult<()> {
             if flags & known == 0 || flags & !known != 0 {
                 return Err(FI_EINVAL);
             }
-            // RMA events never happen (no FI_RMA): those bindings count nothing.
-            if flags & FI_SEND as u64 != 0 {
-                st.tx_cntr = Some(Arc::clone(&c.inner));
-            }
-            if flags & FI_RECV as u64 != 0 {
-                st.rx_cntr = Some(Arc::clone(&c.inner));
+            let s = &mut *st;
+            let slots = [
+                (FI_SEND, &mut s.tx_cntr),
+                (FI_RECV, &mut s.rx_cntr),
+                (FI_WRITE, &mut s.write_cntr),
+                (FI_READ, &mut s.read_cntr),
+                (FI_REMOTE_WRITE, &mut s.remote_write_cntr),
+                (FI_REMOTE_READ, &mut s.remote_read_cntr),
+            ];
+            for (bit, slot) in slots {
+                if flags & bit as u64 != 0 {
+                    *slot = Some(Arc::clone(&c.inner));
+                }
             }
             drop(st);
             c.inner.attach(&ep.inner);
@@ -730,7 +844,8 @@ extern "C" fn ep_setname(f: fid_t, a: *mut c_void, addrlen: usize) -> c_int {
             return -(FI_EOPBADSTATE as c_int);
         }
         match uet::Endpoint::bind(&ep.inner.domain.config, new) {
-            Ok(e) => {
+            Ok(mut e) => {
+                e.set_memory_regions(ep.inner.domain.regions.clone());
                 st.ep = e;
                 0
             }

@@ -24,6 +24,11 @@ pub(crate) const CAPS: u64 = FI_MSG as u64
     | FI_DIRECTED_RECV
     | FI_SOURCE
     | FI_MULTI_RECV as u64
+    | FI_RMA as u64
+    | FI_READ as u64
+    | FI_WRITE as u64
+    | FI_REMOTE_READ as u64
+    | FI_REMOTE_WRITE as u64
     | FI_LOCAL_COMM
     | FI_REMOTE_COMM;
 /// Capabilities granted only when asked for: FI_SOURCE_ERR changes what a
@@ -188,7 +193,9 @@ pub(crate) fn negotiate(
             FI_MR_SCALABLE as c_int
         }
     } else {
-        h.mr_mode & FI_MR_PROV_KEY as c_int
+        // RMA targets are addressed by virtual address when the
+        // application supports it, else by offset into the region.
+        h.mr_mode & (FI_MR_PROV_KEY | FI_MR_VIRT_ADDR) as c_int
     };
     for d in [&h.tx, &h.rx] {
         if d.msg_order & !MSG_ORDER != 0 {
@@ -208,17 +215,27 @@ pub(crate) fn negotiate(
     let (src, dest) = addresses(target, h, family, config)?;
     let addr_format = src.or(dest).map_or(FI_SOCKADDR_IN, |a| addr::format_of(&a));
 
-    let caps = if h.caps == 0 {
+    let mut caps = if h.caps == 0 {
         CAPS
     } else {
         h.caps | SECONDARY
     };
+    // FI_RMA alone means every direction of it (fi_getinfo(3)).
+    let rma_dirs = (FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE) as u64;
+    if caps & FI_RMA as u64 != 0 && caps & rma_dirs == 0 {
+        caps |= rma_dirs;
+    }
     let dir_caps = |d: &Dir, own: u64| {
         let base = if d.caps != 0 { d.caps } else { caps };
         base & own
     };
-    let tx_own = CAPS & !(FI_RECV as u64 | FI_DIRECTED_RECV | FI_MULTI_RECV as u64);
-    let rx_own = (CAPS | ON_REQUEST) & !(FI_SEND as u64);
+    let tx_own = CAPS
+        & !(FI_RECV as u64
+            | FI_DIRECTED_RECV
+            | FI_MULTI_RECV as u64
+            | FI_REMOTE_READ as u64
+            | FI_REMOTE_WRITE as u64);
+    let rx_own = (CAPS | ON_REQUEST) & !(FI_SEND as u64 | FI_READ as u64 | FI_WRITE as u64);
     let tx = Dir {
         caps: dir_caps(&h.tx, tx_own),
         op_flags: h.tx.op_flags & TX_OP_FLAGS,
@@ -548,7 +565,7 @@ mod tests {
             };
             assert_eq!(offer(&Target::default(), &h), Err(FI_ENODATA));
         }
-        for caps in [FI_RMA as u64, FI_ATOMIC as u64, FI_HMEM] {
+        for caps in [FI_ATOMIC as u64, FI_HMEM] {
             let h = Hints {
                 caps: caps | FI_MSG as u64,
                 ..Hints::default()

@@ -37,6 +37,7 @@ mod fabric;
 mod getinfo;
 mod log;
 mod mr;
+mod mr_table;
 mod msg;
 mod object;
 mod params;

@@ -39,6 +39,15 @@ impl Engine {
                 Some(inb) if inb.seq == seq && matches!(inb.state, InboundState::Staged(_)) => {
                     inb.header
                 }
+                // RMA takes its turn in the sender's message order but
+                // matches no receive.
+                Some(inb) if inb.seq == seq && matches!(inb.state, InboundState::Rma(_)) => {
+                    peer.next_match_seq += 1;
+                    if inb.complete() {
+                        peer.inbound.remove(&id);
+                    }
+                    continue;
+                }
                 _ => return,
             };
             peer.next_match_seq += 1;

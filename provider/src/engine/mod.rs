@@ -17,6 +17,7 @@ mod input;
 mod matching;
 mod output;
 mod post;
+mod rma;
 mod timers;
 
 use crate::ops::*;
@@ -71,7 +72,12 @@ pub struct Stats {
 
 enum TxItem {
     Message(u16),
-    Response { msg_id: u16, len: u32 },
+    /// An SES response; `code` 0 = success, else an RMA access error.
+    Response {
+        msg_id: u16,
+        len: u32,
+        code: u8,
+    },
 }
 
 struct Peer {
@@ -116,6 +122,10 @@ pub struct Engine {
     /// Sends posted and not yet retired, over all peers.
     sends_outstanding: usize,
     stats: Stats,
+    /// Memory peers may access with RMA (none: every access is refused).
+    regions: Option<std::sync::Arc<dyn MemoryRegions>>,
+    /// Reads this endpoint initiated, by (peer, read request message ID).
+    reads: HashMap<(usize, u16), rma::PendingRead>,
 }
 
 impl Engine {
@@ -144,6 +154,8 @@ impl Engine {
             ack_timer: 0,
             sends_outstanding: 0,
             stats: Stats::default(),
+            regions: None,
+            reads: HashMap::new(),
         }
     }
 

@@ -54,6 +54,7 @@ impl Engine {
                 unacked_packets: 0,
                 completed,
                 delivered: false,
+                rma: None,
             },
         );
         peer.queue.push_back(TxItem::Message(id));

@@ -80,6 +80,22 @@ impl Endpoint {
         Ok(())
     }
 
+    /// Post an RMA write or read and push its first packets out at once.
+    pub fn rma(&mut self, op: crate::ops::RmaOp) -> Result<()> {
+        if op.dest.is_ipv4() != self.local.is_ipv4() {
+            return Err(Error::Unreachable(op.dest));
+        }
+        let now = self.now();
+        self.engine.post_rma(now, op)?;
+        self.flush(now);
+        Ok(())
+    }
+
+    /// Memory peers may access with RMA.
+    pub fn set_memory_regions(&mut self, regions: std::sync::Arc<dyn crate::ops::MemoryRegions>) {
+        self.engine.set_memory_regions(regions);
+    }
+
     /// Post a receive buffer (or a peek/claim/discard request).
     pub fn recv(&mut self, op: RecvOp) -> Result<()> {
         let now = self.now();

@@ -43,6 +43,19 @@ pub struct TxMessage {
     pub completed: bool,
     /// The peer's SES response arrived (delivery complete).
     pub delivered: bool,
+    /// RMA write, read request or read data (`None` for messages).
+    pub rma: Option<RmaTx>,
+}
+
+/// How an RMA packet differs from a message packet (see `engine/rma.rs`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RmaTx {
+    /// Write to `addr` under `key`.
+    Write { addr: u64, key: u64 },
+    /// Read request for `len` bytes at `addr` under `key` (no payload).
+    Read { addr: u64, key: u64, len: u64 },
+    /// Data answering the peer's read request `read_id`.
+    ReadData { read_id: u16 },
 }
 
 impl TxMessage {
@@ -74,6 +87,10 @@ pub enum InboundState {
     Posted(RecvOp),
     /// The application discarded it (FI_DISCARD): payload is dropped.
     Discard,
+    /// An RMA write into registered memory, or the data of a read this
+    /// endpoint asked for: placed into that memory (`None`: the access was
+    /// refused, payload is dropped). Never matched against receives.
+    Rma(Option<Box<dyn crate::ops::MsgBuffer>>),
 }
 
 /// An incoming message being received.
@@ -107,7 +124,12 @@ impl Inbound {
                 stage[o..o + data.len()].copy_from_slice(data);
             }
             InboundState::Posted(recv) => write_clipped(recv, offset, data),
-            InboundState::Discard => {}
+            InboundState::Rma(Some(mem)) => {
+                if offset as usize + data.len() <= mem.len() {
+                    mem.write_at(offset as usize, data);
+                }
+            }
+            InboundState::Rma(None) | InboundState::Discard => {}
         }
     }
 }
