@@ -312,6 +312,11 @@ fn rma_between_messages_keeps_matching_order() {
         .iter()
         .filter(|c| c.kind == CompletionKind::Recv)
         .all(|c| c.error.is_none() && c.len == 2000));
+    assert_eq!(
+        pair.eng[1].inbound_len(),
+        0,
+        "finished RMA left inbound state behind"
+    );
     let m = mem.0.lock().unwrap();
     for round in 0..20u64 {
         let at = (round * 64) as usize;

@@ -67,6 +67,12 @@ impl RmaTx {
 }
 
 impl Engine {
+    /// Incoming messages and RMA operations not finished yet, over all
+    /// peers (diagnostics and tests).
+    pub fn inbound_len(&self) -> usize {
+        self.peers.iter().map(|p| p.inbound.len()).sum()
+    }
+
     /// Memory peers may write and read (domain-wide registrations).
     pub fn set_memory_regions(&mut self, regions: std::sync::Arc<dyn MemoryRegions>) {
         self.regions = Some(regions);
@@ -189,11 +195,13 @@ impl Engine {
         true
     }
 
-    /// Register an RMA operation's place in the sender's message order.
+    /// Register an RMA operation's place in the sender's message order;
+    /// `len` is the payload bytes it carries in all.
     fn rma_inbound(
         &mut self,
         p: usize,
         s: &SesRequestRepr,
+        len: u64,
         resolve: impl FnOnce(&mut Self) -> Option<Box<dyn MsgBuffer>>,
     ) -> bool {
         if self.peers[p].inbound.contains_key(&s.message_id) {
@@ -209,7 +217,7 @@ impl Engine {
                 header: MsgHeader {
                     tagged: false,
                     tag: s.match_bits,
-                    len: s.request_length as u64,
+                    len,
                     cq_data: None,
                     want_response: s.flags & sflags::DC != 0,
                 },
@@ -224,7 +232,7 @@ impl Engine {
         let offset = Self::message_offset(s);
         let base = s.buffer_offset.wrapping_sub(offset);
         let (key, len) = (s.match_bits, s.request_length as u64);
-        self.rma_inbound(p, s, |e| {
+        self.rma_inbound(p, s, len, |e| {
             e.regions
                 .as_ref()
                 .and_then(|r| r.resolve(key, base, len, true))
@@ -274,8 +282,8 @@ impl Engine {
             .regions
             .as_ref()
             .and_then(|r| r.resolve(key, addr, len, false));
-        // The request is one packet: it is complete on arrival.
-        self.rma_inbound(p, s, |_| None);
+        // The request is one packet without payload: complete on arrival.
+        self.rma_inbound(p, s, 0, |_| None);
         self.retire_rma_inbound(p, s.message_id);
         let peer = &mut self.peers[p];
         let Some(memory) = memory else {
@@ -332,7 +340,7 @@ impl Engine {
         let read_id = s.match_bits as u16;
         let expected = self.reads.get(&(p, read_id)).map(|r| r.len as u64);
         let len = s.request_length as u64;
-        self.rma_inbound(p, s, |e| {
+        self.rma_inbound(p, s, len, |e| {
             // Data longer than the read asked for is not ours to place.
             let r = e.reads.get_mut(&(p, read_id))?;
             if expected != Some(len) {

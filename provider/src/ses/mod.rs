@@ -6,6 +6,7 @@
 //! arrive in any order; until a message is matched its payload is staged,
 //! afterwards it is written straight into the application's buffer.
 
+pub mod atomic;
 pub mod matching;
 
 pub use matching::{tag_matches, PostedQueues, Unexpected};
