@@ -29,6 +29,7 @@
 #include <rdma/fi_eq.h>
 #include <rdma/fi_errno.h>
 #include <rdma/fi_rma.h>
+#include <rdma/fi_atomic.h>
 #include <rdma/fi_tagged.h>
 
 #define API_VERSION FI_VERSION(1, 17)
@@ -949,6 +950,148 @@ static void t_rma_counters(void)
 	fi_close(&mr->fid);
 }
 
+/* Atomics: write, fetch and compare ops on B's memory; results and the old
+ * values; unsupported combinations refused; a bad key fails with FI_EACCES. */
+static void t_atomic_ops(void)
+{
+	static int64_t ivals[4];
+	static double dvals[2];
+	static uint32_t uvals[2];
+	struct fid_mr *imr = NULL, *dmr = NULL, *umr = NULL;
+	struct fi_atomic_attr attr;
+	struct fi_cq_err_entry c;
+	int64_t x, old, cmp;
+	double dx, dold;
+	uint32_t ux;
+	size_t count = 0;
+	int ctx;
+
+	want_caps = FI_ATOMIC;
+	two_eps(FI_WAIT_UNSPEC);
+	CHECK(E.info->caps & FI_ATOMIC, "FI_ATOMIC not granted");
+	CHECK_RC(fi_query_atomic(E.domain, FI_INT64, FI_SUM, &attr, 0));
+	CHECK(attr.size == 8 && attr.count >= 1, "query size %zu count %zu", attr.size, attr.count);
+	CHECK(fi_query_atomic(E.domain, FI_DOUBLE, FI_BOR, &attr, 0) == -FI_EOPNOTSUPP, "BOR on double");
+	CHECK(fi_query_atomic(E.domain, FI_INT64, FI_CSWAP, &attr, 0) == -FI_EOPNOTSUPP, "CSWAP as write");
+	CHECK_RC(fi_query_atomic(E.domain, FI_INT64, FI_CSWAP, &attr, FI_COMPARE_ATOMIC));
+	CHECK_RC(fi_query_atomic(E.domain, FI_UINT8, FI_ATOMIC_READ, &attr, FI_FETCH_ATOMIC));
+	CHECK_RC(fi_atomicvalid(E.ep[0], FI_FLOAT, FI_MAX, &count));
+	CHECK(count >= 1, "atomicvalid count");
+	ivals[0] = 10; ivals[1] = 100; ivals[2] = 0xf0; ivals[3] = 7;
+	dvals[0] = 1.5; dvals[1] = -2.0;
+	uvals[0] = 0xff00ff00u; uvals[1] = 1;
+	CHECK_RC(fi_mr_reg(E.domain, ivals, sizeof ivals, RMA_RW, 0, 1, 0, &imr, NULL));
+	CHECK_RC(fi_mr_reg(E.domain, dvals, sizeof dvals, RMA_RW, 0, 2, 0, &dmr, NULL));
+	CHECK_RC(fi_mr_reg(E.domain, uvals, sizeof uvals, RMA_RW, 0, 3, 0, &umr, NULL));
+
+	/* write: SUM */
+	x = 5;
+	CHECK_RC(fi_atomic(E.ep[0], &x, 1, NULL, E.addr[1], target_addr(ivals, 0), fi_mr_key(imr), FI_INT64, FI_SUM, &ctx));
+	c = wait_entry(0, &ctx, 0);
+	CHECK(c.flags == (FI_ATOMIC | FI_WRITE), "atomic flags 0x%llx", (unsigned long long)c.flags);
+	CHECK(ivals[0] == 15, "SUM: %lld", (long long)ivals[0]);
+	/* fetch: PROD returns the old value */
+	x = 3; old = 0;
+	CHECK_RC(fi_fetch_atomic(E.ep[0], &x, 1, NULL, &old, NULL, E.addr[1], target_addr(ivals, 8), fi_mr_key(imr), FI_INT64, FI_PROD, &ctx));
+	c = wait_entry(0, &ctx, 0);
+	CHECK(c.flags == (FI_ATOMIC | FI_READ), "fetch flags 0x%llx", (unsigned long long)c.flags);
+	CHECK(old == 100 && ivals[1] == 300, "PROD: old %lld new %lld", (long long)old, (long long)ivals[1]);
+	/* fetch: ATOMIC_READ */
+	old = 0;
+	CHECK_RC(fi_fetch_atomic(E.ep[0], NULL, 1, NULL, &old, NULL, E.addr[1], target_addr(ivals, 16), fi_mr_key(imr), FI_INT64, FI_ATOMIC_READ, &ctx));
+	(void)wait_entry(0, &ctx, 0);
+	CHECK(old == 0xf0 && ivals[2] == 0xf0, "ATOMIC_READ");
+	/* compare: CSWAP that fails, then one that succeeds */
+	x = 99; cmp = 8; old = 0;
+	CHECK_RC(fi_compare_atomic(E.ep[0], &x, 1, NULL, &cmp, NULL, &old, NULL, E.addr[1], target_addr(ivals, 24), fi_mr_key(imr), FI_INT64, FI_CSWAP, &ctx));
+	(void)wait_entry(0, &ctx, 0);
+	CHECK(old == 7 && ivals[3] == 7, "CSWAP mismatch swapped");
+	cmp = 7;
+	CHECK_RC(fi_compare_atomic(E.ep[0], &x, 1, NULL, &cmp, NULL, &old, NULL, E.addr[1], target_addr(ivals, 24), fi_mr_key(imr), FI_INT64, FI_CSWAP, &ctx));
+	(void)wait_entry(0, &ctx, 0);
+	CHECK(old == 7 && ivals[3] == 99, "CSWAP match did not swap");
+	/* MSWAP on uint32: take x's bits where the mask is set */
+	ux = 0x12345678u;
+	{
+		uint32_t mask = 0x0000ffffu, uold = 0;
+
+		CHECK_RC(fi_compare_atomic(E.ep[0], &ux, 1, NULL, &mask, NULL, &uold, NULL, E.addr[1], target_addr(uvals, 0), fi_mr_key(umr), FI_UINT32, FI_MSWAP, &ctx));
+		(void)wait_entry(0, &ctx, 0);
+		CHECK(uold == 0xff00ff00u && uvals[0] == 0xff005678u, "MSWAP: 0x%x", uvals[0]);
+	}
+	/* BXOR on uint32 */
+	ux = 3;
+	CHECK_RC(fi_atomic(E.ep[0], &ux, 1, NULL, E.addr[1], target_addr(uvals, 4), fi_mr_key(umr), FI_UINT32, FI_BXOR, &ctx));
+	(void)wait_entry(0, &ctx, 0);
+	CHECK(uvals[1] == 2, "BXOR");
+	/* doubles: MIN (write), MAX (fetch), two elements */
+	{
+		double two[2] = { 0.5, 0.5 }, olds[2] = { 0, 0 };
+
+		CHECK_RC(fi_atomic(E.ep[0], two, 2, NULL, E.addr[1], target_addr(dvals, 0), fi_mr_key(dmr), FI_DOUBLE, FI_MIN, &ctx));
+		(void)wait_entry(0, &ctx, 0);
+		CHECK(dvals[0] == 0.5 && dvals[1] == -2.0, "MIN: %g %g", dvals[0], dvals[1]);
+		dx = 4.0;
+		dold = 0;
+		CHECK_RC(fi_fetch_atomic(E.ep[0], &dx, 1, NULL, &dold, NULL, E.addr[1], target_addr(dvals, 8), fi_mr_key(dmr), FI_DOUBLE, FI_MAX, &ctx));
+		(void)wait_entry(0, &ctx, 0);
+		CHECK(dold == -2.0 && dvals[1] == 4.0, "MAX");
+		(void)olds;
+	}
+	/* unsupported combination and bad key */
+	CHECK(fi_atomic(E.ep[0], &dx, 1, NULL, E.addr[1], 0, fi_mr_key(dmr), FI_DOUBLE, FI_BAND, &ctx) == -FI_EOPNOTSUPP,
+	      "BAND on double accepted");
+	x = 1;
+	CHECK_RC(fi_atomic(E.ep[0], &x, 1, NULL, E.addr[1], target_addr(ivals, 0), fi_mr_key(imr) + 77, FI_INT64, FI_SUM, &ctx));
+	c = wait_entry(0, &ctx, 1);
+	CHECK(c.err == FI_EACCES && ivals[0] == 15, "bad key: err %d", c.err);
+	fi_close(&imr->fid);
+	fi_close(&dmr->fid);
+	fi_close(&umr->fid);
+}
+
+/* Both endpoints add to the same word (B's, B also through the network to
+ * itself): no update is lost. */
+static void t_atomic_concurrent(void)
+{
+	enum { N = 300 };
+	static int64_t word;
+	static struct fid_mr *mr;
+	int64_t one = 1;
+	int i, done[2] = { 0, 0 }, posted[2] = { 0, 0 }, ctx;
+	double end;
+
+	want_caps = FI_ATOMIC;
+	two_eps(FI_WAIT_UNSPEC);
+	word = 0;
+	mr = NULL;
+	CHECK_RC(fi_mr_reg(E.domain, &word, sizeof word, RMA_RW, 0, 5, 0, &mr, NULL));
+	end = now_s() + WAIT_MS / 1000.0;
+	while (done[0] < N || done[1] < N) {
+		CHECK(now_s() < end, "done %d %d", done[0], done[1]);
+		for (i = 0; i < 2; i++) {
+			struct fi_cq_tagged_entry e;
+			ssize_t rc;
+
+			if (posted[i] < N && posted[i] - done[i] < 16) {
+				rc = fi_atomic(E.ep[i], &one, 1, NULL, E.addr[1], target_addr(&word, 0),
+					       fi_mr_key(mr), FI_INT64, FI_SUM, &ctx);
+				if (rc == 0)
+					posted[i]++;
+				else
+					CHECK(rc == -FI_EAGAIN, "fi_atomic: %zd", rc);
+			}
+			rc = fi_cq_read(E.cq[i], &e, 1);
+			if (rc == 1)
+				done[i]++;
+			else
+				CHECK(rc == -FI_EAGAIN, "cq read %zd", rc);
+		}
+	}
+	CHECK(word == 2 * N, "word %lld, want %d", (long long)word, 2 * N);
+	fi_close(&mr->fid);
+}
+
 /* ------------------------------------------------------------------ */
 
 static const struct test { const char *name; void (*fn)(void); } tests[] = {
@@ -966,6 +1109,8 @@ static const struct test { const char *name; void (*fn)(void); } tests[] = {
 	{ "rma_offset_keys", t_rma_offset_keys },
 	{ "rma_virt_prov_key", t_rma_virt_prov_key },
 	{ "rma_counters", t_rma_counters },
+	{ "atomic_ops", t_atomic_ops },
+	{ "atomic_concurrent", t_atomic_concurrent },
 };
 
 int main(int argc, char **argv)

@@ -150,6 +150,11 @@ pub enum CompletionKind {
     RemoteWrite,
     /// A peer's RMA read of this endpoint's memory was served.
     RemoteRead,
+    /// An atomic update this endpoint initiated (fi_atomic).
+    Atomic,
+    /// A fetching or compare atomic this endpoint initiated; the old values
+    /// are in its result buffer.
+    FetchAtomic,
 }
 
 /// Memory a peer may access with RMA, looked up by key on every access.
@@ -170,6 +175,17 @@ pub enum RmaKind {
     },
     /// Read the peer's memory into `buffer` (its length is the read length).
     Read { buffer: Box<dyn MsgBuffer> },
+    /// Apply `op` (libfabric `fi_op` code) on `datatype` (`fi_datatype`)
+    /// elements at the target with `operand` (and `compare` for compare
+    /// operations); `result` receives the old values of fetching and
+    /// compare atomics. Carried in one packet.
+    Atomic {
+        op: u8,
+        datatype: u8,
+        operand: Vec<u8>,
+        compare: Vec<u8>,
+        result: Option<Box<dyn MsgBuffer>>,
+    },
 }
 
 /// An RMA operation (fi_write*, fi_read*).

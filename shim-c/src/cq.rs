@@ -223,6 +223,8 @@ pub(crate) fn comp_flags(c: &Completion) -> u64 {
             return rma | FI_REMOTE_WRITE as u64 | data;
         }
         CompletionKind::RemoteRead => return rma | FI_REMOTE_READ as u64,
+        CompletionKind::Atomic => return FI_ATOMIC as u64 | FI_WRITE as u64,
+        CompletionKind::FetchAtomic => return FI_ATOMIC as u64 | FI_READ as u64,
     };
     let class = if c.tagged {
         FI_TAGGED as u64

@@ -13,7 +13,7 @@ use crate::errors::{guard, ret_int, unsupported};
 use crate::mr_table::MrTable;
 use crate::object::{self, fid_ops, ops_ptr};
 use crate::progress::AutoProgress;
-use crate::{av, cntr, cq, endpoint, fabric, mr, params, DOMAIN_NAME};
+use crate::{atomic, av, cntr, cq, endpoint, fabric, mr, params, DOMAIN_NAME};
 
 /// State every object opened from one domain shares.
 pub(crate) struct DomainInner {
@@ -54,7 +54,7 @@ static OPS: fi_ops_domain = fi_ops_domain {
     poll_open: Some(poll_open),
     stx_ctx: Some(stx_ctx),
     srx_ctx: Some(srx_ctx),
-    query_atomic: Some(query_atomic),
+    query_atomic: Some(atomic::query_atomic),
     query_collective: Some(query_collective),
     endpoint2: Some(endpoint::open2),
 };
@@ -64,7 +64,6 @@ unsupported! {
     poll_open(*mut fid_domain, *mut fi_poll_attr, *mut *mut fid_poll) -> c_int = FI_ENOSYS;
     stx_ctx(*mut fid_domain, *mut fi_tx_attr, *mut *mut fid_stx, *mut c_void) -> c_int = FI_ENOSYS;
     srx_ctx(*mut fid_domain, *mut fi_rx_attr, *mut *mut fid_ep, *mut c_void) -> c_int = FI_ENOSYS;
-    query_atomic(*mut fid_domain, fi_datatype, fi_op, *mut fi_atomic_attr, u64) -> c_int = FI_ENOSYS;
     query_collective(*mut fid_domain, fi_collective_op, *mut fi_collective_attr, u64) -> c_int = FI_ENOSYS;
 }
 

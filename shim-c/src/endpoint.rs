@@ -125,6 +125,23 @@ pub(crate) struct Rma {
     pub(crate) inject: bool,
 }
 
+/// An atomic as the data-operation entry points describe it.
+pub(crate) struct Atomic {
+    /// libfabric `fi_op` and `fi_datatype` codes (checked by the caller).
+    pub(crate) op: u8,
+    pub(crate) datatype: u8,
+    pub(crate) operand: Vec<u8>,
+    pub(crate) compare: Vec<u8>,
+    /// Where fetching and compare atomics return the old values.
+    pub(crate) result: Option<IovBuffer>,
+    pub(crate) dest: fi_addr_t,
+    pub(crate) addr: u64,
+    pub(crate) key: u64,
+    pub(crate) context: *mut c_void,
+    pub(crate) flags: Option<u64>,
+    pub(crate) inject: bool,
+}
+
 /// A receive as the data-operation entry points describe it.
 pub(crate) struct Rx {
     pub(crate) buf: IovBuffer,
@@ -163,6 +180,8 @@ impl EpInner {
                 CompletionKind::Read => (st.tx_cq.as_ref(), st.read_cntr.as_ref()),
                 CompletionKind::RemoteWrite => (st.rx_cq.as_ref(), st.remote_write_cntr.as_ref()),
                 CompletionKind::RemoteRead => (None, st.remote_read_cntr.as_ref()),
+                CompletionKind::Atomic => (st.tx_cq.as_ref(), st.write_cntr.as_ref()),
+                CompletionKind::FetchAtomic => (st.tx_cq.as_ref(), st.read_cntr.as_ref()),
             };
             let (cq, cntr) = (cq.cloned(), cntr.cloned());
             // Peers' RMA: counted; only remote CQ data makes a CQ entry.
@@ -274,6 +293,51 @@ impl EpInner {
             kind,
             addr: r.addr,
             key: r.key,
+            context,
+            signal: signal || counted,
+        };
+        let res = st.ep.rma(op).map_err(|e| fi_errno(&e));
+        if res.is_err() && counted {
+            st.pending.remove(&context);
+        }
+        res
+    }
+
+    /// An atomic (fi_atomic, fi_fetch_atomic, fi_compare_atomic).
+    pub(crate) fn atomic(&self, a: Atomic) -> FiResult<()> {
+        let mut st = self.state.lock();
+        if !st.enabled {
+            return Err(FI_EOPBADSTATE);
+        }
+        if self.caps & FI_ATOMIC as u64 == 0 {
+            return Err(FI_EINVAL);
+        }
+        let flags = a.flags.unwrap_or(st.tx_op_flags);
+        let dest = Self::peer(&st, a.dest)?;
+        let signal = !a.inject
+            && st.tx_cq.is_some()
+            && (!st.tx_selective || flags & FI_COMPLETION as u64 != 0);
+        let counted = if a.result.is_some() {
+            st.read_cntr.is_some()
+        } else {
+            st.write_cntr.is_some()
+        };
+        let context = if counted {
+            st.token(a.context as u64, signal)
+        } else {
+            a.context as u64
+        };
+        let op = RmaOp {
+            dest,
+            kind: RmaKind::Atomic {
+                op: a.op,
+                datatype: a.datatype,
+                operand: a.operand,
+                compare: a.compare,
+                result: a.result.map(|r| Box::new(r) as Box<dyn MsgBuffer>),
+            },
+            addr: a.addr,
+            key: a.key,
             context,
             signal: signal || counted,
         };
@@ -577,7 +641,7 @@ fn create(
             msg: ops_ptr(&msg::OPS),
             rma: ops_ptr(&rma_atomic::RMA_OPS),
             tagged: ops_ptr(&tagged::OPS),
-            atomic: ops_ptr(&rma_atomic::ATOMIC_OPS),
+            atomic: ops_ptr(&crate::atomic::ATOMIC_OPS),
             collective: ptr::null_mut(),
         },
         inner: Arc::new(inner),

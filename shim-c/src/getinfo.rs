@@ -25,6 +25,7 @@ pub(crate) const CAPS: u64 = FI_MSG as u64
     | FI_SOURCE
     | FI_MULTI_RECV as u64
     | FI_RMA as u64
+    | FI_ATOMIC as u64
     | FI_READ as u64
     | FI_WRITE as u64
     | FI_REMOTE_READ as u64
@@ -222,7 +223,7 @@ pub(crate) fn negotiate(
     };
     // FI_RMA alone means every direction of it (fi_getinfo(3)).
     let rma_dirs = (FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE) as u64;
-    if caps & FI_RMA as u64 != 0 && caps & rma_dirs == 0 {
+    if caps & (FI_RMA | FI_ATOMIC) as u64 != 0 && caps & rma_dirs == 0 {
         caps |= rma_dirs;
     }
     let dir_caps = |d: &Dir, own: u64| {
@@ -565,7 +566,7 @@ mod tests {
             };
             assert_eq!(offer(&Target::default(), &h), Err(FI_ENODATA));
         }
-        for caps in [FI_ATOMIC as u64, FI_HMEM] {
+        for caps in [FI_HMEM, FI_TRIGGER as u64] {
             let h = Hints {
                 caps: caps | FI_MSG as u64,
                 ..Hints::default()

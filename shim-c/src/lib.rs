@@ -25,6 +25,7 @@
 pub mod bindings;
 
 mod addr;
+mod atomic;
 mod av;
 mod buffers;
 mod cntr;

@@ -1,12 +1,11 @@
-//! RMA operations (`fi_ops_rma`) and atomics. Atomics answer -FI_ENOSYS
-//! (getinfo never offers FI_ATOMIC).
+//! RMA operations (`fi_ops_rma`); atomics are in `atomic.rs`.
 
-use std::os::raw::{c_int, c_void};
+use std::os::raw::c_void;
 
 use crate::bindings::*;
 use crate::buffers::IovBuffer;
 use crate::endpoint::Rma;
-use crate::errors::{unsupported, FiResult};
+use crate::errors::FiResult;
 use crate::msg::{iov_buffer, run};
 
 type Ep = *mut fid_ep;
@@ -14,22 +13,6 @@ type Buf = *const c_void;
 type Desc = *mut c_void;
 type Descs = *mut *mut c_void;
 type Ctx = *mut c_void;
-
-unsupported! {
-    at_write(Ep, Buf, usize, Desc, fi_addr_t, u64, u64, fi_datatype, fi_op, Ctx) -> isize = FI_ENOSYS;
-    at_writev(Ep, *const fi_ioc, Descs, usize, fi_addr_t, u64, u64, fi_datatype, fi_op, Ctx) -> isize = FI_ENOSYS;
-    at_writemsg(Ep, *const fi_msg_atomic, u64) -> isize = FI_ENOSYS;
-    at_inject(Ep, Buf, usize, fi_addr_t, u64, u64, fi_datatype, fi_op) -> isize = FI_ENOSYS;
-    at_readwrite(Ep, Buf, usize, Desc, *mut c_void, Desc, fi_addr_t, u64, u64, fi_datatype, fi_op, Ctx) -> isize = FI_ENOSYS;
-    at_readwritev(Ep, *const fi_ioc, Descs, usize, *mut fi_ioc, Descs, usize, fi_addr_t, u64, u64, fi_datatype, fi_op, Ctx) -> isize = FI_ENOSYS;
-    at_readwritemsg(Ep, *const fi_msg_atomic, *mut fi_ioc, Descs, usize, u64) -> isize = FI_ENOSYS;
-    at_compwrite(Ep, Buf, usize, Desc, Buf, Desc, *mut c_void, Desc, fi_addr_t, u64, u64, fi_datatype, fi_op, Ctx) -> isize = FI_ENOSYS;
-    at_compwritev(Ep, *const fi_ioc, Descs, usize, *const fi_ioc, Descs, usize, *mut fi_ioc, Descs, usize, fi_addr_t, u64, u64, fi_datatype, fi_op, Ctx) -> isize = FI_ENOSYS;
-    at_compwritemsg(Ep, *const fi_msg_atomic, *const fi_ioc, Descs, usize, *mut fi_ioc, Descs, usize, u64) -> isize = FI_ENOSYS;
-    at_writevalid(Ep, fi_datatype, fi_op, *mut usize) -> c_int = FI_ENOSYS;
-    at_readwritevalid(Ep, fi_datatype, fi_op, *mut usize) -> c_int = FI_ENOSYS;
-    at_compwritevalid(Ep, fi_datatype, fi_op, *mut usize) -> c_int = FI_ENOSYS;
-}
 
 #[allow(clippy::too_many_arguments)]
 fn post(
@@ -308,21 +291,4 @@ pub(crate) static RMA_OPS: fi_ops_rma = fi_ops_rma {
     inject: Some(rma_inject),
     writedata: Some(rma_writedata),
     injectdata: Some(rma_injectdata),
-};
-
-pub(crate) static ATOMIC_OPS: fi_ops_atomic = fi_ops_atomic {
-    size: std::mem::size_of::<fi_ops_atomic>(),
-    write: Some(at_write),
-    writev: Some(at_writev),
-    writemsg: Some(at_writemsg),
-    inject: Some(at_inject),
-    readwrite: Some(at_readwrite),
-    readwritev: Some(at_readwritev),
-    readwritemsg: Some(at_readwritemsg),
-    compwrite: Some(at_compwrite),
-    compwritev: Some(at_compwritev),
-    compwritemsg: Some(at_compwritemsg),
-    writevalid: Some(at_writevalid),
-    readwritevalid: Some(at_readwritevalid),
-    compwritevalid: Some(at_compwritevalid),
 };

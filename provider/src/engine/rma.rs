@@ -36,6 +36,8 @@ pub(crate) struct PendingRead {
     signal: bool,
     len: usize,
     base: usize,
+    /// A fetching atomic: completes as FetchAtomic.
+    atomic: bool,
 }
 
 impl RmaTx {
@@ -56,6 +58,28 @@ impl RmaTx {
                 ses.request_length = len as u32;
                 ses.header_data = 0;
                 ses.flags &= !(sflags::DC | sflags::HD);
+            }
+            RmaTx::Atomic {
+                addr,
+                key,
+                code,
+                fetch,
+            } => {
+                ses.opcode = if fetch {
+                    SesOpcode::FetchingAtomic as u8
+                } else {
+                    SesOpcode::Atomic as u8
+                };
+                ses.buffer_offset = addr;
+                ses.match_bits = key;
+                ses.initiator = code as u32;
+                ses.header_data = 0;
+                ses.flags &= !sflags::HD;
+                if fetch {
+                    ses.flags &= !sflags::DC;
+                } else {
+                    ses.flags |= sflags::DC;
+                }
             }
             RmaTx::ReadData { read_id } => {
                 ses.opcode = SesOpcode::ReadResponse as u8;
@@ -86,6 +110,8 @@ impl Engine {
                 | SesOpcode::TaggedSend
                 | SesOpcode::Write
                 | SesOpcode::Read
+                | SesOpcode::Atomic
+                | SesOpcode::FetchingAtomic
                 | SesOpcode::ReadResponse)
         )
     }
@@ -95,6 +121,7 @@ impl Engine {
         match s.opcode() {
             Ok(SesOpcode::Write) if s.flags & sflags::SOM == 0 => s.header_data & 0xffff_ffff,
             Ok(SesOpcode::Write | SesOpcode::Read) => 0,
+            Ok(SesOpcode::Atomic | SesOpcode::FetchingAtomic) => 0,
             _ => s.buffer_offset,
         }
     }
@@ -104,6 +131,19 @@ impl Engine {
         let len = match &op.kind {
             RmaKind::Write { payload, .. } => payload.len(),
             RmaKind::Read { buffer } => buffer.len(),
+            RmaKind::Atomic {
+                operand, compare, ..
+            } => {
+                // One packet: the target applies it in one go.
+                let n = operand.len() + compare.len();
+                if n > self.max_payload() {
+                    return Err(Error::MessageTooLong {
+                        len: n,
+                        max: self.max_payload(),
+                    });
+                }
+                n
+            }
         };
         if len > Config::MAX_MSG_SIZE {
             return Err(Error::MessageTooLong {
@@ -134,6 +174,45 @@ impl Engine {
                 CompletionLevel::Delivery,
                 false,
             ),
+            RmaKind::Atomic {
+                op: code,
+                datatype,
+                mut operand,
+                compare,
+                result,
+            } => {
+                let fetch = result.is_some();
+                if let Some(buffer) = result {
+                    self.reads.insert(
+                        (p, id),
+                        PendingRead {
+                            base: buffer.base_addr(),
+                            len: buffer.len(),
+                            buffer: Some(buffer),
+                            context: op.context,
+                            signal: op.signal,
+                            atomic: true,
+                        },
+                    );
+                }
+                operand.extend_from_slice(&compare);
+                (
+                    Payload::Owned(operand),
+                    None,
+                    RmaTx::Atomic {
+                        addr: op.addr,
+                        key: op.key,
+                        code: (code as u16) << 8 | datatype as u16,
+                        fetch,
+                    },
+                    if fetch {
+                        CompletionLevel::Transmit
+                    } else {
+                        CompletionLevel::Delivery
+                    },
+                    fetch,
+                )
+            }
             RmaKind::Read { buffer } => {
                 self.reads.insert(
                     (p, id),
@@ -143,6 +222,7 @@ impl Engine {
                         context: op.context,
                         signal: op.signal,
                         len,
+                        atomic: false,
                     },
                 );
                 (
@@ -190,6 +270,8 @@ impl Engine {
             Ok(SesOpcode::Write) => self.on_write(p, s, payload),
             Ok(SesOpcode::Read) => self.on_read_request(p, s),
             Ok(SesOpcode::ReadResponse) => self.on_read_data(p, s, payload),
+            Ok(SesOpcode::Atomic) => self.on_atomic(p, s, payload, false),
+            Ok(SesOpcode::FetchingAtomic) => self.on_atomic(p, s, payload, true),
             _ => return false,
         }
         true
@@ -336,6 +418,103 @@ impl Engine {
         self.mark_ready(p);
     }
 
+    /// An atomic: check, apply in one go, answer (old values for fetching
+    /// atomics, a return code otherwise).
+    fn on_atomic(&mut self, p: usize, s: &SesRequestRepr, payload: &[u8], fetch: bool) {
+        use crate::ses::atomic::{apply, AtomicOp, Datatype};
+        self.rma_inbound(p, s, payload.len() as u64, |_| None);
+        if let Some(inb) = self.peers[p].inbound.get_mut(&s.message_id) {
+            inb.received = inb.header.len;
+        }
+        self.retire_rma_inbound(p, s.message_id);
+        let op = AtomicOp::from_code(s.initiator >> 8 & 0xff);
+        let dt = Datatype::from_code(s.initiator & 0xff);
+        let target = match (op, dt) {
+            (Some(op), Some(dt)) if op.supports(dt) => {
+                let operand_len = if op.is_compare() {
+                    payload.len() / 2
+                } else {
+                    payload.len()
+                };
+                let (key, addr) = (s.match_bits, s.buffer_offset);
+                let regions = self.regions.as_ref();
+                // Fetching needs read permission too.
+                let readable = !fetch
+                    || regions
+                        .and_then(|r| r.resolve(key, addr, operand_len as u64, false))
+                        .is_some();
+                let mem = regions.and_then(|r| r.resolve(key, addr, operand_len as u64, true));
+                match mem {
+                    Some(m) if readable && operand_len % dt.size() == 0 => {
+                        Some((op, dt, m, operand_len))
+                    }
+                    _ => None,
+                }
+            }
+            _ => None,
+        };
+        let peer_addr = self.peers[p].addr;
+        let Some((op, dt, mut mem, n)) = target else {
+            self.peers[p].queue.push_back(TxItem::Response {
+                msg_id: s.message_id,
+                len: 0,
+                code: ACCESS_DENIED,
+            });
+            self.mark_ready(p);
+            return;
+        };
+        let mut cur = vec![0u8; n];
+        mem.read_at(0, &mut cur);
+        let old = cur.clone();
+        apply(op, dt, &mut cur, &payload[..n], &payload[n..]);
+        mem.write_at(0, &cur);
+        self.completions.push_back(Completion {
+            kind: CompletionKind::RemoteWrite,
+            context: 0,
+            tagged: false,
+            len: n,
+            buf: s.buffer_offset as usize,
+            tag: 0,
+            data: None,
+            src: Some(peer_addr),
+            error: None,
+        });
+        let peer = &mut self.peers[p];
+        if fetch {
+            let id = peer.next_msg_id;
+            peer.next_msg_id = id.wrapping_add(1);
+            peer.messages.insert(
+                id,
+                TxMessage {
+                    tagged: false,
+                    tag: 0,
+                    cq_data: None,
+                    payload: Payload::Owned(old),
+                    context: 0,
+                    level: CompletionLevel::Transmit,
+                    signal: false,
+                    next_offset: 0,
+                    started: false,
+                    unacked_packets: 0,
+                    completed: true,
+                    delivered: false,
+                    rma: Some(RmaTx::ReadData {
+                        read_id: s.message_id,
+                    }),
+                },
+            );
+            peer.queue.push_back(TxItem::Message(id));
+            self.sends_outstanding += 1;
+        } else if s.flags & sflags::DC != 0 {
+            peer.queue.push_back(TxItem::Response {
+                msg_id: s.message_id,
+                len: n as u32,
+                code: 0,
+            });
+        }
+        self.mark_ready(p);
+    }
+
     fn on_read_data(&mut self, p: usize, s: &SesRequestRepr, payload: &[u8]) {
         let read_id = s.match_bits as u16;
         let expected = self.reads.get(&(p, read_id)).map(|r| r.len as u64);
@@ -368,7 +547,11 @@ impl Engine {
             return;
         }
         self.completions.push_back(Completion {
-            kind: CompletionKind::Read,
+            kind: if r.atomic {
+                CompletionKind::FetchAtomic
+            } else {
+                CompletionKind::Read
+            },
             context: r.context,
             tagged: false,
             len: if error.is_some() { 0 } else { r.len },
@@ -383,8 +566,10 @@ impl Engine {
     /// The completion a failed outgoing message or RMA write reports.
     pub(super) fn op_completion(m: &TxMessage) -> Completion {
         let mut c = Completion::send(m.context, m.tagged, 0);
-        if matches!(m.rma, Some(RmaTx::Write { .. })) {
-            c.kind = CompletionKind::Write;
+        match m.rma {
+            Some(RmaTx::Write { .. }) => c.kind = CompletionKind::Write,
+            Some(RmaTx::Atomic { fetch: false, .. }) => c.kind = CompletionKind::Atomic,
+            _ => {}
         }
         c
     }
@@ -433,9 +618,11 @@ impl Engine {
         let Some(m) = peer.messages.get_mut(&r.message_id) else {
             return false;
         };
-        if !matches!(m.rma, Some(RmaTx::Write { .. })) {
-            return false;
-        }
+        let kind = match m.rma {
+            Some(RmaTx::Write { .. }) => CompletionKind::Write,
+            Some(RmaTx::Atomic { fetch: false, .. }) => CompletionKind::Atomic,
+            _ => return false,
+        };
         if m.delivered {
             return true;
         }
@@ -445,7 +632,7 @@ impl Engine {
             let error = (r.return_code != 0).then_some(CompletionError::AccessDenied);
             if m.signal || error.is_some() {
                 self.completions.push_back(Completion {
-                    kind: CompletionKind::Write,
+                    kind,
                     context: m.context,
                     tagged: false,
                     len: m.len() as usize,

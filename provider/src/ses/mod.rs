@@ -57,6 +57,14 @@ pub enum RmaTx {
     Read { addr: u64, key: u64, len: u64 },
     /// Data answering the peer's read request `read_id`.
     ReadData { read_id: u16 },
+    /// Atomic at `addr` under `key`: `code` = op << 8 | datatype; `fetch`
+    /// for fetching and compare atomics (answered with the old values).
+    Atomic {
+        addr: u64,
+        key: u64,
+        code: u16,
+        fetch: bool,
+    },
 }
 
 impl TxMessage {
