@@ -155,6 +155,8 @@ test-mpi:
 	@echo "== [6/7] Open MPI (pml cm, mtl ofi) over uet: 2 and 4 ranks"
 	timeout $(T_MPI) fabtests/scripts/mpi.sh $(PREFIX) 2 $(PREFIX)/bin/mpi_check
 	timeout $(T_MPI) fabtests/scripts/mpi.sh $(PREFIX) 4 $(PREFIX)/bin/mpi_check
+	@echo "-- one-sided over uet: osc pt2pt (the default osc rdma uses the vader btl, not uet)"
+	OMPI_MCA_osc=pt2pt timeout $(T_MPI) fabtests/scripts/mpi.sh $(PREFIX) 2 $(PREFIX)/bin/mpi_check
 
 test-big:
 	@echo "== [7/7] one 256 MiB message"
