@@ -43,6 +43,11 @@ BENCH_BIN := $(patsubst fabtests/bench/%.c,$(BUILD)/bin/%,$(BENCH_SRC))
 
 # What selects the freshly installed provider in the test stages.
 RUN_ENV   := FI_PROVIDER_PATH=$(LIBDIR) FI_PROVIDER=uet
+# --keep-debuginfo: the provider is dlclose'd before the leak check; its
+# symbols are needed to match the suppressions.
+VALGRIND  := valgrind -q --error-exitcode=3 --leak-check=full \
+	--errors-for-leak-kinds=definite --show-leak-kinds=definite --keep-debuginfo=yes \
+	--suppressions=$(CURDIR)/fabtests/functional/valgrind.supp
 
 # Upper bounds (seconds) that stop a hung stage; typical runs are far shorter.
 T_CARGO   := 600
@@ -157,6 +162,10 @@ test-functional:
 	@echo "== [4/7] C functional suite over the public fi_* API"
 	$(RUN_ENV) timeout $(T_FUNC) $(PREFIX)/bin/uet_functional -p uet
 	$(RUN_ENV) timeout $(T_FUNC) $(PREFIX)/bin/uet_stats -p uet
+	$(RUN_ENV) timeout $(T_FUNC) $(PREFIX)/bin/uet_surface -p uet
+	@echo "-- under valgrind (memory errors, definite leaks): uet_surface, uet_functional close_order"
+	$(RUN_ENV) timeout $(T_FUNC) $(VALGRIND) $(PREFIX)/bin/uet_surface -p uet
+	$(RUN_ENV) timeout $(T_FUNC) $(VALGRIND) $(PREFIX)/bin/uet_functional -p uet -t close_order
 
 test-pingpong:
 	@echo "== [5/7] fi_pingpong over uet: msg, then tagged (all sizes, data checks)"
@@ -167,6 +176,8 @@ test-mpi:
 	@echo "== [6/7] Open MPI (pml cm, mtl ofi) over uet: 2 and 4 ranks"
 	timeout $(T_MPI) fabtests/scripts/mpi.sh $(PREFIX) 2 $(PREFIX)/bin/mpi_check
 	timeout $(T_MPI) fabtests/scripts/mpi.sh $(PREFIX) 4 $(PREFIX)/bin/mpi_check
+	@echo "-- one-sided over uet: osc pt2pt (the default osc rdma uses the vader btl, not uet)"
+	OMPI_MCA_osc=pt2pt timeout $(T_MPI) fabtests/scripts/mpi.sh $(PREFIX) 2 $(PREFIX)/bin/mpi_check
 
 test-big:
 	@echo "== [7/7] one 256 MiB message"

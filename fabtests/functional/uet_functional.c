@@ -674,9 +674,9 @@ static void t_getinfo_reject(void)
 
 	if (strict()) {
 		hints = base_hints();
-		hints->caps |= FI_RMA;
+		hints->caps |= FI_TRIGGER;
 		rc = getinfo_rc(hints, NULL, NULL, 0, NULL);
-		CHECK(rc == -FI_ENODATA, "FI_RMA: rc %d (%s)", rc, fi_strerror(-rc));
+		CHECK(rc == -FI_ENODATA, "FI_TRIGGER: rc %d (%s)", rc, fi_strerror(-rc));
 	}
 
 	/* No provider here reports device memory support. */

@@ -1,5 +1,6 @@
 /*
- * mpi_check: MPI point-to-point and collective checks with verified data.
+ * mpi_check: MPI point-to-point, collective and one-sided checks with
+ * verified data.
  *
  *   mpicc -O2 -o mpi_check mpi_check.c
  *   mpirun -np 4 ./mpi_check            (any np >= 2)
@@ -420,6 +421,73 @@ static int barrier(void)
 	return MPI_Barrier(MPI_COMM_WORLD) == MPI_SUCCESS || bad("MPI_Barrier failed");
 }
 
+/* One-sided: every rank puts a block into its right neighbour's window and
+ * gets one from its left neighbour, under MPI_Win_fence. */
+static int rma_fence(void)
+{
+	enum { N = 4096 };
+	int ok = 1, right = (rank + 1) % size, left = (rank + size - 1) % size;
+	unsigned char *win_buf = xmalloc(2 * N), *mine = xmalloc(N), *got = xmalloc(N);
+	MPI_Win win;
+
+	memset(win_buf, 0, 2 * N);
+	fill(win_buf + N, N, rank + 100);	/* what others read from us */
+	fill(mine, N, rank);
+	MPI_Win_create(win_buf, 2 * N, 1, MPI_INFO_NULL, MPI_COMM_WORLD, &win);
+	MPI_Win_fence(0, win);
+	MPI_Put(mine, N, MPI_BYTE, right, 0, N, MPI_BYTE, win);
+	MPI_Get(got, N, MPI_BYTE, left, N, N, MPI_BYTE, win);
+	MPI_Win_fence(0, win);
+	if (mismatch(win_buf, N, left) >= 0)
+		ok = bad("put from rank %d wrong at %ld", left, mismatch(win_buf, N, left));
+	if (mismatch(got, N, left + 100) >= 0)
+		ok = bad("get from rank %d wrong at %ld", left, mismatch(got, N, left + 100));
+	MPI_Win_free(&win);
+	free(win_buf);
+	free(mine);
+	free(got);
+	return ok;
+}
+
+/* One-sided: every rank adds into every other rank's counters with
+ * MPI_Accumulate under passive-target lock/unlock, then reads them back
+ * with MPI_Get. */
+static int rma_lock_accumulate(void)
+{
+	enum { N = 64, ROUNDS = 10 };
+	int ok = 1;
+	long *win_buf = xmalloc(N * sizeof(long)), add[N], back[N];
+	MPI_Win win;
+
+	for (int i = 0; i < N; i++) {
+		win_buf[i] = 0;
+		add[i] = i + 1;
+	}
+	MPI_Win_create(win_buf, N * sizeof(long), sizeof(long), MPI_INFO_NULL, MPI_COMM_WORLD,
+		       &win);
+	MPI_Barrier(MPI_COMM_WORLD);
+	for (int r = 0; r < ROUNDS; r++)
+		for (int t = 0; t < size; t++) {
+			MPI_Win_lock(MPI_LOCK_SHARED, t, 0, win);
+			MPI_Accumulate(add, N, MPI_LONG, t, 0, N, MPI_LONG, MPI_SUM, win);
+			MPI_Win_unlock(t, win);
+		}
+	MPI_Barrier(MPI_COMM_WORLD);
+	MPI_Win_lock(MPI_LOCK_EXCLUSIVE, (rank + 1) % size, 0, win);
+	MPI_Get(back, N, MPI_LONG, (rank + 1) % size, 0, N, MPI_LONG, win);
+	MPI_Win_unlock((rank + 1) % size, win);
+	for (int i = 0; i < N; i++)
+		if (back[i] != (long)(i + 1) * ROUNDS * size) {
+			ok = bad("element %d is %ld, want %ld", i, back[i],
+				 (long)(i + 1) * ROUNDS * size);
+			break;
+		}
+	MPI_Barrier(MPI_COMM_WORLD);
+	MPI_Win_free(&win);
+	free(win_buf);
+	return ok;
+}
+
 int main(int argc, char **argv)
 {
 	static const struct {
@@ -441,6 +509,8 @@ int main(int argc, char **argv)
 		{ "alltoallv", alltoallv },
 		{ "bcast", bcast },
 		{ "barrier", barrier },
+		{ "rma_put_get_fence", rma_fence },
+		{ "rma_accumulate_lock", rma_lock_accumulate },
 	};
 	int passed = 0, failed = 0;
 

@@ -32,6 +32,6 @@ pub use engine::Engine;
 pub use error::{Error, Result};
 pub use io::Endpoint;
 pub use ops::{
-    Completion, CompletionError, CompletionKind, CompletionLevel, Context, MsgBuffer, Payload,
-    ProbeFlags, RecvOp, SendOp,
+    Completion, CompletionError, CompletionKind, CompletionLevel, Context, MemoryRegions,
+    MsgBuffer, Payload, ProbeFlags, RecvOp, RmaKind, RmaOp, SendOp,
 };

@@ -31,6 +31,13 @@ pub trait MsgBuffer: Send {
     fn base_addr(&self) -> usize {
         0
     }
+    /// FI_MULTI_RECV: carve the first `len` bytes off as a buffer of their
+    /// own for one message and stay posted with the rest. `None` (the
+    /// default) means the message takes this whole buffer, which is then no
+    /// longer posted.
+    fn split_front(&mut self, _len: usize) -> Option<Box<dyn MsgBuffer>> {
+        None
+    }
 }
 
 impl MsgBuffer for Vec<u8> {
@@ -134,6 +141,63 @@ pub struct RecvOp {
 pub enum CompletionKind {
     Send,
     Recv,
+    /// An RMA write this endpoint initiated.
+    Write,
+    /// An RMA read this endpoint initiated.
+    Read,
+    /// A peer's RMA write into this endpoint's memory finished (carries the
+    /// remote CQ data of fi_writedata, if any).
+    RemoteWrite,
+    /// A peer's RMA read of this endpoint's memory was served.
+    RemoteRead,
+    /// An atomic update this endpoint initiated (fi_atomic).
+    Atomic,
+    /// A fetching or compare atomic this endpoint initiated; the old values
+    /// are in its result buffer.
+    FetchAtomic,
+}
+
+/// Memory a peer may access with RMA, looked up by key on every access.
+pub trait MemoryRegions: Send + Sync {
+    /// The memory `[addr, addr + len)` of the region registered under `key`,
+    /// when the whole range lies inside it and the region allows remote
+    /// writes (`write`) or remote reads. Offset 0 of the buffer is `addr`.
+    fn resolve(&self, key: u64, addr: u64, len: u64, write: bool) -> Option<Box<dyn MsgBuffer>>;
+}
+
+/// What an RMA operation does.
+pub enum RmaKind {
+    /// Write `payload` to the peer's memory; `cq_data` raises a completion
+    /// at the target (fi_writedata).
+    Write {
+        payload: Payload,
+        cq_data: Option<u64>,
+    },
+    /// Read the peer's memory into `buffer` (its length is the read length).
+    Read { buffer: Box<dyn MsgBuffer> },
+    /// Apply `op` (libfabric `fi_op` code) on `datatype` (`fi_datatype`)
+    /// elements at the target with `operand` (and `compare` for compare
+    /// operations); `result` receives the old values of fetching and
+    /// compare atomics. Carried in one packet.
+    Atomic {
+        op: u8,
+        datatype: u8,
+        operand: Vec<u8>,
+        compare: Vec<u8>,
+        result: Option<Box<dyn MsgBuffer>>,
+    },
+}
+
+/// An RMA operation (fi_write*, fi_read*).
+pub struct RmaOp {
+    pub dest: SocketAddr,
+    pub kind: RmaKind,
+    /// Target address as the application gives it (a virtual address or an
+    /// offset into the region, depending on the MR mode) and memory key.
+    pub addr: u64,
+    pub key: u64,
+    pub context: Context,
+    pub signal: bool,
 }
 
 /// Why an operation completed in error.
@@ -148,6 +212,9 @@ pub enum CompletionError {
     NoMessage,
     /// The peer stopped acknowledging; the operation's fate is unknown (FI_EIO).
     PeerUnreachable,
+    /// The target refused an RMA access: unknown key, range outside the
+    /// region, or no permission (FI_EACCES). Its memory is untouched.
+    AccessDenied,
 }
 
 /// A finished operation, handed back to the application through a CQ.

@@ -128,6 +128,7 @@ fn sprayed_data_matches_in_order_from_the_canonical_address() {
                         assert_eq!(c.src, Some(addrs[1 - e]), "FI_SOURCE");
                         recvs[e].push((c.context - 1000) as usize);
                     }
+                    other => panic!("unexpected completion kind {other:?}"),
                 }
             }
         }

@@ -173,6 +173,7 @@ fn run(seed: u64, imp: Impairments, sizes: &[usize], tagged: bool) -> (u64, [Sta
                         recvs_done[i] += 1;
                         assert_eq!(c.len, sizes[i]);
                     }
+                    other => panic!("no RMA here, got {other:?}"),
                 }
             }
         }

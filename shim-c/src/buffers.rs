@@ -16,7 +16,7 @@ struct Segment {
 }
 
 /// An application buffer described by up to `iov_limit` iovecs.
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub(crate) struct IovBuffer {
     segs: Vec<Segment>,
     len: usize,
@@ -27,6 +27,10 @@ pub(crate) struct IovBuffer {
 // completion is reported; the engine that holds this buffer is itself
 // serialised by the endpoint lock, so no two threads access it at once.
 unsafe impl Send for IovBuffer {}
+// SAFETY: shared access only reads through the pointers (writes need
+// `&mut`); registered regions are read by several endpoints' engines, and
+// what the application does with its own memory meanwhile is its contract.
+unsafe impl Sync for IovBuffer {}
 
 impl IovBuffer {
     /// A single buffer (`fi_send` / `fi_recv`). NULL is allowed when `len` is 0.
@@ -71,6 +75,49 @@ impl IovBuffer {
         Ok(())
     }
 
+    /// The bytes from `offset` to the end, as a buffer of its own
+    /// (the unused part of a multi-receive buffer).
+    pub(crate) fn tail(&self, offset: usize) -> IovBuffer {
+        let mut t = IovBuffer::default();
+        let mut start = 0usize;
+        for s in &self.segs {
+            let end = start + s.len;
+            if end > offset {
+                let skip = offset.saturating_sub(start);
+                t.segs.push(Segment {
+                    // SAFETY: skip < s.len, so the pointer stays inside the
+                    // application's segment.
+                    base: unsafe { s.base.add(skip) },
+                    len: s.len - skip,
+                });
+                t.len += s.len - skip;
+            }
+            start = end;
+        }
+        t
+    }
+
+    /// `len` bytes from `offset` as a buffer of their own.
+    pub(crate) fn range(&self, offset: usize, len: usize) -> IovBuffer {
+        let mut t = self.tail(offset);
+        let mut keep = len;
+        t.segs.retain_mut(|s| {
+            if keep == 0 {
+                return false;
+            }
+            s.len = s.len.min(keep);
+            keep -= s.len;
+            true
+        });
+        t.len = len - keep;
+        t
+    }
+
+    /// Total bytes described.
+    pub(crate) fn len_bytes(&self) -> usize {
+        self.len
+    }
+
     /// A copy of the whole buffer (for injected and small sends).
     pub(crate) fn to_vec(&self) -> Vec<u8> {
         let mut v = vec![0; self.len];
@@ -97,6 +144,71 @@ impl IovBuffer {
             }
             start = end;
         }
+    }
+}
+
+/// Shared bookkeeping of one FI_MULTI_RECV buffer.
+#[derive(Debug, Default)]
+pub(crate) struct MultiState {
+    /// Bytes handed to messages so far.
+    pub(crate) offset: usize,
+    /// Messages placed (or being placed) in the buffer, not yet completed.
+    pub(crate) outstanding: usize,
+    /// The last message took the rest of the buffer: it is no longer posted.
+    pub(crate) whole_taken: bool,
+}
+
+/// An FI_MULTI_RECV buffer: each message gets the next piece; once the room
+/// left would fall below `min`, the next message takes the rest.
+pub(crate) struct MultiBuffer {
+    whole: IovBuffer,
+    min: usize,
+    pub(crate) state: std::sync::Arc<parking_lot::Mutex<MultiState>>,
+}
+
+impl MultiBuffer {
+    pub(crate) fn new(whole: IovBuffer, min: usize) -> MultiBuffer {
+        MultiBuffer {
+            whole,
+            min,
+            state: Default::default(),
+        }
+    }
+
+    fn offset(&self) -> usize {
+        self.state.lock().offset
+    }
+}
+
+impl MsgBuffer for MultiBuffer {
+    fn len(&self) -> usize {
+        self.whole.len - self.offset()
+    }
+
+    fn read_at(&self, offset: usize, out: &mut [u8]) {
+        self.whole.read_at(self.offset() + offset, out);
+    }
+
+    fn write_at(&mut self, offset: usize, data: &[u8]) {
+        let base = self.offset();
+        self.whole.write_at(base + offset, data);
+    }
+
+    fn base_addr(&self) -> usize {
+        self.whole.tail(self.offset()).base_addr()
+    }
+
+    fn split_front(&mut self, len: usize) -> Option<Box<dyn MsgBuffer>> {
+        let mut st = self.state.lock();
+        st.outstanding += 1;
+        let room = self.whole.len - st.offset;
+        if len > room || room - len < self.min.max(1) {
+            st.whole_taken = true;
+            return None;
+        }
+        let piece = self.whole.range(st.offset, len);
+        st.offset += len;
+        Some(Box::new(piece))
     }
 }
 

@@ -8,7 +8,7 @@ use std::os::raw::{c_char, c_int, c_void};
 use std::ptr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use parking_lot::Mutex;
 use uet::{Completion, CompletionError, CompletionKind};
@@ -18,11 +18,32 @@ use crate::domain::{self, DomainInner};
 use crate::endpoint::EpInner;
 use crate::errors::{guard, ret_int, ret_ssize, FiResult};
 use crate::object::{self, fid_ops, ops_ptr};
+use crate::wait::{self, Waker};
 
 /// One completion waiting to be read, with its sender's fi_addr resolved.
 pub(crate) struct Entry {
     pub(crate) c: Completion,
     pub(crate) src: fi_addr_t,
+    /// Flags beyond what the completion implies (FI_MULTI_RECV).
+    pub(crate) flags: u64,
+    /// FI_SOURCE_ERR: the sender is not in the AV; reported as an error
+    /// entry (FI_EADDRNOTAVAIL) carrying the address as err_data.
+    pub(crate) unknown_source: Option<Vec<u8>>,
+}
+
+impl Entry {
+    pub(crate) fn new(c: Completion, src: fi_addr_t) -> Entry {
+        Entry {
+            c,
+            src,
+            flags: 0,
+            unknown_source: None,
+        }
+    }
+
+    fn is_error(&self) -> bool {
+        self.c.error.is_some() || self.unknown_source.is_some()
+    }
 }
 
 pub(crate) struct CqInner {
@@ -30,35 +51,53 @@ pub(crate) struct CqInner {
     /// The fabric's API version: fixes the fi_cq_err_entry layout.
     api_version: u32,
     queue: Mutex<VecDeque<Entry>>,
+    /// err_data of the last error entry read (valid until the next readerr).
+    err_data: Mutex<Vec<u8>>,
     /// Endpoints whose progress may produce entries for this CQ.
     eps: Mutex<Vec<Weak<EpInner>>>,
     signaled: AtomicBool,
+    waker: Waker,
+    wait_obj: fi_wait_obj,
 }
 
 impl CqInner {
     pub(crate) fn push(&self, e: Entry) {
         self.queue.lock().push_back(e);
+        self.waker.wake();
     }
 
     /// Remember an endpoint to progress when this CQ is read.
     pub(crate) fn attach(&self, ep: &Arc<EpInner>) {
-        let mut eps = self.eps.lock();
-        if !eps.iter().any(|w| ptr::eq(w.as_ptr(), Arc::as_ptr(ep))) {
-            eps.push(Arc::downgrade(ep));
+        wait::attach(&self.eps, ep);
+    }
+
+    /// fi_trywait: -FI_EAGAIN when entries are waiting (progressing first).
+    pub(crate) fn trywait(&self) -> FiResult<()> {
+        // Drain first: a wake-up after this point stays pending on the fd.
+        self.waker.drain();
+        self.progress();
+        if self.queue.lock().is_empty() {
+            Ok(())
+        } else {
+            Err(FI_EAGAIN)
         }
+    }
+
+    fn wait_fd(&self) -> FiResult<std::os::fd::RawFd> {
+        if self.wait_obj == FI_WAIT_NONE {
+            return Err(FI_EINVAL);
+        }
+        self.waker.epoll_fd(&wait::live(&self.eps))
     }
 
     /// Progress every live bound endpoint (never under our queue lock: an
     /// endpoint pushes into CQ queues while it holds its own lock).
-    fn progress(&self) {
-        let live: Vec<Arc<EpInner>> = {
-            let mut eps = self.eps.lock();
-            eps.retain(|w| w.strong_count() > 0);
-            eps.iter().filter_map(Weak::upgrade).collect()
-        };
-        for ep in live {
+    fn progress(&self) -> Vec<Arc<EpInner>> {
+        let live = wait::live(&self.eps);
+        for ep in &live {
             ep.progress();
         }
+        live
     }
 }
 
@@ -69,7 +108,7 @@ pub(crate) struct Cq {
     _domain: Arc<DomainInner>,
 }
 
-pub(crate) static FI_OPS: fi_ops = fid_ops!(cq_close);
+pub(crate) static FI_OPS: fi_ops = fid_ops!(cq_close, object::fid_bind_enosys, cq_control);
 static OPS: fi_ops_cq = fi_ops_cq {
     size: size_of::<fi_ops_cq>(),
     read: Some(cq_read),
@@ -108,6 +147,7 @@ pub(crate) unsafe extern "C" fn open(
                 return Err(FI_EINVAL);
             }
             let mut format = FI_CQ_FORMAT_CONTEXT;
+            let mut wait_obj = FI_WAIT_NONE;
             // SAFETY: attr is NULL or a valid fi_cq_attr.
             if let Some(a) = unsafe { attr.as_ref() } {
                 format = match a.format {
@@ -116,7 +156,11 @@ pub(crate) unsafe extern "C" fn open(
                     | FI_CQ_FORMAT_TAGGED) => f,
                     _ => return Err(FI_ENOSYS),
                 };
-                if a.wait_obj != FI_WAIT_NONE && a.wait_obj != FI_WAIT_UNSPEC {
+                wait_obj = match a.wait_obj {
+                    w @ (FI_WAIT_NONE | FI_WAIT_UNSPEC | FI_WAIT_FD | FI_WAIT_YIELD) => w,
+                    _ => return Err(FI_ENOSYS),
+                };
+                if a.flags & FI_AFFINITY as u64 != 0 {
                     return Err(FI_ENOSYS);
                 }
             }
@@ -133,8 +177,11 @@ pub(crate) unsafe extern "C" fn open(
                     format,
                     api_version: dom.inner.api_version,
                     queue: Mutex::default(),
+                    err_data: Mutex::default(),
                     eps: Mutex::default(),
                     signaled: AtomicBool::new(false),
+                    waker: Waker::new()?,
+                    wait_obj,
                 }),
                 _domain: Arc::clone(&dom.inner),
             });
@@ -161,9 +208,23 @@ extern "C" fn cq_close(f: *mut fid) -> c_int {
 
 /// Completion flags of an entry.
 pub(crate) fn comp_flags(c: &Completion) -> u64 {
+    let rma = FI_RMA as u64;
     let dir = match c.kind {
         CompletionKind::Send => FI_SEND as u64,
         CompletionKind::Recv => FI_RECV as u64,
+        CompletionKind::Write => return rma | FI_WRITE as u64,
+        CompletionKind::Read => return rma | FI_READ as u64,
+        CompletionKind::RemoteWrite => {
+            let data = if c.data.is_some() {
+                FI_REMOTE_CQ_DATA as u64
+            } else {
+                0
+            };
+            return rma | FI_REMOTE_WRITE as u64 | data;
+        }
+        CompletionKind::RemoteRead => return rma | FI_REMOTE_READ as u64,
+        CompletionKind::Atomic => return FI_ATOMIC as u64 | FI_WRITE as u64,
+        CompletionKind::FetchAtomic => return FI_ATOMIC as u64 | FI_READ as u64,
     };
     let class = if c.tagged {
         FI_TAGGED as u64
@@ -208,8 +269,9 @@ fn tagged_entry(c: &Completion) -> fi_cq_tagged_entry {
 ///
 /// # Safety
 /// `buf` must hold at least `i + 1` entries of `format`.
-unsafe fn write_entry(format: fi_cq_format, buf: *mut c_void, i: usize, c: &Completion) {
-    let t = tagged_entry(c);
+unsafe fn write_entry(format: fi_cq_format, buf: *mut c_void, i: usize, e: &Entry) {
+    let mut t = tagged_entry(&e.c);
+    t.flags |= e.flags;
     // SAFETY: guaranteed by the caller; unaligned writes tolerate any buffer.
     unsafe {
         let p = buf.cast::<u8>().add(i * entry_size(format));
@@ -253,20 +315,20 @@ fn read(cq: &CqInner, buf: *mut c_void, count: usize, src_addr: *mut fi_addr_t) 
     let mut q = cq.queue.lock();
     match q.front() {
         None => return Err(FI_EAGAIN),
-        Some(e) if e.c.error.is_some() => return Err(FI_EAVAIL),
+        Some(e) if e.is_error() => return Err(FI_EAVAIL),
         Some(_) => {}
     }
     let mut n = 0;
     while n < count {
         match q.front() {
-            Some(e) if e.c.error.is_none() => {}
+            Some(e) if !e.is_error() => {}
             _ => break,
         }
         let Some(e) = q.pop_front() else { break };
         // SAFETY: buf holds `count` entries of the CQ's format, src_addr is
         // NULL or holds `count` fi_addr_t (fi_cq_read/readfrom contract).
         unsafe {
-            write_entry(cq.format, buf, n, &e.c);
+            write_entry(cq.format, buf, n, &e);
             if !src_addr.is_null() {
                 *src_addr.add(n) = e.src;
             }
@@ -285,9 +347,7 @@ fn sread(
     src_addr: *mut fi_addr_t,
     timeout: c_int,
 ) -> FiResult<usize> {
-    let deadline = u64::try_from(timeout)
-        .ok()
-        .map(|ms| Instant::now() + Duration::from_millis(ms));
+    let deadline = wait::deadline(timeout);
     loop {
         match read(cq, buf, count, src_addr) {
             Err(FI_EAGAIN) => {}
@@ -298,10 +358,20 @@ fn sread(
         {
             return Err(FI_EAGAIN);
         }
-        if cq.eps.lock().is_empty() {
-            std::thread::sleep(Duration::from_micros(100));
-        }
+        wait::sleep(&wait::live(&cq.eps), &cq.waker, deadline);
     }
+}
+
+extern "C" fn cq_control(f: *mut fid, command: c_int, arg: *mut c_void) -> c_int {
+    guard(|| {
+        // SAFETY: f is a live fid handed to us by libfabric.
+        let Some(c) = (unsafe { from_fid(f) }) else {
+            return -(FI_EINVAL as c_int);
+        };
+        ret_int(crate::cntr::wait_control(command, arg, || {
+            c.inner.wait_fd()
+        }))
+    })
 }
 
 extern "C" fn cq_read(cq: *mut fid_cq, buf: *mut c_void, count: usize) -> isize {
@@ -357,6 +427,7 @@ pub(crate) fn error_code(e: CompletionError) -> (u32, usize) {
         CompletionError::Canceled => (FI_ECANCELED, 0),
         CompletionError::NoMessage => (FI_ENOMSG, 0),
         CompletionError::PeerUnreachable => (FI_EIO, 0),
+        CompletionError::AccessDenied => (FI_EACCES, 0),
     }
 }
 
@@ -381,15 +452,48 @@ extern "C" fn cq_readerr(cq: *mut fid_cq, buf: *mut fi_cq_err_entry, _flags: u64
         }
         let mut q = cq.inner.queue.lock();
         let e = match q.front() {
-            Some(e) if e.c.error.is_some() => q.pop_front(),
+            Some(e) if e.is_error() => q.pop_front(),
             _ => None,
         };
         drop(q);
         let Some(e) = e else {
             return -(FI_EAGAIN as isize);
         };
-        let (err, olen) = e.c.error.map_or((FI_EOTHER, 0), error_code);
-        let t = tagged_entry(&e.c);
+        let (err, olen) = match (e.c.error, &e.unknown_source) {
+            (Some(x), _) => error_code(x),
+            (None, Some(_)) => (FI_EADDRNOTAVAIL, 0),
+            (None, None) => (FI_EOTHER, 0),
+        };
+        let mut t = tagged_entry(&e.c);
+        t.flags |= e.flags;
+        let n = err_entry_len(cq.inner.api_version);
+        // err_data: into the application's buffer when it offers one (API
+        // 1.5+, err_data_size > 0), else a buffer of ours kept until the
+        // next readerr.
+        let (err_data, err_data_size) = match &e.unknown_source {
+            None => (ptr::null_mut(), 0),
+            Some(bytes) => {
+                // SAFETY: buf is a valid fi_cq_err_entry of at least n bytes;
+                // err_data_size is inside it when n covers it.
+                let (app_buf, app_len) = unsafe {
+                    if n == size_of::<fi_cq_err_entry>() {
+                        ((*buf).err_data, (*buf).err_data_size)
+                    } else {
+                        (ptr::null_mut(), 0)
+                    }
+                };
+                if !app_buf.is_null() && app_len > 0 {
+                    let k = app_len.min(bytes.len());
+                    // SAFETY: the application's err_data holds app_len bytes.
+                    unsafe { ptr::copy_nonoverlapping(bytes.as_ptr(), app_buf.cast::<u8>(), k) };
+                    (app_buf, k)
+                } else {
+                    let mut keep = cq.inner.err_data.lock();
+                    keep.clone_from(bytes);
+                    (keep.as_mut_ptr().cast::<c_void>(), keep.len())
+                }
+            }
+        };
         let entry = fi_cq_err_entry {
             op_context: t.op_context,
             flags: t.flags,
@@ -400,10 +504,9 @@ extern "C" fn cq_readerr(cq: *mut fid_cq, buf: *mut fi_cq_err_entry, _flags: u64
             olen,
             err: err as c_int,
             prov_errno: err as c_int,
-            err_data: ptr::null_mut(),
-            err_data_size: 0,
+            err_data,
+            err_data_size,
         };
-        let n = err_entry_len(cq.inner.api_version);
         // SAFETY: the application's fi_cq_err_entry (for its API version)
         // holds at least n bytes; we copy exactly those.
         unsafe {
@@ -421,6 +524,7 @@ extern "C" fn cq_signal(cq: *mut fid_cq) -> c_int {
     guard(|| match from_ptr(cq) {
         Some(c) => {
             c.inner.signaled.store(true, Ordering::Release);
+            c.inner.waker.wake();
             0
         }
         None => -(FI_EINVAL as c_int),
@@ -493,13 +597,14 @@ mod tests {
         let c = completion(CompletionKind::Recv, true, Some(9));
         let mut buf = [fi_cq_tagged_entry::default(); 2];
         // SAFETY: buf holds two tagged entries.
-        unsafe { write_entry(FI_CQ_FORMAT_TAGGED, buf.as_mut_ptr().cast(), 1, &c) };
+        let e = Entry::new(c, 0);
+        unsafe { write_entry(FI_CQ_FORMAT_TAGGED, buf.as_mut_ptr().cast(), 1, &e) };
         assert_eq!(buf[1].tag, 7);
         assert_eq!(buf[1].data, 9);
         assert_eq!(buf[1].op_context as usize, 0x1000);
         let mut ctx = [fi_cq_entry::default(); 3];
         // SAFETY: ctx holds three context entries.
-        unsafe { write_entry(FI_CQ_FORMAT_CONTEXT, ctx.as_mut_ptr().cast(), 2, &c) };
+        unsafe { write_entry(FI_CQ_FORMAT_CONTEXT, ctx.as_mut_ptr().cast(), 2, &e) };
         assert_eq!(ctx[2].op_context as usize, 0x1000);
         assert!(ctx[1].op_context.is_null());
     }

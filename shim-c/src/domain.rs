@@ -10,8 +10,10 @@ use uet::Config;
 use crate::addr::{self, Family};
 use crate::bindings::*;
 use crate::errors::{guard, ret_int, unsupported};
+use crate::mr_table::MrTable;
 use crate::object::{self, fid_ops, ops_ptr};
-use crate::{av, cq, endpoint, fabric, mr, params, DOMAIN_NAME};
+use crate::progress::AutoProgress;
+use crate::{atomic, av, cntr, cq, endpoint, fabric, mr, params, DOMAIN_NAME};
 
 /// State every object opened from one domain shares.
 pub(crate) struct DomainInner {
@@ -22,6 +24,10 @@ pub(crate) struct DomainInner {
     pub(crate) family: Family,
     pub(crate) mr_mode: c_int,
     next_key: AtomicU64,
+    /// Registered memory, shared with every endpoint's engine.
+    pub(crate) regions: Arc<MrTable>,
+    /// The progress thread of an FI_PROGRESS_AUTO domain.
+    pub(crate) auto_progress: Option<AutoProgress>,
 }
 
 impl DomainInner {
@@ -44,22 +50,20 @@ static OPS: fi_ops_domain = fi_ops_domain {
     cq_open: Some(cq::open),
     endpoint: Some(endpoint::open),
     scalable_ep: Some(scalable_ep),
-    cntr_open: Some(cntr_open),
+    cntr_open: Some(cntr::open),
     poll_open: Some(poll_open),
     stx_ctx: Some(stx_ctx),
     srx_ctx: Some(srx_ctx),
-    query_atomic: Some(query_atomic),
+    query_atomic: Some(atomic::query_atomic),
     query_collective: Some(query_collective),
     endpoint2: Some(endpoint::open2),
 };
 
 unsupported! {
     scalable_ep(*mut fid_domain, *mut fi_info, *mut *mut fid_ep, *mut c_void) -> c_int = FI_ENOSYS;
-    cntr_open(*mut fid_domain, *mut fi_cntr_attr, *mut *mut fid_cntr, *mut c_void) -> c_int = FI_ENOSYS;
     poll_open(*mut fid_domain, *mut fi_poll_attr, *mut *mut fid_poll) -> c_int = FI_ENOSYS;
     stx_ctx(*mut fid_domain, *mut fi_tx_attr, *mut *mut fid_stx, *mut c_void) -> c_int = FI_ENOSYS;
     srx_ctx(*mut fid_domain, *mut fi_rx_attr, *mut *mut fid_ep, *mut c_void) -> c_int = FI_ENOSYS;
-    query_atomic(*mut fid_domain, fi_datatype, fi_op, *mut fi_atomic_attr, u64) -> c_int = FI_ENOSYS;
     query_collective(*mut fid_domain, fi_collective_op, *mut fi_collective_attr, u64) -> c_int = FI_ENOSYS;
 }
 
@@ -84,12 +88,15 @@ pub(crate) unsafe extern "C" fn open(
                 return Err(FI_EINVAL);
             }
             let mut mr_mode = 0;
+            let mut auto = false;
             // SAFETY: domain_attr is NULL or valid; name NULL or a C string.
             if let Some(d) = unsafe { info.domain_attr.as_ref() } {
                 if unsafe { addr::c_str(d.name) }.is_some_and(|n| n != DOMAIN_NAME) {
                     return Err(FI_EINVAL);
                 }
                 mr_mode = d.mr_mode;
+                auto =
+                    d.data_progress == FI_PROGRESS_AUTO || d.control_progress == FI_PROGRESS_AUTO;
             }
             let family = Family::from_format(info.addr_format).ok_or(FI_EINVAL)?;
             let inner = DomainInner {
@@ -98,6 +105,12 @@ pub(crate) unsafe extern "C" fn open(
                 family,
                 mr_mode,
                 next_key: AtomicU64::new(1),
+                regions: Arc::new(MrTable::new(mr_mode)),
+                auto_progress: if auto {
+                    Some(AutoProgress::start()?)
+                } else {
+                    None
+                },
             };
             let obj = Box::new(Domain {
                 fid: fid_domain {
@@ -138,6 +151,11 @@ extern "C" fn domain_close(f: *mut fid) -> c_int {
         // from it hold their own Arc of the shared state.
         match unsafe { object::take::<Domain>(f, &FI_OPS) } {
             Some(b) => {
+                // The thread holds endpoints only weakly; stop it now even if
+                // other objects still hold the shared state.
+                if let Some(p) = &b.inner.auto_progress {
+                    p.stop();
+                }
                 drop(b);
                 0
             }

@@ -3,18 +3,24 @@
 //! enabling, op flags, options, names and cancel live here; the data
 //! operations are in `msg.rs` and `tagged.rs`.
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
+use std::os::fd::RawFd;
 use std::os::raw::{c_int, c_void};
 use std::ptr;
 use std::sync::Arc;
 
 use parking_lot::Mutex;
-use uet::{CompletionKind, CompletionLevel, Config, Payload, ProbeFlags, RecvOp, SendOp};
+use uet::{
+    CompletionKind, CompletionLevel, Config, MsgBuffer, Payload, ProbeFlags, RecvOp, RmaKind,
+    RmaOp, SendOp,
+};
 
 use crate::addr::{self, Family};
 use crate::av::{self, AvInner, FI_ADDR_NOTAVAIL, FI_ADDR_UNSPEC};
 use crate::bindings::*;
-use crate::buffers::IovBuffer;
+use crate::buffers::{IovBuffer, MultiBuffer, MultiState};
+use crate::cntr::{self, CntrInner};
 use crate::cq::{self, CqInner, Entry};
 use crate::domain::{self, DomainInner};
 use crate::eq::{self, EqInner};
@@ -35,6 +41,54 @@ pub(crate) struct EpState {
     _eq: Option<Arc<EqInner>>,
     tx_op_flags: u64,
     rx_op_flags: u64,
+    /// Counters bumped by local sends and receives (FI_SEND / FI_RECV).
+    tx_cntr: Option<Arc<CntrInner>>,
+    rx_cntr: Option<Arc<CntrInner>>,
+    /// Counters of RMA this endpoint initiates (FI_WRITE / FI_READ) and of
+    /// peers' RMA into its memory (FI_REMOTE_WRITE / FI_REMOTE_READ).
+    write_cntr: Option<Arc<CntrInner>>,
+    read_cntr: Option<Arc<CntrInner>>,
+    remote_write_cntr: Option<Arc<CntrInner>>,
+    remote_read_cntr: Option<Arc<CntrInner>>,
+    /// With a counter bound, every operation asks the engine for a
+    /// completion so the counter sees it; the engine then carries a token
+    /// instead of the application's context, and this table says which
+    /// context it stands for and whether the CQ gets an entry too.
+    pending: HashMap<u64, Pending>,
+    next_token: u64,
+    /// FI_OPT_MIN_MULTI_RECV: a multi-receive buffer with less room left
+    /// than this is released.
+    min_multi_recv: usize,
+}
+
+/// Default FI_OPT_MIN_MULTI_RECV.
+const DEFAULT_MIN_MULTI_RECV: usize = 64;
+
+struct Pending {
+    context: u64,
+    signal: bool,
+    /// A multi-receive buffer: completes once per message.
+    multi: Option<Arc<Mutex<MultiState>>>,
+}
+
+/// Tokens have bit 63 set: never a user-space address, so they cannot be
+/// confused with a context that reached the engine untranslated (probes).
+const TOKEN_BASE: u64 = 1 << 63;
+
+impl EpState {
+    fn token(&mut self, context: u64, signal: bool) -> u64 {
+        let t = TOKEN_BASE | self.next_token;
+        self.next_token = (self.next_token + 1) & !TOKEN_BASE;
+        self.pending.insert(
+            t,
+            Pending {
+                context,
+                signal,
+                multi: None,
+            },
+        );
+        t
+    }
 }
 
 pub(crate) struct EpInner {
@@ -53,6 +107,38 @@ pub(crate) struct Tx {
     /// Operation flags (`*msg` calls); `None` = the endpoint's tx op flags.
     pub(crate) flags: Option<u64>,
     /// fi_inject / fi_injectdata / fi_tinject*: no completion at all.
+    pub(crate) inject: bool,
+}
+
+/// An RMA operation as the data-operation entry points describe it.
+pub(crate) struct Rma {
+    pub(crate) write: bool,
+    /// Local source (writes) or destination (reads).
+    pub(crate) buf: IovBuffer,
+    pub(crate) dest: fi_addr_t,
+    pub(crate) addr: u64,
+    pub(crate) key: u64,
+    /// Remote CQ data (fi_writedata, fi_inject_writedata, FI_REMOTE_CQ_DATA).
+    pub(crate) data: Option<u64>,
+    pub(crate) context: *mut c_void,
+    pub(crate) flags: Option<u64>,
+    pub(crate) inject: bool,
+}
+
+/// An atomic as the data-operation entry points describe it.
+pub(crate) struct Atomic {
+    /// libfabric `fi_op` and `fi_datatype` codes (checked by the caller).
+    pub(crate) op: u8,
+    pub(crate) datatype: u8,
+    pub(crate) operand: Vec<u8>,
+    pub(crate) compare: Vec<u8>,
+    /// Where fetching and compare atomics return the old values.
+    pub(crate) result: Option<IovBuffer>,
+    pub(crate) dest: fi_addr_t,
+    pub(crate) addr: u64,
+    pub(crate) key: u64,
+    pub(crate) context: *mut c_void,
+    pub(crate) flags: Option<u64>,
     pub(crate) inject: bool,
 }
 
@@ -83,20 +169,193 @@ fn level_of(flags: u64) -> Option<CompletionLevel> {
 impl EpInner {
     /// Move packets, then route finished operations to the bound CQs.
     pub(crate) fn progress(&self) {
-        let mut st = self.state.lock();
+        let mut guard = self.state.lock();
+        let st = &mut *guard;
         st.ep.progress();
-        while let Some(c) = st.ep.poll_completion() {
-            let cq = match c.kind {
-                CompletionKind::Send => st.tx_cq.as_ref(),
-                CompletionKind::Recv => st.rx_cq.as_ref(),
+        while let Some(mut c) = st.ep.poll_completion() {
+            let (cq, cntr) = match c.kind {
+                CompletionKind::Send => (st.tx_cq.as_ref(), st.tx_cntr.as_ref()),
+                CompletionKind::Recv => (st.rx_cq.as_ref(), st.rx_cntr.as_ref()),
+                CompletionKind::Write => (st.tx_cq.as_ref(), st.write_cntr.as_ref()),
+                CompletionKind::Read => (st.tx_cq.as_ref(), st.read_cntr.as_ref()),
+                CompletionKind::RemoteWrite => (st.rx_cq.as_ref(), st.remote_write_cntr.as_ref()),
+                CompletionKind::RemoteRead => (None, st.remote_read_cntr.as_ref()),
+                CompletionKind::Atomic => (st.tx_cq.as_ref(), st.write_cntr.as_ref()),
+                CompletionKind::FetchAtomic => (st.tx_cq.as_ref(), st.read_cntr.as_ref()),
             };
+            let (cq, cntr) = (cq.cloned(), cntr.cloned());
+            // Peers' RMA: counted; only remote CQ data makes a CQ entry.
+            if matches!(
+                c.kind,
+                CompletionKind::RemoteWrite | CompletionKind::RemoteRead
+            ) {
+                if let Some(k) = &cntr {
+                    k.completed(true);
+                }
+                if c.data.is_none() {
+                    continue;
+                }
+            }
+            let mut signal = true;
+            let mut flags = 0;
+            let context_token = c.context;
+            if let Some(p) = st.pending.remove(&c.context) {
+                c.context = p.context;
+                signal = p.signal;
+                if let Some(k) = &cntr {
+                    k.completed(c.error.is_none());
+                }
+                if let Some(m) = &p.multi {
+                    // The buffer stays posted until its last message
+                    // completes after it was used up, or it is cancelled.
+                    let mut ms = m.lock();
+                    ms.outstanding = ms.outstanding.saturating_sub(1);
+                    let released = c.error == Some(uet::CompletionError::Canceled)
+                        || (ms.whole_taken && ms.outstanding == 0);
+                    drop(ms);
+                    if released {
+                        flags |= FI_MULTI_RECV as u64;
+                    } else {
+                        st.pending.insert(context_token, p);
+                    }
+                }
+            }
+            // Errors reach the CQ even for unsignalled operations.
+            if !signal && c.error.is_none() {
+                continue;
+            }
             let Some(cq) = cq else { continue };
             let src = match (c.src, st.av.as_ref()) {
                 (Some(a), Some(av)) => av.table.lock().lookup_addr(&a),
                 _ => FI_ADDR_NOTAVAIL,
             };
-            cq.push(Entry { c, src });
+            let mut entry = Entry::new(c, src);
+            entry.flags = flags;
+            if self.caps & FI_SOURCE_ERR != 0 && entry.c.error.is_none() && src == FI_ADDR_NOTAVAIL
+            {
+                entry.unknown_source = entry.c.src.map(|a| addr::to_bytes(&a));
+            }
+            cq.push(entry);
         }
+    }
+
+    /// An RMA write or read (fi_write*, fi_read*, fi_inject_write*).
+    pub(crate) fn rma(&self, r: Rma) -> FiResult<()> {
+        let mut st = self.state.lock();
+        if !st.enabled {
+            return Err(FI_EOPBADSTATE);
+        }
+        if self.caps & FI_RMA as u64 == 0 {
+            return Err(FI_EINVAL);
+        }
+        let len = MsgBuffer::len(&r.buf);
+        if len > Config::MAX_MSG_SIZE {
+            return Err(FI_EMSGSIZE);
+        }
+        let flags = r.flags.unwrap_or(st.tx_op_flags);
+        let inject_size = self.domain.config.inject_size;
+        if r.inject && (len > inject_size || !r.write) {
+            return Err(FI_EINVAL);
+        }
+        let dest = Self::peer(&st, r.dest)?;
+        let signal = !r.inject
+            && st.tx_cq.is_some()
+            && (!st.tx_selective || flags & FI_COMPLETION as u64 != 0);
+        let counted = if r.write {
+            st.write_cntr.is_some()
+        } else {
+            st.read_cntr.is_some()
+        };
+        let context = if counted {
+            st.token(r.context as u64, signal)
+        } else {
+            r.context as u64
+        };
+        let kind = if r.write {
+            // Writes complete on the target's answer; a copy keeps the
+            // source free for injects and small writes.
+            let payload = if r.inject || len <= inject_size {
+                Payload::Owned(r.buf.to_vec())
+            } else {
+                Payload::Borrowed(Box::new(r.buf))
+            };
+            RmaKind::Write {
+                payload,
+                cq_data: r.data,
+            }
+        } else {
+            RmaKind::Read {
+                buffer: Box::new(r.buf),
+            }
+        };
+        let op = RmaOp {
+            dest,
+            kind,
+            addr: r.addr,
+            key: r.key,
+            context,
+            signal: signal || counted,
+        };
+        let res = st.ep.rma(op).map_err(|e| fi_errno(&e));
+        if res.is_err() && counted {
+            st.pending.remove(&context);
+        }
+        res
+    }
+
+    /// An atomic (fi_atomic, fi_fetch_atomic, fi_compare_atomic).
+    pub(crate) fn atomic(&self, a: Atomic) -> FiResult<()> {
+        let mut st = self.state.lock();
+        if !st.enabled {
+            return Err(FI_EOPBADSTATE);
+        }
+        if self.caps & FI_ATOMIC as u64 == 0 {
+            return Err(FI_EINVAL);
+        }
+        let flags = a.flags.unwrap_or(st.tx_op_flags);
+        let dest = Self::peer(&st, a.dest)?;
+        let signal = !a.inject
+            && st.tx_cq.is_some()
+            && (!st.tx_selective || flags & FI_COMPLETION as u64 != 0);
+        let counted = if a.result.is_some() {
+            st.read_cntr.is_some()
+        } else {
+            st.write_cntr.is_some()
+        };
+        let context = if counted {
+            st.token(a.context as u64, signal)
+        } else {
+            a.context as u64
+        };
+        let op = RmaOp {
+            dest,
+            kind: RmaKind::Atomic {
+                op: a.op,
+                datatype: a.datatype,
+                operand: a.operand,
+                compare: a.compare,
+                result: a.result.map(|r| Box::new(r) as Box<dyn MsgBuffer>),
+            },
+            addr: a.addr,
+            key: a.key,
+            context,
+            signal: signal || counted,
+        };
+        let res = st.ep.rma(op).map_err(|e| fi_errno(&e));
+        if res.is_err() && counted {
+            st.pending.remove(&context);
+        }
+        res
+    }
+
+    /// Sockets a blocking wait sleeps on.
+    pub(crate) fn wait_fds(&self) -> Vec<RawFd> {
+        self.state.lock().ep.wait_fds()
+    }
+
+    /// How long a blocking wait may sleep before this endpoint needs progress.
+    pub(crate) fn idle_budget(&self) -> Option<std::time::Duration> {
+        self.state.lock().ep.idle_budget()
     }
 
     fn peer(st: &EpState, fi_addr: fi_addr_t) -> FiResult<SocketAddr> {
@@ -138,16 +397,26 @@ impl EpInner {
         let signal = !tx.inject
             && st.tx_cq.is_some()
             && (!st.tx_selective || flags & FI_COMPLETION as u64 != 0);
+        let counted = st.tx_cntr.is_some();
+        let context = if counted {
+            st.token(tx.context as u64, signal)
+        } else {
+            tx.context as u64
+        };
         let op = SendOp {
             dest,
             payload,
             tag: tx.tag,
             cq_data: tx.data,
-            context: tx.context as u64,
+            context,
             level,
-            signal,
+            signal: signal || counted,
         };
-        st.ep.send(op).map_err(|e| fi_errno(&e))
+        let r = st.ep.send(op).map_err(|e| fi_errno(&e));
+        if r.is_err() && counted {
+            st.pending.remove(&context);
+        }
+        r
     }
 
     pub(crate) fn recv(&self, rx: Rx) -> FiResult<()> {
@@ -156,7 +425,8 @@ impl EpInner {
             return Err(FI_EOPBADSTATE);
         }
         let flags = rx.flags.unwrap_or(st.rx_op_flags);
-        if flags & FI_MULTI_RECV as u64 != 0 {
+        let multi = flags & FI_MULTI_RECV as u64 != 0;
+        if multi && (rx.tagged || self.caps & FI_MULTI_RECV as u64 == 0) {
             return Err(FI_EINVAL);
         }
         let src = if rx.src == FI_ADDR_UNSPEC || self.caps & FI_DIRECTED_RECV == 0 {
@@ -175,17 +445,38 @@ impl EpInner {
         };
         let signal = st.rx_cq.is_some()
             && (probe.peek || probe.claim || !st.rx_selective || flags & FI_COMPLETION as u64 != 0);
+        // Probes keep the application's context (FI_CLAIM finds its message
+        // by it) and are not counted.
+        let counted = (st.rx_cntr.is_some() && probe == ProbeFlags::default()) || multi;
+        let context = if counted {
+            st.token(rx.context as u64, signal)
+        } else {
+            rx.context as u64
+        };
+        let buffer: Box<dyn MsgBuffer> = if multi {
+            let m = MultiBuffer::new(rx.buf, st.min_multi_recv);
+            if let Some(p) = st.pending.get_mut(&context) {
+                p.multi = Some(Arc::clone(&m.state));
+            }
+            Box::new(m)
+        } else {
+            Box::new(rx.buf)
+        };
         let op = RecvOp {
             src,
             tagged: rx.tagged,
             tag: rx.tag,
             ignore: rx.ignore,
-            buffer: Box::new(rx.buf),
-            context: rx.context as u64,
-            signal,
+            buffer,
+            context,
+            signal: signal || counted,
             probe,
         };
-        st.ep.recv(op).map_err(|e| fi_errno(&e))
+        let r = st.ep.recv(op).map_err(|e| fi_errno(&e));
+        if r.is_err() && counted {
+            st.pending.remove(&context);
+        }
+        r
     }
 }
 
@@ -318,7 +609,7 @@ fn create(
         (None, Some(d)) => addr::source_for(&d, config.port),
         (None, None) => addr::default_source(family, config.port),
     };
-    let endpoint = uet::Endpoint::bind(config, bind_to).map_err(|e| {
+    let mut endpoint = uet::Endpoint::bind(config, bind_to).map_err(|e| {
         crate::log::warn(FI_LOG_EP_CTRL, &format!("binding {bind_to}: {e}"));
         fi_errno(&e)
     })?;
@@ -326,6 +617,7 @@ fn create(
         FI_LOG_EP_CTRL,
         &format!("endpoint bound to {}", endpoint.local_addr()),
     );
+    endpoint.set_memory_regions(dom.inner.regions.clone());
     let caps = if info.caps == 0 { CAPS } else { info.caps };
     let inner = EpInner {
         state: Mutex::new(EpState {
@@ -339,6 +631,15 @@ fn create(
             _eq: None,
             tx_op_flags: tx_attr.map_or(0, |a| a.op_flags),
             rx_op_flags: rx_attr.map_or(0, |a| a.op_flags),
+            tx_cntr: None,
+            rx_cntr: None,
+            write_cntr: None,
+            read_cntr: None,
+            remote_write_cntr: None,
+            remote_read_cntr: None,
+            min_multi_recv: DEFAULT_MIN_MULTI_RECV,
+            pending: HashMap::new(),
+            next_token: 0,
         }),
         domain: Arc::clone(&dom.inner),
         caps,
@@ -355,11 +656,14 @@ fn create(
             msg: ops_ptr(&msg::OPS),
             rma: ops_ptr(&rma_atomic::RMA_OPS),
             tagged: ops_ptr(&tagged::OPS),
-            atomic: ops_ptr(&rma_atomic::ATOMIC_OPS),
+            atomic: ops_ptr(&crate::atomic::ATOMIC_OPS),
             collective: ptr::null_mut(),
         },
         inner: Arc::new(inner),
     });
+    if let Some(p) = &dom.inner.auto_progress {
+        p.add(&obj.inner);
+    }
     // SAFETY: ep is a valid out-pointer (checked above).
     unsafe { *ep = &mut Box::leak(obj).fid };
     Ok(())
@@ -419,7 +723,31 @@ fn bind(ep: &Ep, bfid: *mut fid, flags: u64) -> FiResult<()> {
             let eq = unsafe { eq::from_fid(bfid) }.ok_or(FI_EINVAL)?;
             st._eq = Some(Arc::clone(&eq.inner));
         }
-        FI_CLASS_CNTR => return Err(FI_ENOSYS),
+        FI_CLASS_CNTR => {
+            // SAFETY: as above.
+            let c = unsafe { cntr::from_fid(bfid) }.ok_or(FI_EINVAL)?;
+            let known =
+                (FI_SEND | FI_RECV | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE) as u64;
+            if flags & known == 0 || flags & !known != 0 {
+                return Err(FI_EINVAL);
+            }
+            let s = &mut *st;
+            let slots = [
+                (FI_SEND, &mut s.tx_cntr),
+                (FI_RECV, &mut s.rx_cntr),
+                (FI_WRITE, &mut s.write_cntr),
+                (FI_READ, &mut s.read_cntr),
+                (FI_REMOTE_WRITE, &mut s.remote_write_cntr),
+                (FI_REMOTE_READ, &mut s.remote_read_cntr),
+            ];
+            for (bit, slot) in slots {
+                if flags & bit as u64 != 0 {
+                    *slot = Some(Arc::clone(&c.inner));
+                }
+            }
+            drop(st);
+            c.inner.attach(&ep.inner);
+        }
         _ => return Err(FI_EINVAL),
     }
     Ok(())
@@ -439,7 +767,10 @@ fn control(ep: &Ep, command: c_int, arg: *mut c_void) -> FiResult<()> {
     let recvs = caps & FI_RECV as u64 != 0 || caps & (FI_SEND | FI_RECV) as u64 == 0;
     match command as u32 {
         FI_ENABLE => {
-            if (sends && st.tx_cq.is_none()) || (recvs && st.rx_cq.is_none()) {
+            // Completions go to a CQ or a counter (or both).
+            let tx_bound = st.tx_cq.is_some() || st.tx_cntr.is_some();
+            let rx_bound = st.rx_cq.is_some() || st.rx_cntr.is_some();
+            if (sends && !tx_bound) || (recvs && !rx_bound) {
                 return Err(FI_ENOCQ);
             }
             if st.av.is_none() {
@@ -478,7 +809,14 @@ extern "C" fn ep_control(f: *mut fid, command: c_int, arg: *mut c_void) -> c_int
 extern "C" fn ep_cancel(f: fid_t, context: *mut c_void) -> isize {
     guard(|| match from_fid(f) {
         Some(ep) => {
-            if ep.inner.state.lock().ep.cancel(context as u64) {
+            let mut st = ep.inner.state.lock();
+            // A counted receive reached the engine under a token.
+            let token = st
+                .pending
+                .iter()
+                .find(|(_, p)| p.context == context as u64)
+                .map(|(t, _)| *t);
+            if token.is_some_and(|t| st.ep.cancel(t)) || st.ep.cancel(context as u64) {
                 0
             } else {
                 -(FI_ENOENT as isize)
@@ -488,29 +826,61 @@ extern "C" fn ep_cancel(f: fid_t, context: *mut c_void) -> isize {
     })
 }
 
+fn is_min_multi_recv(level: c_int, name: c_int) -> bool {
+    level as u32 == FI_OPT_ENDPOINT && name as u32 == FI_OPT_MIN_MULTI_RECV
+}
+
 extern "C" fn ep_getopt(
     f: fid_t,
-    _level: c_int,
-    _name: c_int,
-    _val: *mut c_void,
-    _len: *mut usize,
+    level: c_int,
+    name: c_int,
+    val: *mut c_void,
+    len: *mut usize,
 ) -> c_int {
-    guard(|| match from_fid(f) {
-        Some(_) => -(FI_ENOPROTOOPT as c_int),
-        None => -(FI_EINVAL as c_int),
+    guard(|| {
+        let Some(ep) = from_fid(f) else {
+            return -(FI_EINVAL as c_int);
+        };
+        if !is_min_multi_recv(level, name) {
+            return -(FI_ENOPROTOOPT as c_int);
+        }
+        if val.is_null() || len.is_null() {
+            return -(FI_EINVAL as c_int);
+        }
+        // SAFETY: len is valid (checked); val holds *len bytes.
+        unsafe {
+            if *len < std::mem::size_of::<usize>() {
+                *len = std::mem::size_of::<usize>();
+                return -(FI_ETOOSMALL as c_int);
+            }
+            *val.cast::<usize>() = ep.inner.state.lock().min_multi_recv;
+            *len = std::mem::size_of::<usize>();
+        }
+        0
     })
 }
 
 extern "C" fn ep_setopt(
     f: fid_t,
-    _level: c_int,
-    _name: c_int,
-    _val: *const c_void,
-    _len: usize,
+    level: c_int,
+    name: c_int,
+    val: *const c_void,
+    len: usize,
 ) -> c_int {
-    guard(|| match from_fid(f) {
-        Some(_) => -(FI_ENOPROTOOPT as c_int),
-        None => -(FI_EINVAL as c_int),
+    guard(|| {
+        let Some(ep) = from_fid(f) else {
+            return -(FI_EINVAL as c_int);
+        };
+        if !is_min_multi_recv(level, name) {
+            return -(FI_ENOPROTOOPT as c_int);
+        }
+        if val.is_null() || len != std::mem::size_of::<usize>() {
+            return -(FI_EINVAL as c_int);
+        }
+        // SAFETY: val points to a size_t (checked length).
+        let v = unsafe { *val.cast::<usize>() };
+        ep.inner.state.lock().min_multi_recv = v;
+        0
     })
 }
 
@@ -553,7 +923,8 @@ extern "C" fn ep_setname(f: fid_t, a: *mut c_void, addrlen: usize) -> c_int {
             return -(FI_EOPBADSTATE as c_int);
         }
         match uet::Endpoint::bind(&ep.inner.domain.config, new) {
-            Ok(e) => {
+            Ok(mut e) => {
+                e.set_memory_regions(ep.inner.domain.regions.clone());
                 st.ep = e;
                 0
             }

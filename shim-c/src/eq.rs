@@ -5,17 +5,31 @@
 use std::collections::VecDeque;
 use std::os::raw::{c_char, c_int, c_void};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use parking_lot::Mutex;
 
 use crate::bindings::*;
 use crate::errors::{guard, ret_int, ret_ssize, FiResult};
 use crate::object::{self, fid_ops, ops_ptr};
+use crate::wait::{self, Waker};
 
-#[derive(Default)]
 pub(crate) struct EqInner {
     events: Mutex<VecDeque<(u32, Vec<u8>)>>,
+    waker: Waker,
+    wait_obj: fi_wait_obj,
+}
+
+impl EqInner {
+    /// fi_trywait: -FI_EAGAIN when events are waiting.
+    pub(crate) fn trywait(&self) -> FiResult<()> {
+        self.waker.drain();
+        if self.events.lock().is_empty() {
+            Ok(())
+        } else {
+            Err(FI_EAGAIN)
+        }
+    }
 }
 
 #[repr(C)]
@@ -24,7 +38,7 @@ pub(crate) struct Eq {
     pub(crate) inner: Arc<EqInner>,
 }
 
-pub(crate) static FI_OPS: fi_ops = fid_ops!(eq_close);
+pub(crate) static FI_OPS: fi_ops = fid_ops!(eq_close, object::fid_bind_enosys, eq_control);
 static OPS: fi_ops_eq = fi_ops_eq {
     size: std::mem::size_of::<fi_ops_eq>(),
     read: Some(eq_read),
@@ -59,11 +73,13 @@ pub(crate) unsafe extern "C" fn open(
             if eq.is_null() || crate::fabric::from_ptr(fabric).is_none() {
                 return Err(FI_EINVAL);
             }
+            let mut wait_obj = FI_WAIT_NONE;
             // SAFETY: attr is NULL or a valid fi_eq_attr.
             if let Some(a) = unsafe { attr.as_ref() } {
-                if a.wait_obj != FI_WAIT_NONE && a.wait_obj != FI_WAIT_UNSPEC {
-                    return Err(FI_ENOSYS);
-                }
+                wait_obj = match a.wait_obj {
+                    w @ (FI_WAIT_NONE | FI_WAIT_UNSPEC | FI_WAIT_FD | FI_WAIT_YIELD) => w,
+                    _ => return Err(FI_ENOSYS),
+                };
             }
             let obj = Box::new(Eq {
                 fid: fid_eq {
@@ -74,7 +90,11 @@ pub(crate) unsafe extern "C" fn open(
                     },
                     ops: ops_ptr(&OPS),
                 },
-                inner: Arc::default(),
+                inner: Arc::new(EqInner {
+                    events: Mutex::default(),
+                    waker: Waker::new()?,
+                    wait_obj,
+                }),
             });
             // SAFETY: eq is a valid out-pointer (checked above).
             unsafe { *eq = &mut Box::leak(obj).fid };
@@ -120,6 +140,21 @@ fn read_one(eq: &Eq, event: *mut u32, buf: *mut c_void, len: usize, flags: u64) 
     Ok(n)
 }
 
+extern "C" fn eq_control(f: *mut fid, command: c_int, arg: *mut c_void) -> c_int {
+    guard(|| {
+        // SAFETY: f is a live fid handed to us by libfabric.
+        let Some(e) = (unsafe { from_fid(f) }) else {
+            return -(FI_EINVAL as c_int);
+        };
+        ret_int(crate::cntr::wait_control(command, arg, || {
+            if e.inner.wait_obj == FI_WAIT_NONE {
+                return Err(FI_EINVAL);
+            }
+            e.inner.waker.epoll_fd(&[])
+        }))
+    })
+}
+
 extern "C" fn eq_read(
     eq: *mut fid_eq,
     event: *mut u32,
@@ -145,9 +180,7 @@ extern "C" fn eq_sread(
         let Some(e) = from_ptr(eq) else {
             return -(FI_EINVAL as isize);
         };
-        let deadline = u64::try_from(timeout)
-            .ok()
-            .map(|ms| Instant::now() + Duration::from_millis(ms));
+        let deadline = wait::deadline(timeout);
         loop {
             match read_one(e, event, buf, len, flags) {
                 Err(FI_EAGAIN) => {}
@@ -156,7 +189,8 @@ extern "C" fn eq_sread(
             if deadline.is_some_and(|d| Instant::now() >= d) {
                 return -(FI_EAGAIN as isize);
             }
-            std::thread::sleep(Duration::from_millis(1));
+            // Only fi_eq_write produces events: sleep on the eventfd alone.
+            wait::sleep(&[], &e.inner.waker, deadline);
         }
     })
 }
@@ -190,6 +224,7 @@ extern "C" fn eq_write(
             unsafe { std::slice::from_raw_parts(buf.cast::<u8>(), len) }.to_vec()
         };
         e.inner.events.lock().push_back((event, data));
+        e.inner.waker.wake();
         isize::try_from(len).unwrap_or(isize::MAX)
     })
 }

@@ -53,6 +53,13 @@ impl FromFiErr for isize {
     }
 }
 
+/// Counter reads have no error channel: a failure reads as 0.
+impl FromFiErr for u64 {
+    fn from_fi_err(_: FiErr) -> Self {
+        0
+    }
+}
+
 impl FromFiErr for *const std::os::raw::c_char {
     fn from_fi_err(_: FiErr) -> Self {
         std::ptr::null()

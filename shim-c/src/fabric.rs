@@ -26,7 +26,37 @@ static OPS: fi_ops_fabric = fi_ops_fabric {
 unsupported! {
     passive_ep(*mut fid_fabric, *mut fi_info, *mut *mut fid_pep, *mut c_void) -> c_int = FI_ENOSYS;
     wait_open(*mut fid_fabric, *mut fi_wait_attr, *mut *mut fid_wait) -> c_int = FI_ENOSYS;
-    trywait(*mut fid_fabric, *mut *mut fid, c_int) -> c_int = FI_ENOSYS;
+}
+
+/// fi_trywait: 0 when every object may be waited on (nothing is pending),
+/// -FI_EAGAIN when one already has something to read.
+extern "C" fn trywait(fabric: *mut fid_fabric, fids: *mut *mut fid, count: c_int) -> c_int {
+    guard(|| {
+        ret_int((|| {
+            from_ptr(fabric).ok_or(FI_EINVAL)?;
+            let n = usize::try_from(count).map_err(|_| FI_EINVAL)?;
+            if fids.is_null() && n > 0 {
+                return Err(FI_EINVAL);
+            }
+            for i in 0..n {
+                // SAFETY: fids holds count fid pointers (fi_trywait contract);
+                // each from_fid checks the object is one of ours.
+                unsafe {
+                    let f = *fids.add(i);
+                    if let Some(c) = crate::cq::from_fid(f) {
+                        c.inner.trywait()?;
+                    } else if let Some(c) = crate::cntr::from_fid(f) {
+                        c.inner.trywait()?;
+                    } else if let Some(e) = eq::from_fid(f) {
+                        e.inner.trywait()?;
+                    } else {
+                        return Err(FI_EINVAL);
+                    }
+                }
+            }
+            Ok(())
+        })())
+    })
 }
 
 /// The fabric behind `p`, if it is ours.

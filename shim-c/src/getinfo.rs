@@ -23,8 +23,18 @@ pub(crate) const CAPS: u64 = FI_MSG as u64
     | FI_RECV as u64
     | FI_DIRECTED_RECV
     | FI_SOURCE
+    | FI_MULTI_RECV as u64
+    | FI_RMA as u64
+    | FI_ATOMIC as u64
+    | FI_READ as u64
+    | FI_WRITE as u64
+    | FI_REMOTE_READ as u64
+    | FI_REMOTE_WRITE as u64
     | FI_LOCAL_COMM
     | FI_REMOTE_COMM;
+/// Capabilities granted only when asked for: FI_SOURCE_ERR changes what a
+/// receive from an unknown sender reports.
+const ON_REQUEST: u64 = FI_SOURCE_ERR;
 /// Secondary capabilities reported even when not asked for.
 const SECONDARY: u64 = FI_SOURCE | FI_LOCAL_COMM | FI_REMOTE_COMM;
 /// Tag bits the provider matches on: all 64; this is libfabric's generic
@@ -37,7 +47,7 @@ const TX_OP_FLAGS: u64 = FI_COMPLETION as u64
     | FI_INJECT_COMPLETE as u64
     | FI_TRANSMIT_COMPLETE as u64
     | FI_DELIVERY_COMPLETE as u64;
-const RX_OP_FLAGS: u64 = FI_COMPLETION as u64;
+const RX_OP_FLAGS: u64 = FI_COMPLETION as u64 | FI_MULTI_RECV as u64;
 /// Operations a transmit or receive context queues before FI_EAGAIN.
 pub(crate) const QUEUE_SIZE: usize = uet::Config::QUEUE_DEPTH;
 /// Most iovec entries per operation.
@@ -126,10 +136,10 @@ pub(crate) fn negotiate(
         return Err(FI_ENODATA); // ofi_rxm/ofi_rxd ask for MSG/DGRAM: not us
     }
     let wanted = h.caps | h.tx.caps | h.rx.caps;
-    if wanted & !CAPS != 0 {
+    if wanted & !(CAPS | ON_REQUEST) != 0 {
         return Err(fail(&format!(
             "capabilities {:#x} not supported",
-            wanted & !CAPS
+            wanted & !(CAPS | ON_REQUEST)
         )));
     }
     let family = Family::from_format(h.addr_format).ok_or_else(|| fail("address format"))?;
@@ -156,9 +166,14 @@ pub(crate) fn negotiate(
         t if t <= FI_THREAD_ENDPOINT => t, // every object is locked
         _ => return Err(fail("threading")),
     };
+    // Manual by default; a domain asked for FI_PROGRESS_AUTO runs a
+    // progress thread (both models then apply to control and data alike).
+    let mut progress = FI_PROGRESS_MANUAL;
     for p in [h.control_progress, h.data_progress] {
-        if p != FI_PROGRESS_UNSPEC && p != FI_PROGRESS_MANUAL {
-            return Err(fail("only FI_PROGRESS_MANUAL is implemented"));
+        match p {
+            FI_PROGRESS_UNSPEC | FI_PROGRESS_MANUAL => {}
+            FI_PROGRESS_AUTO => progress = FI_PROGRESS_AUTO,
+            _ => return Err(fail("progress model")),
         }
     }
     let resource_mgmt = match h.resource_mgmt {
@@ -179,7 +194,9 @@ pub(crate) fn negotiate(
             FI_MR_SCALABLE as c_int
         }
     } else {
-        h.mr_mode & FI_MR_PROV_KEY as c_int
+        // RMA targets are addressed by virtual address when the
+        // application supports it, else by offset into the region.
+        h.mr_mode & (FI_MR_PROV_KEY | FI_MR_VIRT_ADDR) as c_int
     };
     for d in [&h.tx, &h.rx] {
         if d.msg_order & !MSG_ORDER != 0 {
@@ -199,17 +216,27 @@ pub(crate) fn negotiate(
     let (src, dest) = addresses(target, h, family, config)?;
     let addr_format = src.or(dest).map_or(FI_SOCKADDR_IN, |a| addr::format_of(&a));
 
-    let caps = if h.caps == 0 {
+    let mut caps = if h.caps == 0 {
         CAPS
     } else {
         h.caps | SECONDARY
     };
+    // FI_RMA alone means every direction of it (fi_getinfo(3)).
+    let rma_dirs = (FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE) as u64;
+    if caps & (FI_RMA | FI_ATOMIC) as u64 != 0 && caps & rma_dirs == 0 {
+        caps |= rma_dirs;
+    }
     let dir_caps = |d: &Dir, own: u64| {
         let base = if d.caps != 0 { d.caps } else { caps };
         base & own
     };
-    let tx_own = CAPS & !(FI_RECV as u64 | FI_DIRECTED_RECV);
-    let rx_own = CAPS & !(FI_SEND as u64);
+    let tx_own = CAPS
+        & !(FI_RECV as u64
+            | FI_DIRECTED_RECV
+            | FI_MULTI_RECV as u64
+            | FI_REMOTE_READ as u64
+            | FI_REMOTE_WRITE as u64);
+    let rx_own = (CAPS | ON_REQUEST) & !(FI_SEND as u64 | FI_READ as u64 | FI_WRITE as u64);
     let tx = Dir {
         caps: dir_caps(&h.tx, tx_own),
         op_flags: h.tx.op_flags & TX_OP_FLAGS,
@@ -235,7 +262,7 @@ pub(crate) fn negotiate(
         dest,
         api_version: version,
         threading,
-        progress: FI_PROGRESS_MANUAL,
+        progress,
         resource_mgmt,
         av_type,
         mr_mode,
@@ -454,7 +481,7 @@ fn build_info(o: &Offer) -> *mut fi_info {
         dom.max_ep_rx_ctx = 1;
         dom.max_ep_stx_ctx = 0;
         dom.max_ep_srx_ctx = 0;
-        dom.cntr_cnt = 0;
+        dom.cntr_cnt = 1024;
         dom.mr_iov_limit = IOV_LIMIT;
         dom.caps = o.caps & (FI_LOCAL_COMM | FI_REMOTE_COMM);
         dom.mode = 0;
@@ -539,12 +566,7 @@ mod tests {
             };
             assert_eq!(offer(&Target::default(), &h), Err(FI_ENODATA));
         }
-        for caps in [
-            FI_RMA as u64,
-            FI_ATOMIC as u64,
-            FI_MULTI_RECV as u64,
-            FI_HMEM,
-        ] {
+        for caps in [FI_HMEM, FI_TRIGGER as u64] {
             let h = Hints {
                 caps: caps | FI_MSG as u64,
                 ..Hints::default()
@@ -555,7 +577,10 @@ mod tests {
             data_progress: FI_PROGRESS_AUTO,
             ..Hints::default()
         };
-        assert_eq!(offer(&Target::default(), &h), Err(FI_ENODATA));
+        assert_eq!(
+            offer(&Target::default(), &h).map(|o| o.progress),
+            Ok(FI_PROGRESS_AUTO)
+        );
         let h = Hints {
             fabric_name: Some("tcp".into()),
             ..Hints::default()

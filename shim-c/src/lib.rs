@@ -25,8 +25,10 @@
 pub mod bindings;
 
 mod addr;
+mod atomic;
 mod av;
 mod buffers;
+mod cntr;
 mod cq;
 mod domain;
 mod endpoint;
@@ -36,12 +38,15 @@ mod fabric;
 mod getinfo;
 mod log;
 mod mr;
+mod mr_table;
 mod msg;
 mod object;
 mod params;
+mod progress;
 mod rma_atomic;
 mod stats_ext;
 mod tagged;
+mod wait;
 
 use std::ptr;
 use std::sync::OnceLock;
@@ -66,7 +71,7 @@ pub(crate) const PROV_VERSION: u32 = fi_version(0, 1);
 pub(crate) const API_VERSION: u32 = fi_version(FI_MAJOR_VERSION, FI_MINOR_VERSION);
 
 /// The writable provider struct handed to libfabric (the core stores its own
-/// context in it), leaked once and shared by every later call.
+/// context in it), shared by every later call.
 struct ProviderPtr(*mut fi_provider);
 // SAFETY: the pointer is written once (inside OnceLock) and afterwards only
 // passed to libfabric, which synchronises its own use of the struct.
@@ -83,22 +88,32 @@ pub(crate) fn provider() -> *mut fi_provider {
 
 extern "C" fn cleanup() {}
 
+/// The provider struct lives in the library's writable data (not the heap),
+/// so nothing is left allocated when libfabric unloads the library.
+struct ProviderCell(std::cell::UnsafeCell<fi_provider>);
+// SAFETY: written by the libfabric core (its `context`) under its own
+// locking; Rust code only takes the address.
+unsafe impl Sync for ProviderCell {}
+
+static PROVIDER_STORAGE: ProviderCell = ProviderCell(std::cell::UnsafeCell::new(fi_provider {
+    version: PROV_VERSION,
+    fi_version: API_VERSION,
+    context: fi_context {
+        internal: [ptr::null_mut(); 4],
+    },
+    name: PROV_NAME.as_ptr(),
+    getinfo: Some(getinfo::uet_getinfo),
+    fabric: Some(fabric::uet_fabric),
+    cleanup: Some(cleanup),
+}));
+
 /// Entry point libfabric looks up after dlopen.
 #[no_mangle]
 pub extern "C" fn fi_prov_ini() -> *mut fi_provider {
     let r = std::panic::catch_unwind(|| {
         PROVIDER
             .get_or_init(|| {
-                let prov = Box::new(fi_provider {
-                    version: PROV_VERSION,
-                    fi_version: API_VERSION,
-                    context: fi_context::default(),
-                    name: PROV_NAME.as_ptr(),
-                    getinfo: Some(getinfo::uet_getinfo),
-                    fabric: Some(fabric::uet_fabric),
-                    cleanup: Some(cleanup),
-                });
-                let p = Box::into_raw(prov);
+                let p = PROVIDER_STORAGE.0.get();
                 params::define(p);
                 ProviderPtr(p)
             })

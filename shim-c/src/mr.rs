@@ -1,12 +1,15 @@
-//! Memory regions. Messaging needs no registration, so an MR only records a
-//! key (provider-chosen when the domain uses FI_MR_PROV_KEY, otherwise the
-//! application's requested key) for fi_mr_key / fi_mr_desc to report.
+//! Memory regions. Messaging needs no registration; RMA targets must be
+//! registered: each MR enters the domain's table (`mr_table.rs`) under its
+//! key (provider-chosen with FI_MR_PROV_KEY or FI_MR_BASIC, otherwise the
+//! application's requested key, which must be unique) with its access
+//! permissions, and leaves it on close.
 
 use std::os::raw::{c_int, c_void};
 use std::ptr;
 use std::sync::Arc;
 
 use crate::bindings::*;
+use crate::buffers::IovBuffer;
 use crate::domain::{self, DomainInner};
 use crate::errors::{guard, ret_int, FiResult};
 use crate::object::{self, fid_ops, ops_ptr};
@@ -14,7 +17,7 @@ use crate::object::{self, fid_ops, ops_ptr};
 #[repr(C)]
 pub(crate) struct Mr {
     fid: fid_mr,
-    _domain: Arc<DomainInner>,
+    domain: Arc<DomainInner>,
 }
 
 static FI_OPS: fi_ops = fid_ops!(mr_close, mr_bind, mr_control);
@@ -25,21 +28,30 @@ pub(crate) static DOMAIN_MR_OPS: fi_ops_mr = fi_ops_mr {
     regattr: Some(mr_regattr),
 };
 
+/// Remote-access permissions a region may grant.
+const ACCESS_BITS: u64 =
+    (FI_SEND | FI_RECV | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE) as u64;
+
 fn register(
     fd: *mut fid,
+    mem: IovBuffer,
+    access: u64,
     requested_key: u64,
     context: *mut c_void,
     mr: *mut *mut fid_mr,
 ) -> FiResult<()> {
-    if mr.is_null() {
+    if mr.is_null() || access & !ACCESS_BITS != 0 {
         return Err(FI_EINVAL);
     }
     let dom = domain::from_ptr(fd.cast()).ok_or(FI_EINVAL)?;
-    let key = if dom.inner.mr_mode & FI_MR_PROV_KEY as c_int != 0 {
+    let mode = dom.inner.mr_mode;
+    let prov_key = mode == FI_MR_BASIC as c_int || mode & FI_MR_PROV_KEY as c_int != 0;
+    let key = if prov_key {
         dom.inner.next_mr_key()
     } else {
         requested_key
     };
+    dom.inner.regions.insert(key, mem, access)?;
     let obj = Box::new(Mr {
         fid: fid_mr {
             fid: fid {
@@ -50,7 +62,7 @@ fn register(
             mem_desc: ptr::null_mut(),
             key,
         },
-        _domain: Arc::clone(&dom.inner),
+        domain: Arc::clone(&dom.inner),
     });
     // SAFETY: mr is a valid out-pointer (checked above).
     unsafe { *mr = &mut Box::leak(obj).fid };
@@ -60,24 +72,9 @@ fn register(
 #[allow(clippy::too_many_arguments)]
 extern "C" fn mr_reg(
     fd: *mut fid,
-    _buf: *const c_void,
-    _len: usize,
-    _access: u64,
-    _offset: u64,
-    requested_key: u64,
-    _flags: u64,
-    mr: *mut *mut fid_mr,
-    context: *mut c_void,
-) -> c_int {
-    guard(|| ret_int(register(fd, requested_key, context, mr)))
-}
-
-#[allow(clippy::too_many_arguments)]
-extern "C" fn mr_regv(
-    fd: *mut fid,
-    _iov: *const iovec,
-    count: usize,
-    _access: u64,
+    buf: *const c_void,
+    len: usize,
+    access: u64,
     _offset: u64,
     requested_key: u64,
     _flags: u64,
@@ -85,10 +82,34 @@ extern "C" fn mr_regv(
     context: *mut c_void,
 ) -> c_int {
     guard(|| {
-        if count > crate::getinfo::IOV_LIMIT {
-            return -(FI_EINVAL as c_int);
-        }
-        ret_int(register(fd, requested_key, context, mr))
+        ret_int((|| {
+            let mem = IovBuffer::single(buf, len)?;
+            register(fd, mem, access, requested_key, context, mr)
+        })())
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+extern "C" fn mr_regv(
+    fd: *mut fid,
+    iov: *const iovec,
+    count: usize,
+    access: u64,
+    _offset: u64,
+    requested_key: u64,
+    _flags: u64,
+    mr: *mut *mut fid_mr,
+    context: *mut c_void,
+) -> c_int {
+    guard(|| {
+        ret_int((|| {
+            if count > crate::getinfo::IOV_LIMIT {
+                return Err(FI_EINVAL);
+            }
+            // SAFETY: the application passes `count` iovecs.
+            let mem = unsafe { IovBuffer::from_iov(iov, count) }?;
+            register(fd, mem, access, requested_key, context, mr)
+        })())
     })
 }
 
@@ -99,14 +120,16 @@ extern "C" fn mr_regattr(
     mr: *mut *mut fid_mr,
 ) -> c_int {
     guard(|| {
-        // SAFETY: attr is NULL or a valid fi_mr_attr.
-        let Some(a) = (unsafe { attr.as_ref() }) else {
-            return -(FI_EINVAL as c_int);
-        };
-        if a.iov_count > crate::getinfo::IOV_LIMIT {
-            return -(FI_EINVAL as c_int);
-        }
-        ret_int(register(fd, a.requested_key, a.context, mr))
+        ret_int((|| {
+            // SAFETY: attr is NULL or a valid fi_mr_attr.
+            let a = unsafe { attr.as_ref() }.ok_or(FI_EINVAL)?;
+            if a.iov_count > crate::getinfo::IOV_LIMIT {
+                return Err(FI_EINVAL);
+            }
+            // SAFETY: mr_iov holds iov_count iovecs.
+            let mem = unsafe { IovBuffer::from_iov(a.mr_iov, a.iov_count) }?;
+            register(fd, mem, a.access, a.requested_key, a.context, mr)
+        })())
     })
 }
 
@@ -115,6 +138,7 @@ extern "C" fn mr_close(f: *mut fid) -> c_int {
         // SAFETY: take verifies the fid is one of our MRs.
         match unsafe { object::take::<Mr>(f, &FI_OPS) } {
             Some(b) => {
+                b.domain.regions.remove(b.fid.key);
                 drop(b);
                 0
             }
@@ -123,10 +147,17 @@ extern "C" fn mr_close(f: *mut fid) -> c_int {
     })
 }
 
-/// FI_MR_ENDPOINT binds an MR to an endpoint; nothing to record.
+/// fi_mr_bind: FI_MR_ENDPOINT regions are bound to an endpoint before
+/// fi_mr_enable (the table is domain-wide, so the binding only gates).
+/// Counters (FI_RMA_EVENT) cannot be bound.
 extern "C" fn mr_bind(f: *mut fid, bfid: *mut fid, _flags: u64) -> c_int {
     // SAFETY: f and bfid are NULL or live fids.
-    let ok = unsafe { object::obj::<Mr>(f, &FI_OPS).is_some() && !bfid.is_null() };
+    let ok = unsafe {
+        object::obj::<Mr>(f, &FI_OPS).is_some()
+            && bfid
+                .as_ref()
+                .is_some_and(|b| b.fclass == FI_CLASS_EP as usize)
+    };
     if ok {
         0
     } else {
@@ -134,8 +165,13 @@ extern "C" fn mr_bind(f: *mut fid, bfid: *mut fid, _flags: u64) -> c_int {
     }
 }
 
-extern "C" fn mr_control(_f: *mut fid, command: c_int, _arg: *mut c_void) -> c_int {
+extern "C" fn mr_control(f: *mut fid, command: c_int, _arg: *mut c_void) -> c_int {
+    // SAFETY: f is NULL or a live fid; obj checks it is one of our MRs.
+    let Some(mr) = (unsafe { object::obj::<Mr>(f, &FI_OPS) }) else {
+        return -(FI_EINVAL as c_int);
+    };
     if command == FI_ENABLE as c_int {
+        mr.domain.regions.enable(mr.fid.key);
         0
     } else {
         -(FI_ENOSYS as c_int)

@@ -1,10 +1,12 @@
-//! RMA and atomic operations: every slot answers -FI_ENOSYS until the engine
-//! implements them (getinfo never offers FI_RMA or FI_ATOMIC).
+//! RMA operations (`fi_ops_rma`); atomics are in `atomic.rs`.
 
-use std::os::raw::{c_int, c_void};
+use std::os::raw::c_void;
 
 use crate::bindings::*;
-use crate::errors::unsupported;
+use crate::buffers::IovBuffer;
+use crate::endpoint::Rma;
+use crate::errors::FiResult;
+use crate::msg::{iov_buffer, run};
 
 type Ep = *mut fid_ep;
 type Buf = *const c_void;
@@ -12,30 +14,270 @@ type Desc = *mut c_void;
 type Descs = *mut *mut c_void;
 type Ctx = *mut c_void;
 
-unsupported! {
-    rma_read(Ep, *mut c_void, usize, Desc, fi_addr_t, u64, u64, Ctx) -> isize = FI_ENOSYS;
-    rma_readv(Ep, *const iovec, Descs, usize, fi_addr_t, u64, u64, Ctx) -> isize = FI_ENOSYS;
-    rma_readmsg(Ep, *const fi_msg_rma, u64) -> isize = FI_ENOSYS;
-    rma_write(Ep, Buf, usize, Desc, fi_addr_t, u64, u64, Ctx) -> isize = FI_ENOSYS;
-    rma_writev(Ep, *const iovec, Descs, usize, fi_addr_t, u64, u64, Ctx) -> isize = FI_ENOSYS;
-    rma_writemsg(Ep, *const fi_msg_rma, u64) -> isize = FI_ENOSYS;
-    rma_inject(Ep, Buf, usize, fi_addr_t, u64, u64) -> isize = FI_ENOSYS;
-    rma_writedata(Ep, Buf, usize, Desc, u64, fi_addr_t, u64, u64, Ctx) -> isize = FI_ENOSYS;
-    rma_injectdata(Ep, Buf, usize, u64, fi_addr_t, u64, u64) -> isize = FI_ENOSYS;
+#[allow(clippy::too_many_arguments)]
+fn post(
+    ep: Ep,
+    write: bool,
+    buf: FiResult<IovBuffer>,
+    dest: fi_addr_t,
+    addr: u64,
+    key: u64,
+    data: Option<u64>,
+    context: Ctx,
+    flags: Option<u64>,
+    inject: bool,
+) -> isize {
+    run(ep, |e| {
+        e.rma(Rma {
+            write,
+            buf: buf?,
+            dest,
+            addr,
+            key,
+            data,
+            context,
+            flags,
+            inject,
+        })
+    })
+}
 
-    at_write(Ep, Buf, usize, Desc, fi_addr_t, u64, u64, fi_datatype, fi_op, Ctx) -> isize = FI_ENOSYS;
-    at_writev(Ep, *const fi_ioc, Descs, usize, fi_addr_t, u64, u64, fi_datatype, fi_op, Ctx) -> isize = FI_ENOSYS;
-    at_writemsg(Ep, *const fi_msg_atomic, u64) -> isize = FI_ENOSYS;
-    at_inject(Ep, Buf, usize, fi_addr_t, u64, u64, fi_datatype, fi_op) -> isize = FI_ENOSYS;
-    at_readwrite(Ep, Buf, usize, Desc, *mut c_void, Desc, fi_addr_t, u64, u64, fi_datatype, fi_op, Ctx) -> isize = FI_ENOSYS;
-    at_readwritev(Ep, *const fi_ioc, Descs, usize, *mut fi_ioc, Descs, usize, fi_addr_t, u64, u64, fi_datatype, fi_op, Ctx) -> isize = FI_ENOSYS;
-    at_readwritemsg(Ep, *const fi_msg_atomic, *mut fi_ioc, Descs, usize, u64) -> isize = FI_ENOSYS;
-    at_compwrite(Ep, Buf, usize, Desc, Buf, Desc, *mut c_void, Desc, fi_addr_t, u64, u64, fi_datatype, fi_op, Ctx) -> isize = FI_ENOSYS;
-    at_compwritev(Ep, *const fi_ioc, Descs, usize, *const fi_ioc, Descs, usize, *mut fi_ioc, Descs, usize, fi_addr_t, u64, u64, fi_datatype, fi_op, Ctx) -> isize = FI_ENOSYS;
-    at_compwritemsg(Ep, *const fi_msg_atomic, *const fi_ioc, Descs, usize, *mut fi_ioc, Descs, usize, u64) -> isize = FI_ENOSYS;
-    at_writevalid(Ep, fi_datatype, fi_op, *mut usize) -> c_int = FI_ENOSYS;
-    at_readwritevalid(Ep, fi_datatype, fi_op, *mut usize) -> c_int = FI_ENOSYS;
-    at_compwritevalid(Ep, fi_datatype, fi_op, *mut usize) -> c_int = FI_ENOSYS;
+/// The one target iovec a message describes (the provider takes exactly one).
+fn rma_msg(msg: *const fi_msg_rma) -> FiResult<(fi_msg_rma, fi_rma_iov)> {
+    // SAFETY: msg is NULL or a valid fi_msg_rma for the duration of the call.
+    let m = unsafe { msg.as_ref() }.ok_or(FI_EINVAL)?;
+    if m.rma_iov_count != 1 || m.rma_iov.is_null() {
+        return Err(FI_EINVAL);
+    }
+    // SAFETY: rma_iov holds rma_iov_count (1) entries.
+    let r = unsafe { *m.rma_iov };
+    Ok((*m, r))
+}
+
+#[allow(clippy::too_many_arguments)]
+extern "C" fn rma_read(
+    ep: Ep,
+    buf: *mut c_void,
+    len: usize,
+    _desc: Desc,
+    src: fi_addr_t,
+    addr: u64,
+    key: u64,
+    context: Ctx,
+) -> isize {
+    post(
+        ep,
+        false,
+        IovBuffer::single(buf, len),
+        src,
+        addr,
+        key,
+        None,
+        context,
+        None,
+        false,
+    )
+}
+
+#[allow(clippy::too_many_arguments)]
+extern "C" fn rma_readv(
+    ep: Ep,
+    iov: *const iovec,
+    _desc: Descs,
+    count: usize,
+    src: fi_addr_t,
+    addr: u64,
+    key: u64,
+    context: Ctx,
+) -> isize {
+    post(
+        ep,
+        false,
+        iov_buffer(iov, count),
+        src,
+        addr,
+        key,
+        None,
+        context,
+        None,
+        false,
+    )
+}
+
+extern "C" fn rma_readmsg(ep: Ep, msg: *const fi_msg_rma, flags: u64) -> isize {
+    let (m, r) = match rma_msg(msg) {
+        Ok(x) => x,
+        Err(e) => return -(e as isize),
+    };
+    let buf = iov_buffer(m.msg_iov, m.iov_count).and_then(|b| {
+        if b.len_bytes() == r.len {
+            Ok(b)
+        } else {
+            Err(FI_EINVAL)
+        }
+    });
+    post(
+        ep,
+        false,
+        buf,
+        m.addr,
+        r.addr,
+        r.key,
+        None,
+        m.context,
+        Some(flags),
+        false,
+    )
+}
+
+#[allow(clippy::too_many_arguments)]
+extern "C" fn rma_write(
+    ep: Ep,
+    buf: Buf,
+    len: usize,
+    _desc: Desc,
+    dest: fi_addr_t,
+    addr: u64,
+    key: u64,
+    context: Ctx,
+) -> isize {
+    post(
+        ep,
+        true,
+        IovBuffer::single(buf, len),
+        dest,
+        addr,
+        key,
+        None,
+        context,
+        None,
+        false,
+    )
+}
+
+#[allow(clippy::too_many_arguments)]
+extern "C" fn rma_writev(
+    ep: Ep,
+    iov: *const iovec,
+    _desc: Descs,
+    count: usize,
+    dest: fi_addr_t,
+    addr: u64,
+    key: u64,
+    context: Ctx,
+) -> isize {
+    post(
+        ep,
+        true,
+        iov_buffer(iov, count),
+        dest,
+        addr,
+        key,
+        None,
+        context,
+        None,
+        false,
+    )
+}
+
+extern "C" fn rma_writemsg(ep: Ep, msg: *const fi_msg_rma, flags: u64) -> isize {
+    let (m, r) = match rma_msg(msg) {
+        Ok(x) => x,
+        Err(e) => return -(e as isize),
+    };
+    let buf = iov_buffer(m.msg_iov, m.iov_count).and_then(|b| {
+        if b.len_bytes() == r.len {
+            Ok(b)
+        } else {
+            Err(FI_EINVAL)
+        }
+    });
+    let data = (flags & FI_REMOTE_CQ_DATA as u64 != 0).then_some(m.data);
+    let inject = flags & FI_INJECT as u64 != 0;
+    post(
+        ep,
+        true,
+        buf,
+        m.addr,
+        r.addr,
+        r.key,
+        data,
+        m.context,
+        Some(flags),
+        inject,
+    )
+}
+
+extern "C" fn rma_inject(
+    ep: Ep,
+    buf: Buf,
+    len: usize,
+    dest: fi_addr_t,
+    addr: u64,
+    key: u64,
+) -> isize {
+    post(
+        ep,
+        true,
+        IovBuffer::single(buf, len),
+        dest,
+        addr,
+        key,
+        None,
+        std::ptr::null_mut(),
+        None,
+        true,
+    )
+}
+
+#[allow(clippy::too_many_arguments)]
+extern "C" fn rma_writedata(
+    ep: Ep,
+    buf: Buf,
+    len: usize,
+    _desc: Desc,
+    data: u64,
+    dest: fi_addr_t,
+    addr: u64,
+    key: u64,
+    context: Ctx,
+) -> isize {
+    post(
+        ep,
+        true,
+        IovBuffer::single(buf, len),
+        dest,
+        addr,
+        key,
+        Some(data),
+        context,
+        None,
+        false,
+    )
+}
+
+#[allow(clippy::too_many_arguments)]
+extern "C" fn rma_injectdata(
+    ep: Ep,
+    buf: Buf,
+    len: usize,
+    data: u64,
+    dest: fi_addr_t,
+    addr: u64,
+    key: u64,
+) -> isize {
+    post(
+        ep,
+        true,
+        IovBuffer::single(buf, len),
+        dest,
+        addr,
+        key,
+        Some(data),
+        std::ptr::null_mut(),
+        None,
+        true,
+    )
 }
 
 pub(crate) static RMA_OPS: fi_ops_rma = fi_ops_rma {
@@ -49,21 +291,4 @@ pub(crate) static RMA_OPS: fi_ops_rma = fi_ops_rma {
     inject: Some(rma_inject),
     writedata: Some(rma_writedata),
     injectdata: Some(rma_injectdata),
-};
-
-pub(crate) static ATOMIC_OPS: fi_ops_atomic = fi_ops_atomic {
-    size: std::mem::size_of::<fi_ops_atomic>(),
-    write: Some(at_write),
-    writev: Some(at_writev),
-    writemsg: Some(at_writemsg),
-    inject: Some(at_inject),
-    readwrite: Some(at_readwrite),
-    readwritev: Some(at_readwritev),
-    readwritemsg: Some(at_readwritemsg),
-    compwrite: Some(at_compwrite),
-    compwritev: Some(at_compwritev),
-    compwritemsg: Some(at_compwritemsg),
-    writevalid: Some(at_writevalid),
-    readwritevalid: Some(at_readwritevalid),
-    compwritevalid: Some(at_compwritevalid),
 };

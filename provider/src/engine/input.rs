@@ -83,7 +83,7 @@ impl Engine {
             // Later packets must agree with the length the first one set.
             if let Some(inb) = self.peers[p].inbound.get(&s.message_id) {
                 let payload_len = (body.len() - SesRequestRepr::LEN) as u64;
-                if s.buffer_offset + payload_len > inb.header.len {
+                if Self::message_offset(s) + payload_len > inb.header.len {
                     self.stats.malformed += 1;
                     return;
                 }
@@ -94,7 +94,8 @@ impl Engine {
                 .rx
                 .as_ref()
                 .is_some_and(|rx| rx.classify(req.psn) == Arrival::New);
-            if new && payload_len > 0 && !self.stage_has_room(p, s, payload_len) {
+            let send = matches!(s.opcode(), Ok(SesOpcode::Send | SesOpcode::TaggedSend));
+            if new && send && payload_len > 0 && !self.stage_has_room(p, s, payload_len) {
                 // Backpressure: the sender resends later, without counting
                 // it against the peer (NACK 0x07).
                 self.stats.backpressure += 1;
@@ -163,8 +164,8 @@ impl Engine {
     }
 
     pub(super) fn request_is_sane(&self, s: &SesRequestRepr, payload_len: usize) -> bool {
-        matches!(s.opcode(), Ok(SesOpcode::Send | SesOpcode::TaggedSend))
-            && s.buffer_offset
+        Self::carries_known_opcode(s)
+            && Self::message_offset(s)
                 .checked_add(payload_len as u64)
                 .is_some_and(|end| end <= s.request_length as u64)
             && s.request_length as usize <= Config::MAX_MSG_SIZE
@@ -252,6 +253,9 @@ impl Engine {
     }
 
     pub(super) fn on_ses_request(&mut self, p: usize, s: &SesRequestRepr, payload: &[u8]) {
+        if self.on_rma_request(p, s, payload) {
+            return;
+        }
         self.ensure_inbound(p, s);
         let peer = &mut self.peers[p];
         let id = s.message_id;
@@ -267,7 +271,11 @@ impl Engine {
         // as unexpected until the application posts one.
         if inb.complete() && inb.header.want_response {
             let len = inb.header.len.min(u32::MAX as u64) as u32;
-            peer.queue.push_back(TxItem::Response { msg_id: id, len });
+            peer.queue.push_back(TxItem::Response {
+                msg_id: id,
+                len,
+                code: 0,
+            });
             self.mark_ready(p);
         }
         self.match_in_order(p);
@@ -275,6 +283,9 @@ impl Engine {
     }
 
     pub(super) fn on_ses_response(&mut self, p: usize, r: &SesResponseRepr) {
+        if self.on_rma_response(p, r) {
+            return;
+        }
         let peer = &mut self.peers[p];
         let Some(m) = peer.messages.get_mut(&r.message_id) else {
             return;

@@ -41,11 +41,23 @@ impl Engine {
                 Some(inb) if inb.seq == seq && matches!(inb.state, InboundState::Staged(_)) => {
                     inb.header
                 }
+                // RMA takes its turn in the sender's message order but
+                // matches no receive.
+                Some(inb) if inb.seq == seq && matches!(inb.state, InboundState::Rma(_)) => {
+                    peer.next_match_seq += 1;
+                    if inb.complete() {
+                        peer.inbound.remove(&id);
+                    }
+                    continue;
+                }
                 _ => return,
             };
             peer.next_match_seq += 1;
             let src = peer.addr;
-            match self.posted.take_match(src, header.tagged, header.tag) {
+            match self
+                .posted
+                .take_match_len(src, header.tagged, header.tag, header.len)
+            {
                 Some(recv) => self.bind_receive(p, id, recv),
                 None => {
                     if let Some(inb) = self.peers[p].inbound.get_mut(&id) {

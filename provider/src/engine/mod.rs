@@ -22,6 +22,7 @@ mod input;
 mod matching;
 mod output;
 mod post;
+mod rma;
 mod timers;
 
 use std::sync::Arc;
@@ -162,7 +163,12 @@ enum ControlOut {
 
 enum TxItem {
     Message(u16),
-    Response { msg_id: u16, len: u32 },
+    /// An SES response; `code` 0 = success, else an RMA access error.
+    Response {
+        msg_id: u16,
+        len: u32,
+        code: u8,
+    },
 }
 
 struct Peer {
@@ -258,6 +264,10 @@ pub struct Engine {
     /// port in the SES `initiator` field, because they may leave from
     /// another source port (entropy); see `canonical_source`.
     local: SocketAddr,
+    /// Memory peers may access with RMA (none: every access is refused).
+    regions: Option<std::sync::Arc<dyn MemoryRegions>>,
+    /// Reads this endpoint initiated, by (peer, read request message ID).
+    reads: HashMap<(usize, u16), rma::PendingRead>,
 }
 
 impl Engine {
@@ -296,6 +306,8 @@ impl Engine {
             ack_scratch: AckOutcome::default(),
             stats: Stats::default(),
             local,
+            regions: None,
+            reads: HashMap::new(),
         }
     }
 

@@ -103,7 +103,9 @@ impl Engine {
             return None;
         }
         let (kind, last_of_item) = match *peer.queue.front()? {
-            TxItem::Response { msg_id, len } => (SlotKind::Response { msg_id, len }, true),
+            TxItem::Response { msg_id, len, code } => {
+                (SlotKind::Response { msg_id, len, code }, true)
+            }
             TxItem::Message(id) => {
                 let Some(m) = peer.messages.get_mut(&id) else {
                     peer.queue.pop_front();
@@ -211,7 +213,7 @@ fn build_packet(
                 (true, Some(d)) => d,
                 _ => ((len as u64 & 0x3fff) << 32) | (offset & 0xffff_ffff),
             };
-            SesRequestRepr {
+            let mut ses = SesRequestRepr {
                 opcode: if m.tagged {
                     SesOpcode::TaggedSend as u8
                 } else {
@@ -226,17 +228,20 @@ fn build_packet(
                 // Our canonical port: the source port may be an entropy one.
                 initiator: initiator as u32,
                 ..SesRequestRepr::default()
+            };
+            if let Some(r) = &m.rma {
+                r.describe(&mut ses, offset);
             }
-            .emit(body);
+            ses.emit(body);
             let start = SesRequestRepr::LEN;
             m.payload
                 .read_at(offset as usize, &mut body[start..start + len as usize]);
             DATA_HEADERS + len as usize
         }
-        SlotKind::Response { msg_id, len } => {
+        SlotKind::Response { msg_id, len, code } => {
             SesResponseRepr {
                 opcode: SesOpcode::Response as u8,
-                return_code: 0,
+                return_code: code,
                 message_id: msg_id,
                 job_id: 0,
                 modified_length: len,

@@ -55,6 +55,7 @@ impl Engine {
                 unacked_packets: 0,
                 completed,
                 delivered: false,
+                rma: None,
             },
         );
         peer.queue.push_back(TxItem::Message(id));
@@ -67,12 +68,30 @@ impl Engine {
         if probe.peek || probe.claim || probe.discard {
             return self.probe(op);
         }
-        let found = self.unexpected.iter().position(|u| u.matches(&op));
-        match found.and_then(|i| self.unexpected.remove(i)) {
-            Some(u) => self.bind_receive(u.peer, u.msg_id, op),
-            None if self.posted.len() >= Config::QUEUE_DEPTH => return Err(Error::Again),
-            None => self.posted.push(op),
+        let mut op = op;
+        loop {
+            let found = self.unexpected.iter().position(|u| u.matches(&op));
+            let Some(u) = found.and_then(|i| self.unexpected.remove(i)) else {
+                break;
+            };
+            // A multi-receive buffer takes every waiting message it has
+            // room for and stays posted with the rest.
+            let len = self.peers[u.peer]
+                .inbound
+                .get(&u.msg_id)
+                .map(|m| m.header.len);
+            match len.and_then(|l| op.carve(l)) {
+                Some(piece) => self.bind_receive(u.peer, u.msg_id, piece),
+                None => {
+                    self.bind_receive(u.peer, u.msg_id, op);
+                    return Ok(());
+                }
+            }
         }
+        if self.posted.len() >= Config::QUEUE_DEPTH {
+            return Err(Error::Again);
+        }
+        self.posted.push(op);
         Ok(())
     }
 

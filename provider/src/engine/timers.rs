@@ -156,9 +156,10 @@ impl Engine {
             if !m.completed {
                 self.completions.push_back(Completion {
                     error: Some(CompletionError::PeerUnreachable),
-                    ..Completion::send(m.context, m.tagged, 0)
+                    ..Self::op_completion(&m)
                 });
             }
         }
+        self.fail_reads(p);
     }
 }

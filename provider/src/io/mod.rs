@@ -238,6 +238,22 @@ impl Endpoint {
         Ok(())
     }
 
+    /// Post an RMA write or read and push its first packets out at once.
+    pub fn rma(&mut self, op: crate::ops::RmaOp) -> Result<()> {
+        if op.dest.is_ipv4() != self.local.is_ipv4() {
+            return Err(Error::Unreachable(op.dest));
+        }
+        let now = self.now();
+        self.engine.post_rma(now, op)?;
+        self.flush(now);
+        Ok(())
+    }
+
+    /// Memory peers may access with RMA.
+    pub fn set_memory_regions(&mut self, regions: std::sync::Arc<dyn crate::ops::MemoryRegions>) {
+        self.engine.set_memory_regions(regions);
+    }
+
     /// Post a receive buffer (or a peek/claim/discard request).
     pub fn recv(&mut self, op: RecvOp) -> Result<()> {
         let now = self.now();
@@ -259,6 +275,26 @@ impl Endpoint {
     /// True when completions are waiting to be read.
     pub fn has_completions(&self) -> bool {
         self.engine.has_completions()
+    }
+
+    /// Descriptors that become readable when a datagram arrives, for callers
+    /// that sleep in poll/epoll between progress calls.
+    pub fn wait_fds(&self) -> Vec<std::os::fd::RawFd> {
+        use std::os::fd::AsRawFd;
+        self.sockets.iter().map(|s| s.as_raw_fd()).collect()
+    }
+
+    /// How long a caller may sleep before the engine needs a progress call
+    /// even without input: zero when a transmit is pending, the time to the
+    /// next timer otherwise, `None` when nothing is armed.
+    pub fn idle_budget(&self) -> Option<std::time::Duration> {
+        if self.stalled.is_some() || self.engine.has_completions() {
+            return Some(std::time::Duration::ZERO);
+        }
+        let now = self.now();
+        self.engine
+            .next_timeout()
+            .map(|t| std::time::Duration::from_nanos(t.saturating_sub(now)))
     }
 
     /// Move packets and fire timers. Returns true when anything happened.

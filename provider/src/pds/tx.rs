@@ -13,7 +13,7 @@ pub enum SlotKind {
     /// A slice of an outgoing message.
     Data { msg_id: u16, offset: u64, len: u32 },
     /// An SES response for a message the peer sent us.
-    Response { msg_id: u16, len: u32 },
+    Response { msg_id: u16, len: u32, code: u8 },
 }
 
 #[derive(Clone, Copy, Debug)]

@@ -154,6 +154,26 @@ impl PostedQueues {
         Some(posted.recv)
     }
 
+    /// Like [`take_match`](Self::take_match) for a message of `len` bytes: a
+    /// multi-receive buffer gives up a piece and stays posted.
+    pub fn take_match_len(
+        &mut self,
+        src: SocketAddr,
+        tagged: bool,
+        tag: u64,
+        len: u64,
+    ) -> Option<RecvOp> {
+        // FI_MULTI_RECV buffers are untagged receives (fi_recvmsg).
+        if tagged {
+            return self.take_match(src, tagged, tag);
+        }
+        let i = self.msg.iter().position(|r| accepts(r, src, false, tag))?;
+        if let Some(piece) = self.msg[i].carve(len) {
+            return Some(piece);
+        }
+        self.msg.remove(i)
+    }
+
     /// Remove the receive posted with `context` (fi_cancel).
     pub fn take_context(&mut self, context: Context) -> Option<RecvOp> {
         if let Some(i) = self.msg.iter().position(|r| r.context == context) {
@@ -176,6 +196,25 @@ impl PostedQueues {
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+}
+
+impl RecvOp {
+    /// A receive for the first `len` bytes of this one's buffer, when the
+    /// buffer is a multi-receive buffer with room to spare (see
+    /// [`crate::ops::MsgBuffer::split_front`]).
+    pub fn carve(&mut self, len: u64) -> Option<RecvOp> {
+        let buffer = self.buffer.split_front(usize::try_from(len).ok()?)?;
+        Some(RecvOp {
+            src: self.src,
+            tagged: self.tagged,
+            tag: self.tag,
+            ignore: self.ignore,
+            buffer,
+            context: self.context,
+            signal: self.signal,
+            probe: self.probe,
+        })
     }
 }
 
@@ -202,7 +241,7 @@ impl Unexpected {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ops::ProbeFlags;
+    use crate::ops::{MsgBuffer, ProbeFlags};
 
     fn recv(tagged: bool, tag: u64, ignore: u64, src: Option<SocketAddr>, context: u64) -> RecvOp {
         RecvOp {
@@ -215,6 +254,53 @@ mod tests {
             signal: true,
             probe: ProbeFlags::default(),
         }
+    }
+
+    /// A buffer that gives away pieces of `room` bytes while at least
+    /// `min` would remain.
+    struct Pieces {
+        room: usize,
+        min: usize,
+    }
+
+    impl MsgBuffer for Pieces {
+        fn len(&self) -> usize {
+            self.room
+        }
+        fn read_at(&self, _: usize, _: &mut [u8]) {}
+        fn write_at(&mut self, _: usize, _: &[u8]) {}
+        fn split_front(&mut self, len: usize) -> Option<Box<dyn MsgBuffer>> {
+            if len > self.room || self.room - len < self.min {
+                return None;
+            }
+            self.room -= len;
+            Some(Box::new(vec![0u8; len]))
+        }
+    }
+
+    #[test]
+    fn multi_receive_buffer_stays_posted_until_used_up() {
+        let a: SocketAddr = "127.0.0.1:1".parse().unwrap();
+        let mut q = PostedQueues::default();
+        let mut multi = recv(false, 0, 0, None, 9);
+        multi.buffer = Box::new(Pieces {
+            room: 1000,
+            min: 200,
+        });
+        q.push(multi);
+        q.push(recv(false, 0, 0, None, 10));
+        let first = q.take_match_len(a, false, 0, 300).unwrap();
+        assert_eq!((first.context, first.buffer.len()), (9, 300));
+        let second = q.take_match_len(a, false, 0, 300).unwrap();
+        assert_eq!((second.context, second.buffer.len()), (9, 300));
+        // 400 left, 300 more would leave less than 200: the rest goes whole.
+        let last = q.take_match_len(a, false, 0, 300).unwrap();
+        assert_eq!((last.context, last.buffer.len()), (9, 400));
+        assert_eq!(
+            q.take_match_len(a, false, 0, 1).map(|r| r.context),
+            Some(10)
+        );
+        assert!(q.is_empty());
     }
 
     #[test]

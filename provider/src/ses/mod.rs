@@ -6,6 +6,7 @@
 //! arrive in any order; until a message is matched its payload is staged,
 //! afterwards it is written straight into the application's buffer.
 
+pub mod atomic;
 pub mod matching;
 
 pub use matching::{tag_matches, PostedQueues, Unexpected};
@@ -43,6 +44,27 @@ pub struct TxMessage {
     pub completed: bool,
     /// The peer's SES response arrived (delivery complete).
     pub delivered: bool,
+    /// RMA write, read request or read data (`None` for messages).
+    pub rma: Option<RmaTx>,
+}
+
+/// How an RMA packet differs from a message packet (see `engine/rma.rs`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RmaTx {
+    /// Write to `addr` under `key`.
+    Write { addr: u64, key: u64 },
+    /// Read request for `len` bytes at `addr` under `key` (no payload).
+    Read { addr: u64, key: u64, len: u64 },
+    /// Data answering the peer's read request `read_id`.
+    ReadData { read_id: u16 },
+    /// Atomic at `addr` under `key`: `code` = op << 8 | datatype; `fetch`
+    /// for fetching and compare atomics (answered with the old values).
+    Atomic {
+        addr: u64,
+        key: u64,
+        code: u16,
+        fetch: bool,
+    },
 }
 
 impl TxMessage {
@@ -74,6 +96,10 @@ pub enum InboundState {
     Posted(RecvOp),
     /// The application discarded it (FI_DISCARD): payload is dropped.
     Discard,
+    /// An RMA write into registered memory, or the data of a read this
+    /// endpoint asked for: placed into that memory (`None`: the access was
+    /// refused, payload is dropped). Never matched against receives.
+    Rma(Option<Box<dyn crate::ops::MsgBuffer>>),
 }
 
 /// An incoming message being received.
@@ -132,7 +158,13 @@ impl Inbound {
                 write_clipped(recv, offset, data);
                 0
             }
-            InboundState::Discard => 0,
+            InboundState::Rma(Some(mem)) => {
+                if offset as usize + data.len() <= mem.len() {
+                    mem.write_at(offset as usize, data);
+                }
+                0
+            }
+            InboundState::Rma(None) | InboundState::Discard => 0,
         }
     }
 }

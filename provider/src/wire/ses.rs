@@ -206,6 +206,8 @@ pub enum SesOpcode {
     MessageError = 0x0F,
     /// Response opcode: the message was delivered (or discarded) at the target.
     Response = 0x10,
+    /// Data returned for a read (the target's response with data).
+    ReadResponse = 0x11,
 }
 
 impl SesOpcode {
@@ -248,6 +250,7 @@ impl SesOpcode {
             0x0B => DeferrableTaggedSend,
             0x0F => MessageError,
             0x10 => Response,
+            0x11 => ReadResponse,
             other => return Err(WireError::UnknownOpcode(other)),
         })
     }

@@ -1,0 +1,1157 @@
+/*
+ * uet_surface: functional tests of the libfabric surface beyond messaging
+ * (counters, wait objects, blocking reads, fi_trywait, FI_GETWAIT, several
+ * threads on one endpoint), through the public fi_* API only.
+ *
+ *   uet_surface [-p prov] [-t substring] [-l]
+ *
+ * Each test prints PASS/FAIL; the last line is "N passed, N failed".
+ * Every test sets up two endpoints A and B in one domain (one AV) and
+ * closes everything it opened, pass or fail.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <rdma/fabric.h>
+#include <rdma/fi_cm.h>
+#include <rdma/fi_domain.h>
+#include <rdma/fi_endpoint.h>
+#include <rdma/fi_eq.h>
+#include <rdma/fi_errno.h>
+#include <rdma/fi_rma.h>
+#include <rdma/fi_atomic.h>
+#include <rdma/fi_tagged.h>
+
+#define API_VERSION FI_VERSION(1, 17)
+/* Bound on every wait: turns a hang into a FAIL; nothing is timed. */
+#define WAIT_MS 20000
+
+static const char *prov = "uet";
+static jmp_buf fail_jmp;
+static char fail_msg[512];
+
+static void fail(int line, const char *fmt, ...) __attribute__((format(printf, 2, 3), noreturn));
+static void fail(int line, const char *fmt, ...)
+{
+	va_list ap;
+	int n = snprintf(fail_msg, sizeof fail_msg, "line %d: ", line);
+
+	va_start(ap, fmt);
+	vsnprintf(fail_msg + n, sizeof fail_msg - n, fmt, ap);
+	va_end(ap);
+	longjmp(fail_jmp, 1);
+}
+
+#define CHECK(cond, ...) do { if (!(cond)) fail(__LINE__, __VA_ARGS__); } while (0)
+#define CHECK_RC(call) do { long rc_ = (long)(call); \
+	CHECK(rc_ == 0, "%s = %ld (%s)", #call, rc_, fi_strerror((int)-rc_)); } while (0)
+
+static double now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+/* What one test opened; teardown closes whatever is set. */
+static struct env {
+	struct fi_info *info;
+	struct fid_fabric *fabric;
+	struct fid_domain *domain;
+	struct fid_av *av;
+	struct fid_ep *ep[2];
+	struct fid_cq *cq[2];
+	struct fid_cntr *cntr[4];
+	struct fid_eq *eq;
+	fi_addr_t addr[2];
+} E;
+
+/* Progress model the next open_domain asks for (reset by teardown). */
+static enum fi_progress want_progress;
+/* Capabilities beyond FI_MSG|FI_TAGGED the next open_domain asks for. */
+static uint64_t want_caps;
+/* MR modes the next open_domain supports. */
+static int want_mr_mode;
+
+static void teardown(void)
+{
+	int i;
+
+	for (i = 0; i < 2; i++)
+		if (E.ep[i])
+			fi_close(&E.ep[i]->fid);
+	for (i = 0; i < 2; i++)
+		if (E.cq[i])
+			fi_close(&E.cq[i]->fid);
+	for (i = 0; i < 4; i++)
+		if (E.cntr[i])
+			fi_close(&E.cntr[i]->fid);
+	if (E.eq)
+		fi_close(&E.eq->fid);
+	if (E.av)
+		fi_close(&E.av->fid);
+	if (E.domain)
+		fi_close(&E.domain->fid);
+	if (E.fabric)
+		fi_close(&E.fabric->fid);
+	if (E.info)
+		fi_freeinfo(E.info);
+	memset(&E, 0, sizeof E);
+	want_progress = FI_PROGRESS_UNSPEC;
+	want_caps = 0;
+	want_mr_mode = 0;
+}
+
+static void open_domain(void)
+{
+	struct fi_info *hints = fi_allocinfo();
+	struct fi_av_attr av_attr = { .type = FI_AV_TABLE, .count = 16 };
+	int rc;
+
+	CHECK(hints, "fi_allocinfo");
+	hints->caps = FI_MSG | FI_TAGGED | want_caps;
+	hints->mode = FI_CONTEXT | FI_CONTEXT2;
+	hints->ep_attr->type = FI_EP_RDM;
+	hints->addr_format = FI_SOCKADDR_IN;
+	hints->fabric_attr->prov_name = strdup(prov);
+	hints->domain_attr->data_progress = want_progress;
+	hints->domain_attr->mr_mode = want_mr_mode;
+	rc = fi_getinfo(API_VERSION, NULL, NULL, 0, hints, &E.info);
+	fi_freeinfo(hints);
+	CHECK_RC(rc);
+	CHECK_RC(fi_fabric(E.info->fabric_attr, &E.fabric, NULL));
+	CHECK_RC(fi_domain(E.fabric, E.info, &E.domain, NULL));
+	CHECK_RC(fi_av_open(E.domain, &av_attr, &E.av, NULL));
+}
+
+static struct fid_cq *open_cq(enum fi_wait_obj wait)
+{
+	struct fi_cq_attr attr = {
+		.size = 1024, .format = FI_CQ_FORMAT_TAGGED, .wait_obj = wait,
+	};
+	struct fid_cq *cq;
+
+	CHECK_RC(fi_cq_open(E.domain, &attr, &cq, NULL));
+	return cq;
+}
+
+static struct fid_cntr *open_cntr(enum fi_wait_obj wait)
+{
+	struct fi_cntr_attr attr = { .events = FI_CNTR_EVENTS_COMP, .wait_obj = wait };
+	struct fid_cntr *c;
+
+	CHECK_RC(fi_cntr_open(E.domain, &attr, &c, NULL));
+	return c;
+}
+
+/* Endpoint i, bound to the AV; the caller binds CQs/counters, then enable(). */
+static void open_ep(int i)
+{
+	CHECK_RC(fi_endpoint(E.domain, E.info, &E.ep[i], NULL));
+	CHECK_RC(fi_ep_bind(E.ep[i], &E.av->fid, 0));
+}
+
+/* Enable both endpoints and insert their names into the AV. */
+static void enable_both(void)
+{
+	int i;
+
+	for (i = 0; i < 2; i++) {
+		char name[64];
+		size_t len = sizeof name;
+
+		CHECK_RC(fi_enable(E.ep[i]));
+		CHECK_RC(fi_getname(&E.ep[i]->fid, name, &len));
+		CHECK(fi_av_insert(E.av, name, 1, &E.addr[i], 0, NULL) == 1, "av_insert");
+	}
+}
+
+/* Both endpoints with their own CQ of wait object `wait`. */
+static void two_eps(enum fi_wait_obj wait)
+{
+	int i;
+
+	open_domain();
+	for (i = 0; i < 2; i++) {
+		open_ep(i);
+		E.cq[i] = open_cq(wait);
+		CHECK_RC(fi_ep_bind(E.ep[i], &E.cq[i]->fid, FI_TRANSMIT | FI_RECV));
+	}
+	enable_both();
+}
+
+/* Retry a post while it answers -FI_EAGAIN, progressing through `cq`. */
+static void post(ssize_t (*fn)(void *), void *arg, struct fid_cq *cq)
+{
+	double end = now_s() + WAIT_MS / 1000.0;
+	ssize_t rc;
+
+	while ((rc = fn(arg)) == -FI_EAGAIN) {
+		struct fi_cq_tagged_entry e;
+
+		CHECK(now_s() < end, "post stayed -FI_EAGAIN");
+		if (cq)
+			(void)fi_cq_read(cq, &e, 0);
+	}
+	CHECK(rc == 0, "post: %zd (%s)", rc, fi_strerror((int)-rc));
+}
+
+struct msg { int ep; void *buf; size_t len; fi_addr_t to; void *ctx; int inject; };
+
+static ssize_t do_send(void *p)
+{
+	struct msg *m = p;
+
+	if (m->inject)
+		return fi_inject(E.ep[m->ep], m->buf, m->len, m->to);
+	return fi_send(E.ep[m->ep], m->buf, m->len, NULL, m->to, m->ctx);
+}
+
+static ssize_t do_recv(void *p)
+{
+	struct msg *m = p;
+
+	return fi_recv(E.ep[m->ep], m->buf, m->len, NULL, FI_ADDR_UNSPEC, m->ctx);
+}
+
+static void send_msg(int from, int to, void *buf, size_t len, void *ctx, int inject)
+{
+	struct msg m = { from, buf, len, E.addr[to], ctx, inject };
+
+	post(do_send, &m, E.cq[from]);
+}
+
+static void recv_msg(int ep, void *buf, size_t len, void *ctx)
+{
+	struct msg m = { ep, buf, len, 0, ctx, 0 };
+
+	post(do_recv, &m, E.cq[ep]);
+}
+
+/* Blocking read of one successful entry with the given context. */
+static struct fi_cq_tagged_entry sread_one(struct fid_cq *cq, void *ctx)
+{
+	struct fi_cq_tagged_entry e;
+	ssize_t n = fi_cq_sread(cq, &e, 1, NULL, WAIT_MS);
+
+	if (n == -FI_EAVAIL) {
+		struct fi_cq_err_entry err = { 0 };
+
+		(void)fi_cq_readerr(cq, &err, 0);
+		fail(__LINE__, "error entry: %s, context %p, flags 0x%llx", fi_strerror(err.err),
+		     err.op_context, (unsigned long long)err.flags);
+	}
+	CHECK(n == 1, "fi_cq_sread = %zd (%s)", n, fi_strerror((int)-n));
+	CHECK(e.op_context == ctx, "context %p, want %p", e.op_context, ctx);
+	return e;
+}
+
+/* Counter wait that also progresses the other side. */
+static void cntr_wait(struct fid_cntr *c, uint64_t threshold)
+{
+	int rc = fi_cntr_wait(c, threshold, WAIT_MS);
+
+	CHECK(rc == 0, "fi_cntr_wait(%llu) = %d (%s), value %llu",
+	      (unsigned long long)threshold, rc, fi_strerror(-rc),
+	      (unsigned long long)fi_cntr_read(c));
+}
+
+/* ------------------------------------------------------------------ */
+
+static void t_cntr_ops(void)
+{
+	struct fid_cntr *c;
+
+	open_domain();
+	c = E.cntr[0] = open_cntr(FI_WAIT_UNSPEC);
+	CHECK(fi_cntr_read(c) == 0 && fi_cntr_readerr(c) == 0, "fresh counter not zero");
+	CHECK_RC(fi_cntr_add(c, 5));
+	CHECK_RC(fi_cntr_add(c, 2));
+	CHECK(fi_cntr_read(c) == 7, "add: %llu", (unsigned long long)fi_cntr_read(c));
+	CHECK_RC(fi_cntr_set(c, 100));
+	CHECK(fi_cntr_read(c) == 100, "set");
+	CHECK_RC(fi_cntr_adderr(c, 3));
+	CHECK(fi_cntr_readerr(c) == 3, "adderr");
+	CHECK_RC(fi_cntr_seterr(c, 1));
+	CHECK(fi_cntr_readerr(c) == 1, "seterr");
+	CHECK(fi_cntr_read(c) == 100, "errors changed the value");
+	CHECK_RC(fi_cntr_wait(c, 100, 0));
+	CHECK(fi_cntr_wait(c, 101, 50) == -FI_ETIMEDOUT, "wait past value did not time out");
+}
+
+/* FI_SEND / FI_RECV counters count every operation, signalled or not;
+ * the CQ still gets the signalled ones. */
+static void t_cntr_msg(void)
+{
+	char out[8][64], in[8][64];
+	int ctx[8], i;
+	struct fi_cq_tagged_entry e;
+
+	open_domain();
+	E.cntr[0] = open_cntr(FI_WAIT_UNSPEC);	/* A sends */
+	E.cntr[1] = open_cntr(FI_WAIT_UNSPEC);	/* B receives */
+	for (i = 0; i < 2; i++) {
+		open_ep(i);
+		E.cq[i] = open_cq(FI_WAIT_NONE);
+		CHECK_RC(fi_ep_bind(E.ep[i], &E.cq[i]->fid, FI_TRANSMIT | FI_RECV));
+	}
+	CHECK(fi_ep_bind(E.ep[0], &E.cntr[0]->fid, 0) == -FI_EINVAL, "bind without flags accepted");
+	CHECK_RC(fi_ep_bind(E.ep[0], &E.cntr[0]->fid, FI_SEND));
+	CHECK_RC(fi_ep_bind(E.ep[1], &E.cntr[1]->fid, FI_RECV));
+	enable_both();
+	for (i = 0; i < 8; i++) {
+		memset(in[i], 0, sizeof in[i]);
+		recv_msg(1, in[i], sizeof in[i], &ctx[i]);
+	}
+	for (i = 0; i < 8; i++) {
+		memset(out[i], 'a' + i, sizeof out[i]);
+		send_msg(0, 1, out[i], sizeof out[i], &ctx[i], i % 2);	/* odd: inject */
+	}
+	cntr_wait(E.cntr[1], 8);
+	cntr_wait(E.cntr[0], 8);
+	CHECK(fi_cntr_readerr(E.cntr[0]) == 0 && fi_cntr_readerr(E.cntr[1]) == 0, "errors counted");
+	for (i = 0; i < 8; i++)
+		CHECK(in[i][0] == 'a' + i && in[i][63] == 'a' + i, "message %d data", i);
+	/* The receive CQ has 8 entries, the send CQ 4 (injects report nothing). */
+	for (i = 0; i < 8; i++) {
+		CHECK(fi_cq_read(E.cq[1], &e, 1) == 1, "recv entry %d missing", i);
+		CHECK(e.op_context == &ctx[i], "recv entry %d context", i);
+	}
+	for (i = 0; i < 4; i++) {
+		CHECK(fi_cq_read(E.cq[0], &e, 1) == 1, "send entry %d missing", i);
+		CHECK(e.op_context == &ctx[2 * i], "send entry %d context", i);
+	}
+	CHECK(fi_cq_read(E.cq[0], &e, 1) == -FI_EAGAIN, "extra send entry");
+}
+
+/* An endpoint bound to counters only (no CQ) works; cancel reaches the
+ * receive through the counter bookkeeping. */
+static void t_cntr_only(void)
+{
+	char out[32] = "counter only", in[32] = { 0 }, spare[32] = { 0 };
+	int i, ctx;
+	struct fi_cq_tagged_entry e;
+
+	open_domain();
+	for (i = 0; i < 2; i++) {
+		E.cntr[2 * i] = open_cntr(FI_WAIT_UNSPEC);
+		E.cntr[2 * i + 1] = open_cntr(FI_WAIT_UNSPEC);
+		open_ep(i);
+		CHECK_RC(fi_ep_bind(E.ep[i], &E.cntr[2 * i]->fid, FI_SEND));
+		CHECK_RC(fi_ep_bind(E.ep[i], &E.cntr[2 * i + 1]->fid, FI_RECV));
+	}
+	/* B also has a CQ for its receives, to see the cancel. */
+	E.cq[1] = open_cq(FI_WAIT_NONE);
+	CHECK_RC(fi_ep_bind(E.ep[1], &E.cq[1]->fid, FI_RECV));
+	enable_both();
+	CHECK_RC(fi_recv(E.ep[1], in, sizeof in, NULL, FI_ADDR_UNSPEC, NULL));
+	CHECK_RC(fi_send(E.ep[0], out, sizeof out, NULL, E.addr[1], NULL));
+	cntr_wait(E.cntr[3], 1);
+	cntr_wait(E.cntr[0], 1);
+	CHECK(strcmp(in, out) == 0, "data");
+	CHECK(fi_cq_read(E.cq[1], &e, 1) == 1 && e.op_context == NULL, "recv entry");
+	CHECK_RC(fi_recv(E.ep[1], spare, sizeof spare, NULL, FI_ADDR_UNSPEC, &ctx));
+	CHECK_RC((int)fi_cancel(&E.ep[1]->fid, &ctx));
+	{
+		struct fi_cq_err_entry err = { 0 };
+		double end = now_s() + WAIT_MS / 1000.0;
+		ssize_t n;
+
+		while ((n = fi_cq_read(E.cq[1], &e, 1)) == -FI_EAGAIN)
+			CHECK(now_s() < end, "no cancel completion");
+		CHECK(n == -FI_EAVAIL, "cancel: read %zd", n);
+		CHECK(fi_cq_readerr(E.cq[1], &err, 0) == 1, "readerr");
+		CHECK(err.err == FI_ECANCELED && err.op_context == &ctx, "cancel entry");
+	}
+	CHECK(fi_cntr_readerr(E.cntr[3]) == 1, "cancel not counted as an error");
+}
+
+struct waiter { struct fid_cntr *c; uint64_t threshold; int rc; };
+
+static void *cntr_waiter(void *p)
+{
+	struct waiter *w = p;
+
+	w->rc = fi_cntr_wait(w->c, w->threshold, WAIT_MS);
+	return NULL;
+}
+
+/* A thread blocked in fi_cntr_wait wakes for another thread's receive. */
+static void t_cntr_wait_thread(void)
+{
+	char out[16] = "wake up", in[16] = { 0 };
+	int ctx;
+	pthread_t th;
+	struct waiter w;
+
+	two_eps(FI_WAIT_NONE);
+	E.cntr[0] = open_cntr(FI_WAIT_UNSPEC);
+	/* Counters bind before enable: reopen B with it. */
+	fi_close(&E.ep[1]->fid);
+	E.ep[1] = NULL;
+	open_ep(1);
+	CHECK_RC(fi_ep_bind(E.ep[1], &E.cq[1]->fid, FI_TRANSMIT | FI_RECV));
+	CHECK_RC(fi_ep_bind(E.ep[1], &E.cntr[0]->fid, FI_RECV));
+	CHECK_RC(fi_enable(E.ep[1]));
+	{
+		char name[64];
+		size_t len = sizeof name;
+
+		CHECK_RC(fi_getname(&E.ep[1]->fid, name, &len));
+		CHECK(fi_av_insert(E.av, name, 1, &E.addr[1], 0, NULL) == 1, "av_insert");
+	}
+	recv_msg(1, in, sizeof in, &ctx);
+	w = (struct waiter){ E.cntr[0], 1, -1 };
+	CHECK(pthread_create(&th, NULL, cntr_waiter, &w) == 0, "pthread_create");
+	send_msg(0, 1, out, sizeof out, &ctx, 0);
+	pthread_join(th, NULL);
+	CHECK(w.rc == 0, "waiter: %d (%s)", w.rc, fi_strerror(-w.rc));
+	CHECK(strcmp(in, out) == 0, "data");
+	/* The sender's CQ entry is still there (progress by the other thread). */
+	(void)sread_one(E.cq[0], &ctx);
+}
+
+/* fi_cq_sread on a FI_WAIT_FD CQ: times out empty, returns data. */
+static void t_cq_sread(void)
+{
+	char out[100], in[100];
+	int sctx, rctx;
+	struct fi_cq_tagged_entry e;
+	ssize_t n;
+
+	two_eps(FI_WAIT_FD);
+	n = fi_cq_sread(E.cq[1], &e, 1, NULL, 30);
+	CHECK(n == -FI_EAGAIN, "empty sread = %zd", n);
+	memset(out, 7, sizeof out);
+	recv_msg(1, in, sizeof in, &rctx);
+	send_msg(0, 1, out, sizeof out, &sctx, 0);
+	e = sread_one(E.cq[1], &rctx);
+	CHECK(e.len == sizeof out && memcmp(in, out, sizeof out) == 0, "data");
+	{
+		fi_addr_t src = 0;
+
+		(void)src;
+		e = sread_one(E.cq[0], &sctx);
+		CHECK(e.flags & FI_SEND, "send flags");
+	}
+	/* fi_cq_signal wakes a blocked reader without an entry. */
+	CHECK_RC(fi_cq_signal(E.cq[1]));
+	n = fi_cq_sread(E.cq[1], &e, 1, NULL, -1);
+	CHECK(n == -FI_EAGAIN, "signalled sread = %zd", n);
+}
+
+/* FI_GETWAIT + fi_trywait + poll(2): the fd becomes readable for a message. */
+static void t_cq_getwait(void)
+{
+	char out[64] = "poll me", in[64] = { 0 };
+	int fd = -1, rctx, sctx, rc;
+	struct fid *fids[1];
+	struct fi_cq_tagged_entry e;
+	double end;
+
+	two_eps(FI_WAIT_FD);
+	CHECK_RC(fi_control(&E.cq[1]->fid, FI_GETWAIT, &fd));
+	CHECK(fd >= 0, "fd %d", fd);
+	fids[0] = &E.cq[1]->fid;
+	recv_msg(1, in, sizeof in, &rctx);
+	CHECK_RC(fi_trywait(E.fabric, fids, 1));
+	send_msg(0, 1, out, sizeof out, &sctx, 0);
+	end = now_s() + WAIT_MS / 1000.0;
+	for (;;) {
+		struct pollfd p = { .fd = fd, .events = POLLIN };
+
+		CHECK(now_s() < end, "no completion through the wait fd");
+		rc = fi_trywait(E.fabric, fids, 1);
+		if (rc == -FI_EAGAIN) {
+			ssize_t n = fi_cq_read(E.cq[1], &e, 1);
+
+			if (n == 1)
+				break;
+			continue;
+		}
+		CHECK(rc == 0, "trywait %d", rc);
+		rc = poll(&p, 1, 1000);
+		CHECK(rc >= 0, "poll: %s", strerror(errno));
+		if (rc > 0) {
+			ssize_t n = fi_cq_read(E.cq[1], &e, 1);
+
+			if (n == 1)
+				break;
+		}
+	}
+	CHECK(e.op_context == &rctx && strcmp(in, out) == 0, "entry/data");
+	(void)sread_one(E.cq[0], &sctx);
+	/* Nothing left: trywait says the application may sleep. */
+	CHECK_RC(fi_trywait(E.fabric, fids, 1));
+}
+
+/* EQ with FI_WAIT_FD: sread sleeps until another thread's fi_eq_write. */
+struct eq_writer { struct fid_eq *eq; };
+
+static void *eq_write_later(void *p)
+{
+	struct eq_writer *w = p;
+	int v = 42;
+
+	usleep(20000);
+	fi_eq_write(w->eq, FI_NOTIFY, &v, sizeof v, 0);
+	return NULL;
+}
+
+static void t_eq_wait(void)
+{
+	struct fi_eq_attr attr = { .size = 16, .wait_obj = FI_WAIT_FD };
+	struct fid *fids[1];
+	uint32_t event = 0;
+	int buf = 0, fd = -1;
+	pthread_t th;
+	struct eq_writer w;
+	ssize_t n;
+
+	open_domain();
+	CHECK_RC(fi_eq_open(E.fabric, &attr, &E.eq, NULL));
+	CHECK_RC(fi_control(&E.eq->fid, FI_GETWAIT, &fd));
+	CHECK(fd >= 0, "fd");
+	fids[0] = &E.eq->fid;
+	CHECK_RC(fi_trywait(E.fabric, fids, 1));
+	CHECK(fi_eq_sread(E.eq, &event, &buf, sizeof buf, 20, 0) == -FI_EAGAIN, "empty sread");
+	w.eq = E.eq;
+	CHECK(pthread_create(&th, NULL, eq_write_later, &w) == 0, "pthread_create");
+	n = fi_eq_sread(E.eq, &event, &buf, sizeof buf, WAIT_MS, 0);
+	pthread_join(th, NULL);
+	CHECK(n == sizeof buf && event == FI_NOTIFY && buf == 42, "sread = %zd", n);
+}
+
+/* Several threads post and poll on one endpoint pair (FI_THREAD_SAFE). */
+#define THREADS 4
+#define PER_THREAD 200
+
+struct worker { int id; int rc; };
+
+static void *pingpong_worker(void *p)
+{
+	struct worker *w = p;
+	int i;
+
+	for (i = 0; i < PER_THREAD; i++) {
+		uint64_t tag = ((uint64_t)w->id << 32) | i, got = ~0ULL;
+		uint64_t val = tag * 3;
+		struct fi_cq_tagged_entry e;
+		ssize_t rc;
+		double end = now_s() + WAIT_MS / 1000.0;
+
+		while ((rc = fi_trecv(E.ep[1], &got, sizeof got, NULL, FI_ADDR_UNSPEC,
+				      tag, 0, &got)) == -FI_EAGAIN)
+			;
+		if (rc) { w->rc = __LINE__; return NULL; }
+		while ((rc = fi_tsend(E.ep[0], &val, sizeof val, NULL, E.addr[1],
+				      tag, &val)) == -FI_EAGAIN)
+			;
+		if (rc) { w->rc = __LINE__; return NULL; }
+		/* Entries are read by whichever thread polls; watch the data
+		 * (placed by any thread's progress) instead. */
+		while (__atomic_load_n(&got, __ATOMIC_ACQUIRE) != val) {
+			if (now_s() > end) { w->rc = __LINE__; return NULL; }
+			(void)fi_cq_read(E.cq[0], &e, 1);
+			(void)fi_cq_read(E.cq[1], &e, 1);
+		}
+	}
+	w->rc = 0;
+	return NULL;
+}
+
+static void t_threads(void)
+{
+	pthread_t th[THREADS];
+	struct worker w[THREADS];
+	int i;
+
+	two_eps(FI_WAIT_NONE);
+	CHECK(E.info->domain_attr->threading == FI_THREAD_SAFE, "threading not FI_THREAD_SAFE");
+	for (i = 0; i < THREADS; i++) {
+		w[i] = (struct worker){ i, -1 };
+		CHECK(pthread_create(&th[i], NULL, pingpong_worker, &w[i]) == 0, "pthread_create");
+	}
+	for (i = 0; i < THREADS; i++)
+		pthread_join(th[i], NULL);
+	for (i = 0; i < THREADS; i++)
+		CHECK(w[i].rc == 0, "worker %d failed at line %d", i, w[i].rc);
+}
+
+/* FI_PROGRESS_AUTO: data moves while the application makes no fi_* call. */
+static void t_auto_progress(void)
+{
+	static char out[200000], in[200000];
+	int sctx, rctx;
+	double end;
+	struct fi_cq_tagged_entry e;
+
+	want_progress = FI_PROGRESS_AUTO;
+	two_eps(FI_WAIT_UNSPEC);
+	CHECK(E.info->domain_attr->data_progress == FI_PROGRESS_AUTO, "progress not AUTO");
+	memset(out, 0x5a, sizeof out);
+	memset(in, 0, sizeof in);
+	recv_msg(1, in, sizeof in, &rctx);
+	send_msg(0, 1, out, sizeof out, &sctx, 0);
+	end = now_s() + WAIT_MS / 1000.0;
+	while (__atomic_load_n(&in[sizeof in - 1], __ATOMIC_ACQUIRE) != 0x5a) {
+		CHECK(now_s() < end, "data did not arrive without application progress");
+		usleep(1000);
+	}
+	CHECK(memcmp(in, out, sizeof in) == 0, "data");
+	/* Completions were queued by the thread: a plain read finds them. */
+	end = now_s() + WAIT_MS / 1000.0;
+	while (fi_cq_read(E.cq[1], &e, 1) != 1)
+		CHECK(now_s() < end, "receive completion missing");
+	CHECK(e.op_context == &rctx, "context");
+	(void)sread_one(E.cq[0], &sctx);
+}
+
+/* FI_MULTI_RECV: messages land back to back in one buffer; the entry of
+ * the message that leaves less than FI_OPT_MIN_MULTI_RECV carries
+ * FI_MULTI_RECV (buffer released). */
+static void t_multi_recv(void)
+{
+	static char big[1000], second[1000], out[4][300];
+	size_t min = 200, got_min = 0, len = sizeof got_min;
+	struct iovec iov = { big, sizeof big };
+	struct fi_msg msg = { .msg_iov = &iov, .iov_count = 1, .addr = FI_ADDR_UNSPEC };
+	int mctx, mctx2, sctx[4], i;
+
+	want_caps = FI_MULTI_RECV;
+	two_eps(FI_WAIT_UNSPEC);
+	CHECK(E.info->caps & FI_MULTI_RECV, "FI_MULTI_RECV not granted");
+	CHECK_RC(fi_setopt(&E.ep[1]->fid, FI_OPT_ENDPOINT, FI_OPT_MIN_MULTI_RECV, &min, sizeof min));
+	CHECK_RC(fi_getopt(&E.ep[1]->fid, FI_OPT_ENDPOINT, FI_OPT_MIN_MULTI_RECV, &got_min, &len));
+	CHECK(got_min == 200 && len == sizeof got_min, "getopt %zu", got_min);
+	msg.context = &mctx;
+	CHECK_RC(fi_recvmsg(E.ep[1], &msg, FI_MULTI_RECV));
+	iov.iov_base = second;
+	msg.context = &mctx2;
+	CHECK_RC(fi_recvmsg(E.ep[1], &msg, FI_MULTI_RECV));
+	for (i = 0; i < 4; i++) {
+		memset(out[i], 'A' + i, sizeof out[i]);
+		send_msg(0, 1, out[i], sizeof out[i], &sctx[i], 0);
+	}
+	for (i = 0; i < 4; i++) {
+		struct fi_cq_tagged_entry e = sread_one(E.cq[1], i < 3 ? &mctx : &mctx2);
+		char *want = i < 3 ? big + 300 * i : second;
+
+		CHECK(e.len == 300, "entry %d len %zu", i, e.len);
+		CHECK(e.buf == want, "entry %d at %p, want %p", i, e.buf, (void *)want);
+		CHECK(memcmp(want, out[i], 300) == 0, "entry %d data", i);
+		CHECK(e.flags & FI_RECV, "entry %d flags", i);
+		CHECK(!!(e.flags & FI_MULTI_RECV) == (i == 2),
+		      "entry %d FI_MULTI_RECV flag %d", i, !!(e.flags & FI_MULTI_RECV));
+	}
+	for (i = 0; i < 4; i++)
+		(void)sread_one(E.cq[0], &sctx[i]);
+	/* The second buffer is still posted: cancel releases it. */
+	CHECK_RC((int)fi_cancel(&E.ep[1]->fid, &mctx2));
+	{
+		struct fi_cq_tagged_entry e;
+		struct fi_cq_err_entry err = { 0 };
+		ssize_t n = fi_cq_sread(E.cq[1], &e, 1, NULL, WAIT_MS);
+
+		CHECK(n == -FI_EAVAIL, "cancel read %zd", n);
+		CHECK(fi_cq_readerr(E.cq[1], &err, 0) == 1, "readerr");
+		CHECK(err.err == FI_ECANCELED && err.op_context == &mctx2, "cancel entry");
+		CHECK(err.flags & FI_MULTI_RECV, "cancelled buffer not released");
+	}
+	/* Messages that arrived first (unexpected) fill a buffer posted later. */
+	for (i = 0; i < 2; i++) {
+		memset(out[i], 'a' + i, sizeof out[i]);
+		send_msg(0, 1, out[i], sizeof out[i], &sctx[i], 0);
+	}
+	/* Transmit complete = B's transport holds them: progress both sides. */
+	{
+		double end = now_s() + WAIT_MS / 1000.0;
+		struct fi_cq_tagged_entry e;
+
+		for (i = 0; i < 2;) {
+			CHECK(now_s() < end, "sends did not complete");
+			CHECK(fi_cq_read(E.cq[1], &e, 1) == -FI_EAGAIN, "B has an entry");
+			if (fi_cq_read(E.cq[0], &e, 1) == 1) {
+				CHECK(e.op_context == &sctx[i], "send %d context", i);
+				i++;
+			}
+		}
+	}
+	memset(big, 0, sizeof big);
+	iov.iov_base = big;
+	msg.context = &mctx;
+	CHECK_RC(fi_recvmsg(E.ep[1], &msg, FI_MULTI_RECV));
+	for (i = 0; i < 2; i++) {
+		struct fi_cq_tagged_entry e = sread_one(E.cq[1], &mctx);
+
+		CHECK(e.len == 300 && e.buf == big + 300 * i, "unexpected %d: len %zu at %p",
+		      i, e.len, e.buf);
+		CHECK(memcmp(big + 300 * i, out[i], 300) == 0, "unexpected %d data", i);
+		CHECK(!(e.flags & FI_MULTI_RECV), "released early");
+	}
+	CHECK_RC((int)fi_cancel(&E.ep[1]->fid, &mctx));
+}
+
+/* FI_SOURCE_ERR: a message from a sender missing from the AV is an error
+ * entry FI_EADDRNOTAVAIL whose err_data is the sender's address. */
+static void t_source_err(void)
+{
+	char out[32] = "who am I", in[32] = { 0 }, name[64];
+	size_t namelen = sizeof name;
+	struct fi_cq_err_entry err = { 0 };
+	struct fi_cq_tagged_entry e;
+	fi_addr_t back = FI_ADDR_NOTAVAIL;
+	int rctx, sctx;
+	ssize_t n;
+
+	want_caps = FI_SOURCE | FI_SOURCE_ERR;
+	two_eps(FI_WAIT_UNSPEC);
+	CHECK((E.info->caps & FI_SOURCE_ERR) == FI_SOURCE_ERR, "FI_SOURCE_ERR not granted");
+	CHECK_RC(fi_getname(&E.ep[0]->fid, name, &namelen));
+	CHECK_RC(fi_av_remove(E.av, &E.addr[0], 1, 0));
+	recv_msg(1, in, sizeof in, &rctx);
+	send_msg(0, 1, out, sizeof out, &sctx, 0);
+	n = fi_cq_sread(E.cq[1], &e, 1, NULL, WAIT_MS);
+	CHECK(n == -FI_EAVAIL, "read %zd, want -FI_EAVAIL", n);
+	CHECK(fi_cq_readerr(E.cq[1], &err, 0) == 1, "readerr");
+	CHECK(err.err == FI_EADDRNOTAVAIL, "err %d", err.err);
+	CHECK(err.op_context == &rctx && err.len == sizeof out, "context/len");
+	CHECK(strcmp(in, out) == 0, "data not delivered");
+	CHECK(err.err_data && err.err_data_size == namelen &&
+	      memcmp(err.err_data, name, namelen) == 0, "err_data is not the sender's address");
+	CHECK(fi_av_insert(E.av, err.err_data, 1, &back, 0, NULL) == 1, "re-insert");
+	/* Known again: the next message reads normally with its source. */
+	recv_msg(1, in, sizeof in, &rctx);
+	send_msg(0, 1, out, sizeof out, &sctx, 0);
+	{
+		fi_addr_t src = FI_ADDR_NOTAVAIL;
+
+		n = fi_cq_sreadfrom(E.cq[1], &e, 1, &src, NULL, WAIT_MS);
+		CHECK(n == 1 && src == back, "readfrom %zd src %llu", n, (unsigned long long)src);
+	}
+}
+
+/* Wait for an entry with `ctx` on endpoint i's CQ while progressing the
+ * other endpoint; returns the entry, or the error entry when `err` is set. */
+static struct fi_cq_err_entry wait_entry(int i, void *ctx, int want_err)
+{
+	double end = now_s() + WAIT_MS / 1000.0;
+	struct fi_cq_err_entry out = { 0 };
+
+	for (;;) {
+		struct fi_cq_tagged_entry e;
+		ssize_t n;
+
+		CHECK(now_s() < end, "no completion on endpoint %d", i);
+		(void)fi_cq_read(E.cq[1 - i], NULL, 0);
+		n = fi_cq_read(E.cq[i], &e, 1);
+		if (n == -FI_EAGAIN)
+			continue;
+		if (n == -FI_EAVAIL) {
+			CHECK(fi_cq_readerr(E.cq[i], &out, 0) == 1, "readerr");
+			CHECK(want_err, "error entry %d (%s)", out.err, fi_strerror(out.err));
+			CHECK(out.op_context == ctx, "error context %p", out.op_context);
+			return out;
+		}
+		CHECK(n == 1, "read %zd", n);
+		CHECK(!want_err, "success where an error was expected");
+		CHECK(e.op_context == ctx, "context %p, want %p", e.op_context, ctx);
+		out.op_context = e.op_context;
+		out.flags = e.flags;
+		out.len = e.len;
+		out.data = e.data;
+		return out;
+	}
+}
+
+static const uint64_t RMA_RW = FI_REMOTE_READ | FI_REMOTE_WRITE;
+
+/* Target address of byte `off` of a region at `buf`. */
+static uint64_t target_addr(void *buf, size_t off)
+{
+	return (E.info->domain_attr->mr_mode & FI_MR_VIRT_ADDR) ? (uint64_t)(uintptr_t)buf + off : off;
+}
+
+static void rma_basic(int mr_mode)
+{
+	static char target[8192], ro[256], src[4096], dst[4096];
+	struct fid_mr *mr = NULL, *ro_mr = NULL;
+	struct fi_cq_err_entry c;
+	uint64_t key, ro_key;
+	int ctx[8], i;
+
+	want_caps = FI_RMA;
+	want_mr_mode = mr_mode;
+	two_eps(FI_WAIT_UNSPEC);
+	CHECK((E.info->caps & (FI_RMA | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE)) ==
+	      (FI_RMA | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE), "RMA caps");
+	for (i = 0; i < (int)sizeof target; i++)
+		target[i] = (char)(i * 7);
+	memset(ro, 0x33, sizeof ro);
+	CHECK_RC(fi_mr_reg(E.domain, target, sizeof target, RMA_RW, 0, 42, 0, &mr, NULL));
+	CHECK_RC(fi_mr_reg(E.domain, ro, sizeof ro, FI_REMOTE_READ, 0, 43, 0, &ro_mr, NULL));
+	key = fi_mr_key(mr);
+	ro_key = fi_mr_key(ro_mr);
+	if (!(E.info->domain_attr->mr_mode & FI_MR_PROV_KEY))
+		CHECK(key == 42 && ro_key == 43, "requested keys not used");
+	{
+		struct fid_mr *dup = NULL;
+
+		if (!(E.info->domain_attr->mr_mode & FI_MR_PROV_KEY)) {
+			CHECK(fi_mr_reg(E.domain, ro, 16, RMA_RW, 0, 42, 0, &dup, NULL) == -FI_ENOKEY,
+			      "duplicate key accepted");
+		}
+	}
+
+	/* write: 3000 bytes (several packets) at offset 100 */
+	for (i = 0; i < 3000; i++)
+		src[i] = (char)(i ^ 0x5a);
+	CHECK_RC(fi_write(E.ep[0], src, 3000, NULL, E.addr[1], target_addr(target, 100), key, &ctx[0]));
+	c = wait_entry(0, &ctx[0], 0);
+	CHECK(c.flags == (FI_RMA | FI_WRITE), "write flags 0x%llx", (unsigned long long)c.flags);
+	CHECK(memcmp(target + 100, src, 3000) == 0, "write data");
+	CHECK(target[99] == (char)(99 * 7) && target[3100] == (char)(3100 * 7), "write overran");
+
+	/* writedata: the target's CQ reports the data */
+	CHECK_RC(fi_writedata(E.ep[0], src, 64, NULL, 0xabcdef, E.addr[1], target_addr(target, 5000), key, &ctx[1]));
+	(void)wait_entry(0, &ctx[1], 0);
+	c = wait_entry(1, NULL, 0);
+	CHECK(c.flags == (FI_RMA | FI_REMOTE_WRITE | FI_REMOTE_CQ_DATA) && c.data == 0xabcdef,
+	      "remote entry flags 0x%llx data 0x%llx", (unsigned long long)c.flags,
+	      (unsigned long long)c.data);
+	CHECK(memcmp(target + 5000, src, 64) == 0, "writedata data");
+
+	/* read 1000 bytes at offset 2000, and readv into two pieces */
+	memset(dst, 0, sizeof dst);
+	CHECK_RC(fi_read(E.ep[0], dst, 1000, NULL, E.addr[1], target_addr(target, 2000), key, &ctx[2]));
+	c = wait_entry(0, &ctx[2], 0);
+	CHECK(c.flags == (FI_RMA | FI_READ) && c.len == 1000, "read flags/len");
+	CHECK(memcmp(dst, target + 2000, 1000) == 0, "read data");
+	{
+		struct iovec iov[2] = { { dst, 10 }, { dst + 100, 20 } };
+
+		CHECK_RC(fi_readv(E.ep[0], iov, NULL, 2, E.addr[1], target_addr(target, 0), key, &ctx[3]));
+		(void)wait_entry(0, &ctx[3], 0);
+		CHECK(memcmp(dst, target, 10) == 0 && memcmp(dst + 100, target + 10, 20) == 0, "readv");
+	}
+
+	/* writemsg with FI_REMOTE_CQ_DATA and readmsg */
+	{
+		struct iovec iov = { src, 16 };
+		struct fi_rma_iov rma = { target_addr(target, 7000), 16, key };
+		struct fi_msg_rma msg = { .msg_iov = &iov, .iov_count = 1, .addr = E.addr[1],
+			.rma_iov = &rma, .rma_iov_count = 1, .context = &ctx[4], .data = 77 };
+
+		CHECK_RC(fi_writemsg(E.ep[0], &msg, FI_REMOTE_CQ_DATA | FI_DELIVERY_COMPLETE));
+		(void)wait_entry(0, &ctx[4], 0);
+		c = wait_entry(1, NULL, 0);
+		CHECK(c.data == 77, "writemsg data");
+		iov.iov_base = dst;
+		msg.context = &ctx[5];
+		memset(dst, 0, 16);
+		CHECK_RC(fi_readmsg(E.ep[0], &msg, 0));
+		(void)wait_entry(0, &ctx[5], 0);
+		CHECK(memcmp(dst, src, 16) == 0, "readmsg");
+	}
+
+	/* refused: unknown key, past the end, no write permission, read past end */
+	{
+		char before[sizeof target];
+
+		memcpy(before, target, sizeof target);
+		CHECK_RC(fi_write(E.ep[0], src, 8, NULL, E.addr[1], target_addr(target, 0), key + 1000, &ctx[6]));
+		c = wait_entry(0, &ctx[6], 1);
+		CHECK(c.err == FI_EACCES, "bad key: err %d", c.err);
+		CHECK_RC(fi_write(E.ep[0], src, 100, NULL, E.addr[1], target_addr(target, sizeof target - 50), key, &ctx[6]));
+		c = wait_entry(0, &ctx[6], 1);
+		CHECK(c.err == FI_EACCES, "past the end: err %d", c.err);
+		CHECK(memcmp(before, target, sizeof target) == 0, "refused write touched memory");
+		CHECK_RC(fi_write(E.ep[0], src, 8, NULL, E.addr[1], target_addr(ro, 0), ro_key, &ctx[6]));
+		c = wait_entry(0, &ctx[6], 1);
+		CHECK(c.err == FI_EACCES, "read-only region: err %d", c.err);
+		CHECK(ro[0] == 0x33 && ro[7] == 0x33, "read-only region written");
+		CHECK_RC(fi_read(E.ep[0], dst, 300, NULL, E.addr[1], target_addr(ro, 0), ro_key, &ctx[7]));
+		c = wait_entry(0, &ctx[7], 1);
+		CHECK(c.err == FI_EACCES, "read past the end: err %d", c.err);
+		CHECK_RC(fi_read(E.ep[0], dst, 256, NULL, E.addr[1], target_addr(ro, 0), ro_key, &ctx[7]));
+		(void)wait_entry(0, &ctx[7], 0);
+	}
+	fi_close(&mr->fid);
+	mr = NULL;
+	/* a closed region refuses access */
+	CHECK_RC(fi_write(E.ep[0], src, 8, NULL, E.addr[1], target_addr(target, 0), key, &ctx[6]));
+	c = wait_entry(0, &ctx[6], 1);
+	CHECK(c.err == FI_EACCES, "closed region: err %d", c.err);
+	fi_close(&ro_mr->fid);
+}
+
+static void t_rma_offset_keys(void) { rma_basic(0); }
+static void t_rma_virt_prov_key(void) { rma_basic(FI_MR_VIRT_ADDR | FI_MR_PROV_KEY); }
+
+/* RMA counters: FI_WRITE/FI_READ at the initiator, FI_REMOTE_WRITE/READ at
+ * the target; fi_inject_write completes only through the counter. */
+static void t_rma_counters(void)
+{
+	static char target[1024], src[64], dst[64];
+	struct fid_mr *mr = NULL;
+	int i;
+
+	want_caps = FI_RMA;
+	open_domain();
+	for (i = 0; i < 4; i++)
+		E.cntr[i] = open_cntr(FI_WAIT_UNSPEC);
+	for (i = 0; i < 2; i++) {
+		open_ep(i);
+		E.cq[i] = open_cq(FI_WAIT_NONE);
+		CHECK_RC(fi_ep_bind(E.ep[i], &E.cq[i]->fid, FI_TRANSMIT | FI_RECV));
+	}
+	CHECK_RC(fi_ep_bind(E.ep[0], &E.cntr[0]->fid, FI_WRITE));
+	CHECK_RC(fi_ep_bind(E.ep[0], &E.cntr[1]->fid, FI_READ));
+	CHECK_RC(fi_ep_bind(E.ep[1], &E.cntr[2]->fid, FI_REMOTE_WRITE));
+	CHECK_RC(fi_ep_bind(E.ep[1], &E.cntr[3]->fid, FI_REMOTE_READ));
+	enable_both();
+	CHECK_RC(fi_mr_reg(E.domain, target, sizeof target, RMA_RW, 0, 9, 0, &mr, NULL));
+	memset(src, 0x11, sizeof src);
+	for (i = 0; i < 5; i++)
+		CHECK_RC(fi_inject_write(E.ep[0], src, sizeof src, E.addr[1], target_addr(target, 64 * i), fi_mr_key(mr)));
+	CHECK_RC(fi_read(E.ep[0], dst, sizeof dst, NULL, E.addr[1], target_addr(target, 0), fi_mr_key(mr), NULL));
+	{
+		double end = now_s() + WAIT_MS / 1000.0;
+
+		uint64_t v[4];
+
+		/* Read every counter each round: each progresses its endpoint. */
+		for (;;) {
+			for (i = 0; i < 4; i++)
+				v[i] = fi_cntr_read(E.cntr[i]);
+			if (v[0] >= 5 && v[1] >= 1 && v[2] >= 5 && v[3] >= 1)
+				break;
+			CHECK(now_s() < end, "counters %llu %llu %llu %llu",
+			      (unsigned long long)v[0], (unsigned long long)v[1],
+			      (unsigned long long)v[2], (unsigned long long)v[3]);
+		}
+		CHECK(v[0] == 5 && v[1] == 1 && v[2] == 5 && v[3] == 1, "counted too much");
+		CHECK(fi_cntr_readerr(E.cntr[0]) == 0 && fi_cntr_readerr(E.cntr[1]) == 0, "errors");
+	}
+	CHECK(target[0] == 0x11 && target[64 * 5 - 1] == 0x11 && target[64 * 5] == 0, "data");
+	(void)wait_entry(0, NULL, 0);	/* the read's CQ entry */
+	CHECK(fi_cq_read(E.cq[0], NULL, 0) == -FI_EAGAIN, "inject_write made a CQ entry");
+	fi_close(&mr->fid);
+}
+
+/* Atomics: write, fetch and compare ops on B's memory; results and the old
+ * values; unsupported combinations refused; a bad key fails with FI_EACCES. */
+static void t_atomic_ops(void)
+{
+	static int64_t ivals[4];
+	static double dvals[2];
+	static uint32_t uvals[2];
+	struct fid_mr *imr = NULL, *dmr = NULL, *umr = NULL;
+	struct fi_atomic_attr attr;
+	struct fi_cq_err_entry c;
+	int64_t x, old, cmp;
+	double dx, dold;
+	uint32_t ux;
+	size_t count = 0;
+	int ctx;
+
+	want_caps = FI_ATOMIC;
+	two_eps(FI_WAIT_UNSPEC);
+	CHECK(E.info->caps & FI_ATOMIC, "FI_ATOMIC not granted");
+	CHECK_RC(fi_query_atomic(E.domain, FI_INT64, FI_SUM, &attr, 0));
+	CHECK(attr.size == 8 && attr.count >= 1, "query size %zu count %zu", attr.size, attr.count);
+	CHECK(fi_query_atomic(E.domain, FI_DOUBLE, FI_BOR, &attr, 0) == -FI_EOPNOTSUPP, "BOR on double");
+	CHECK(fi_query_atomic(E.domain, FI_INT64, FI_CSWAP, &attr, 0) == -FI_EOPNOTSUPP, "CSWAP as write");
+	CHECK_RC(fi_query_atomic(E.domain, FI_INT64, FI_CSWAP, &attr, FI_COMPARE_ATOMIC));
+	CHECK_RC(fi_query_atomic(E.domain, FI_UINT8, FI_ATOMIC_READ, &attr, FI_FETCH_ATOMIC));
+	CHECK_RC(fi_atomicvalid(E.ep[0], FI_FLOAT, FI_MAX, &count));
+	CHECK(count >= 1, "atomicvalid count");
+	ivals[0] = 10; ivals[1] = 100; ivals[2] = 0xf0; ivals[3] = 7;
+	dvals[0] = 1.5; dvals[1] = -2.0;
+	uvals[0] = 0xff00ff00u; uvals[1] = 1;
+	CHECK_RC(fi_mr_reg(E.domain, ivals, sizeof ivals, RMA_RW, 0, 1, 0, &imr, NULL));
+	CHECK_RC(fi_mr_reg(E.domain, dvals, sizeof dvals, RMA_RW, 0, 2, 0, &dmr, NULL));
+	CHECK_RC(fi_mr_reg(E.domain, uvals, sizeof uvals, RMA_RW, 0, 3, 0, &umr, NULL));
+
+	/* write: SUM */
+	x = 5;
+	CHECK_RC(fi_atomic(E.ep[0], &x, 1, NULL, E.addr[1], target_addr(ivals, 0), fi_mr_key(imr), FI_INT64, FI_SUM, &ctx));
+	c = wait_entry(0, &ctx, 0);
+	CHECK(c.flags == (FI_ATOMIC | FI_WRITE), "atomic flags 0x%llx", (unsigned long long)c.flags);
+	CHECK(ivals[0] == 15, "SUM: %lld", (long long)ivals[0]);
+	/* fetch: PROD returns the old value */
+	x = 3; old = 0;
+	CHECK_RC(fi_fetch_atomic(E.ep[0], &x, 1, NULL, &old, NULL, E.addr[1], target_addr(ivals, 8), fi_mr_key(imr), FI_INT64, FI_PROD, &ctx));
+	c = wait_entry(0, &ctx, 0);
+	CHECK(c.flags == (FI_ATOMIC | FI_READ), "fetch flags 0x%llx", (unsigned long long)c.flags);
+	CHECK(old == 100 && ivals[1] == 300, "PROD: old %lld new %lld", (long long)old, (long long)ivals[1]);
+	/* fetch: ATOMIC_READ */
+	old = 0;
+	CHECK_RC(fi_fetch_atomic(E.ep[0], NULL, 1, NULL, &old, NULL, E.addr[1], target_addr(ivals, 16), fi_mr_key(imr), FI_INT64, FI_ATOMIC_READ, &ctx));
+	(void)wait_entry(0, &ctx, 0);
+	CHECK(old == 0xf0 && ivals[2] == 0xf0, "ATOMIC_READ");
+	/* compare: CSWAP that fails, then one that succeeds */
+	x = 99; cmp = 8; old = 0;
+	CHECK_RC(fi_compare_atomic(E.ep[0], &x, 1, NULL, &cmp, NULL, &old, NULL, E.addr[1], target_addr(ivals, 24), fi_mr_key(imr), FI_INT64, FI_CSWAP, &ctx));
+	(void)wait_entry(0, &ctx, 0);
+	CHECK(old == 7 && ivals[3] == 7, "CSWAP mismatch swapped");
+	cmp = 7;
+	CHECK_RC(fi_compare_atomic(E.ep[0], &x, 1, NULL, &cmp, NULL, &old, NULL, E.addr[1], target_addr(ivals, 24), fi_mr_key(imr), FI_INT64, FI_CSWAP, &ctx));
+	(void)wait_entry(0, &ctx, 0);
+	CHECK(old == 7 && ivals[3] == 99, "CSWAP match did not swap");
+	/* MSWAP on uint32: take x's bits where the mask is set */
+	ux = 0x12345678u;
+	{
+		uint32_t mask = 0x0000ffffu, uold = 0;
+
+		CHECK_RC(fi_compare_atomic(E.ep[0], &ux, 1, NULL, &mask, NULL, &uold, NULL, E.addr[1], target_addr(uvals, 0), fi_mr_key(umr), FI_UINT32, FI_MSWAP, &ctx));
+		(void)wait_entry(0, &ctx, 0);
+		CHECK(uold == 0xff00ff00u && uvals[0] == 0xff005678u, "MSWAP: 0x%x", uvals[0]);
+	}
+	/* BXOR on uint32 */
+	ux = 3;
+	CHECK_RC(fi_atomic(E.ep[0], &ux, 1, NULL, E.addr[1], target_addr(uvals, 4), fi_mr_key(umr), FI_UINT32, FI_BXOR, &ctx));
+	(void)wait_entry(0, &ctx, 0);
+	CHECK(uvals[1] == 2, "BXOR");
+	/* doubles: MIN (write), MAX (fetch), two elements */
+	{
+		double two[2] = { 0.5, 0.5 }, olds[2] = { 0, 0 };
+
+		CHECK_RC(fi_atomic(E.ep[0], two, 2, NULL, E.addr[1], target_addr(dvals, 0), fi_mr_key(dmr), FI_DOUBLE, FI_MIN, &ctx));
+		(void)wait_entry(0, &ctx, 0);
+		CHECK(dvals[0] == 0.5 && dvals[1] == -2.0, "MIN: %g %g", dvals[0], dvals[1]);
+		dx = 4.0;
+		dold = 0;
+		CHECK_RC(fi_fetch_atomic(E.ep[0], &dx, 1, NULL, &dold, NULL, E.addr[1], target_addr(dvals, 8), fi_mr_key(dmr), FI_DOUBLE, FI_MAX, &ctx));
+		(void)wait_entry(0, &ctx, 0);
+		CHECK(dold == -2.0 && dvals[1] == 4.0, "MAX");
+		(void)olds;
+	}
+	/* unsupported combination and bad key */
+	CHECK(fi_atomic(E.ep[0], &dx, 1, NULL, E.addr[1], 0, fi_mr_key(dmr), FI_DOUBLE, FI_BAND, &ctx) == -FI_EOPNOTSUPP,
+	      "BAND on double accepted");
+	x = 1;
+	CHECK_RC(fi_atomic(E.ep[0], &x, 1, NULL, E.addr[1], target_addr(ivals, 0), fi_mr_key(imr) + 77, FI_INT64, FI_SUM, &ctx));
+	c = wait_entry(0, &ctx, 1);
+	CHECK(c.err == FI_EACCES && ivals[0] == 15, "bad key: err %d", c.err);
+	fi_close(&imr->fid);
+	fi_close(&dmr->fid);
+	fi_close(&umr->fid);
+}
+
+/* Both endpoints add to the same word (B's, B also through the network to
+ * itself): no update is lost. */
+static void t_atomic_concurrent(void)
+{
+	enum { N = 300 };
+	static int64_t word;
+	static struct fid_mr *mr;
+	int64_t one = 1;
+	int i, done[2] = { 0, 0 }, posted[2] = { 0, 0 }, ctx;
+	double end;
+
+	want_caps = FI_ATOMIC;
+	two_eps(FI_WAIT_UNSPEC);
+	word = 0;
+	mr = NULL;
+	CHECK_RC(fi_mr_reg(E.domain, &word, sizeof word, RMA_RW, 0, 5, 0, &mr, NULL));
+	end = now_s() + WAIT_MS / 1000.0;
+	while (done[0] < N || done[1] < N) {
+		CHECK(now_s() < end, "done %d %d", done[0], done[1]);
+		for (i = 0; i < 2; i++) {
+			struct fi_cq_tagged_entry e;
+			ssize_t rc;
+
+			if (posted[i] < N && posted[i] - done[i] < 16) {
+				rc = fi_atomic(E.ep[i], &one, 1, NULL, E.addr[1], target_addr(&word, 0),
+					       fi_mr_key(mr), FI_INT64, FI_SUM, &ctx);
+				if (rc == 0)
+					posted[i]++;
+				else
+					CHECK(rc == -FI_EAGAIN, "fi_atomic: %zd", rc);
+			}
+			rc = fi_cq_read(E.cq[i], &e, 1);
+			if (rc == 1)
+				done[i]++;
+			else
+				CHECK(rc == -FI_EAGAIN, "cq read %zd", rc);
+		}
+	}
+	CHECK(word == 2 * N, "word %lld, want %d", (long long)word, 2 * N);
+	fi_close(&mr->fid);
+}
+
+/* ------------------------------------------------------------------ */
+
+static const struct test { const char *name; void (*fn)(void); } tests[] = {
+	{ "cntr_ops", t_cntr_ops },
+	{ "cntr_msg", t_cntr_msg },
+	{ "cntr_only", t_cntr_only },
+	{ "cntr_wait_thread", t_cntr_wait_thread },
+	{ "cq_sread", t_cq_sread },
+	{ "cq_getwait", t_cq_getwait },
+	{ "eq_wait", t_eq_wait },
+	{ "threads", t_threads },
+	{ "auto_progress", t_auto_progress },
+	{ "multi_recv", t_multi_recv },
+	{ "source_err", t_source_err },
+	{ "rma_offset_keys", t_rma_offset_keys },
+	{ "rma_virt_prov_key", t_rma_virt_prov_key },
+	{ "rma_counters", t_rma_counters },
+	{ "atomic_ops", t_atomic_ops },
+	{ "atomic_concurrent", t_atomic_concurrent },
+};
+
+int main(int argc, char **argv)
+{
+	static const char *only;
+	static int passed, failed, ran;
+	int opt;
+	static size_t i;
+
+	while ((opt = getopt(argc, argv, "p:t:l")) != -1) {
+		switch (opt) {
+		case 'p': prov = optarg; break;
+		case 't': only = optarg; break;
+		case 'l':
+			for (i = 0; i < sizeof tests / sizeof tests[0]; i++)
+				printf("%s\n", tests[i].name);
+			return 0;
+		default:
+			fprintf(stderr, "usage: %s [-p prov] [-t substring] [-l]\n", argv[0]);
+			return 2;
+		}
+	}
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	for (i = 0; i < sizeof tests / sizeof tests[0]; i++) {
+		if (only && !strstr(tests[i].name, only))
+			continue;
+		ran++;
+		if (setjmp(fail_jmp) == 0) {
+			tests[i].fn();
+			printf("PASS %s\n", tests[i].name);
+			passed++;
+		} else {
+			printf("FAIL %s: %s\n", tests[i].name, fail_msg);
+			failed++;
+		}
+		teardown();
+	}
+	if (!ran) {
+		fprintf(stderr, "no test matches '%s'\n", only);
+		return 2;
+	}
+	printf("%d passed, %d failed\n", passed, failed);
+	return failed ? 1 : 0;
+}

@@ -1,0 +1,325 @@
+//! RMA between two sans-IO engines over an in-memory channel that reorders
+//! datagrams: writes and reads land where they should, refused accesses
+//! fail at the initiator and leave the target's memory untouched, and RMA
+//! interleaved with messages keeps the messages' matching order.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+
+use common::{pattern, recv, send, Shared};
+use uet::{
+    Completion, CompletionError, CompletionKind, Config, Engine, MemoryRegions, MsgBuffer, Payload,
+    RmaKind, RmaOp,
+};
+
+const KEY: u64 = 7;
+const BASE: u64 = 0x1000;
+const REGION: usize = 8192;
+
+/// One region at `BASE` with the given permissions.
+struct Region {
+    mem: Shared,
+    read: bool,
+    write: bool,
+}
+
+/// A window into the region's memory.
+struct Window {
+    mem: Shared,
+    start: usize,
+    len: usize,
+}
+
+impl MsgBuffer for Window {
+    fn len(&self) -> usize {
+        self.len
+    }
+    fn read_at(&self, offset: usize, out: &mut [u8]) {
+        self.mem.read_at(self.start + offset, out);
+    }
+    fn write_at(&mut self, offset: usize, data: &[u8]) {
+        self.mem.write_at(self.start + offset, data);
+    }
+}
+
+impl MemoryRegions for Region {
+    fn resolve(&self, key: u64, addr: u64, len: u64, write: bool) -> Option<Box<dyn MsgBuffer>> {
+        let allowed = if write { self.write } else { self.read };
+        let start = addr.checked_sub(BASE)?;
+        if key != KEY || !allowed || start.checked_add(len)? > REGION as u64 {
+            return None;
+        }
+        Some(Box::new(Window {
+            mem: self.mem.clone(),
+            start: start as usize,
+            len: len as usize,
+        }))
+    }
+}
+
+struct Pair {
+    eng: [Engine; 2],
+    addrs: [SocketAddr; 2],
+    now: u64,
+    rng: SmallRng,
+    done: [Vec<Completion>; 2],
+}
+
+impl Pair {
+    fn new(seed: u64, read: bool, write: bool) -> (Pair, Shared) {
+        let cfg = Config {
+            mtu: 1500,
+            window: 64,
+            rto_min_us: 100,
+            rto_max_us: 2000,
+            ..Config::default()
+        };
+        let addrs: [SocketAddr; 2] = [
+            "10.0.0.1:4793".parse().unwrap(),
+            "10.0.0.2:4793".parse().unwrap(),
+        ];
+        let mut eng = [
+            Engine::new(&cfg, addrs[0], seed),
+            Engine::new(&cfg, addrs[1], seed ^ 0x55),
+        ];
+        let mem = Shared(Arc::new(Mutex::new(pattern(99, REGION))));
+        eng[1].set_memory_regions(Arc::new(Region {
+            mem: mem.clone(),
+            read,
+            write,
+        }));
+        let pair = Pair {
+            eng,
+            addrs,
+            now: 0,
+            rng: SmallRng::seed_from_u64(seed),
+            done: [Vec::new(), Vec::new()],
+        };
+        (pair, mem)
+    }
+
+    /// Move datagrams (in shuffled batches) until `until` holds or the
+    /// engines go quiet for a simulated second.
+    fn run(&mut self, until: impl Fn(&Pair) -> bool) {
+        let mut buf = vec![0u8; 65536];
+        for _ in 0..100_000 {
+            if until(self) {
+                return;
+            }
+            let mut batch = Vec::new();
+            for i in 0..2 {
+                while let Some(t) = self.eng[i].poll_transmit(self.now, &mut buf) {
+                    batch.push((1 - i, self.addrs[i], buf[..t.len].to_vec()));
+                }
+            }
+            // Reorder: deliver the batch in a random order.
+            for k in (1..batch.len()).rev() {
+                let j = self.rng.gen_range(0..=k);
+                batch.swap(k, j);
+            }
+            let idle = batch.is_empty();
+            for (to, from, data) in batch {
+                self.eng[to].handle_datagram(self.now, from, 0, &data);
+            }
+            self.now += if idle { 100_000 } else { 1_000 };
+            for i in 0..2 {
+                if self.eng[i].next_timeout().is_some_and(|t| t <= self.now) {
+                    self.eng[i].handle_timeout(self.now);
+                }
+                while let Some(c) = self.eng[i].poll_completion() {
+                    self.done[i].push(c);
+                }
+            }
+        }
+        panic!("condition not reached");
+    }
+
+    fn write(&mut self, data: Vec<u8>, addr: u64, key: u64, cq_data: Option<u64>, ctx: u64) {
+        let op = RmaOp {
+            dest: self.addrs[1],
+            kind: RmaKind::Write {
+                payload: Payload::Owned(data),
+                cq_data,
+            },
+            addr,
+            key,
+            context: ctx,
+            signal: true,
+        };
+        self.eng[0].post_rma(self.now, op).unwrap();
+    }
+
+    fn read(&mut self, into: Shared, addr: u64, key: u64, ctx: u64) {
+        let op = RmaOp {
+            dest: self.addrs[1],
+            kind: RmaKind::Read {
+                buffer: Box::new(into),
+            },
+            addr,
+            key,
+            context: ctx,
+            signal: true,
+        };
+        self.eng[0].post_rma(self.now, op).unwrap();
+    }
+
+    fn completion(&self, side: usize, kind: CompletionKind, ctx: u64) -> Option<&Completion> {
+        self.done[side]
+            .iter()
+            .find(|c| c.kind == kind && c.context == ctx)
+    }
+}
+
+#[test]
+fn write_lands_at_the_address_with_remote_cq_data() {
+    for seed in 0..8 {
+        let (mut pair, mem) = Pair::new(seed, true, true);
+        let data = pattern(seed, 5000);
+        pair.write(data.clone(), BASE + 100, KEY, Some(0xfeed), 1);
+        pair.run(|p| p.completion(0, CompletionKind::Write, 1).is_some());
+        let c = pair.completion(0, CompletionKind::Write, 1).unwrap();
+        assert_eq!((c.error, c.len), (None, 5000));
+        let m = mem.0.lock().unwrap();
+        assert_eq!(&m[100..5100], &data[..]);
+        assert_eq!(
+            &m[..100],
+            &pattern(99, REGION)[..100],
+            "bytes before touched"
+        );
+        assert_eq!(
+            &m[5100..],
+            &pattern(99, REGION)[5100..],
+            "bytes after touched"
+        );
+        drop(m);
+        let r = pair.done[1]
+            .iter()
+            .find(|c| c.kind == CompletionKind::RemoteWrite)
+            .expect("no completion at the target");
+        assert_eq!((r.data, r.len), (Some(0xfeed), 5000));
+    }
+}
+
+#[test]
+fn refused_writes_fail_and_leave_memory_untouched() {
+    // Wrong key, past the end, no write permission.
+    for (key, addr, writable) in [
+        (KEY + 1, BASE, true),
+        (KEY, BASE + 8000, true),
+        (KEY, BASE, false),
+    ] {
+        let (mut pair, mem) = Pair::new(3, true, writable);
+        pair.write(pattern(1, 3000), addr, key, None, 5);
+        pair.run(|p| p.completion(0, CompletionKind::Write, 5).is_some());
+        let c = pair.completion(0, CompletionKind::Write, 5).unwrap();
+        assert_eq!(c.error, Some(CompletionError::AccessDenied));
+        assert_eq!(*mem.0.lock().unwrap(), pattern(99, REGION));
+        assert!(pair.done[1].is_empty(), "target reported a refused write");
+    }
+}
+
+#[test]
+fn read_returns_the_target_memory() {
+    for seed in 0..8 {
+        let (mut pair, _mem) = Pair::new(seed, true, false);
+        let into = Shared(Arc::new(Mutex::new(vec![0u8; 6000])));
+        pair.read(into.clone(), BASE + 1000, KEY, 2);
+        pair.run(|p| p.completion(0, CompletionKind::Read, 2).is_some());
+        let c = pair.completion(0, CompletionKind::Read, 2).unwrap();
+        assert_eq!((c.error, c.len), (None, 6000));
+        assert_eq!(*into.0.lock().unwrap(), pattern(99, REGION)[1000..7000]);
+    }
+}
+
+#[test]
+fn refused_reads_fail() {
+    for (key, addr, readable) in [
+        (KEY ^ 1, BASE, true),
+        (KEY, BASE + 8190, true),
+        (KEY, BASE, false),
+    ] {
+        let (mut pair, _mem) = Pair::new(4, readable, true);
+        let into = Shared(Arc::new(Mutex::new(vec![0u8; 16])));
+        pair.read(into.clone(), addr, key, 3);
+        pair.run(|p| p.completion(0, CompletionKind::Read, 3).is_some());
+        let c = pair.completion(0, CompletionKind::Read, 3).unwrap();
+        assert_eq!(c.error, Some(CompletionError::AccessDenied));
+        assert_eq!(*into.0.lock().unwrap(), vec![0u8; 16]);
+    }
+}
+
+#[test]
+fn rma_between_messages_keeps_matching_order() {
+    let (mut pair, mem) = Pair::new(9, true, true);
+    let into = Shared(Arc::new(Mutex::new(vec![0u8; 300])));
+    for round in 0..20u64 {
+        let dest = pair.addrs[1];
+        pair.eng[0]
+            .post_send(
+                pair.now,
+                send(dest, pattern(round, 2000), Some(1), 100 + round),
+            )
+            .unwrap();
+        pair.write(
+            pattern(round, 64),
+            BASE + round * 64,
+            KEY,
+            None,
+            200 + round,
+        );
+        if round % 5 == 0 {
+            pair.read(into.clone(), BASE, KEY, 300 + round);
+        }
+    }
+    // Every second receive is posted after the traffic started.
+    for round in 0..20u64 {
+        pair.eng[1]
+            .post_recv(pair.now, recv(2000, Some(1), 100 + round))
+            .unwrap();
+        if round % 2 == 0 {
+            pair.run(|p| p.done[1].iter().any(|c| c.context == 100 + round));
+        }
+    }
+    pair.run(|p| {
+        p.done[1]
+            .iter()
+            .filter(|c| c.kind == CompletionKind::Recv)
+            .count()
+            == 20
+            && p.done[0]
+                .iter()
+                .filter(|c| c.kind == CompletionKind::Write)
+                .count()
+                == 20
+            && p.done[0]
+                .iter()
+                .filter(|c| c.kind == CompletionKind::Read)
+                .count()
+                == 4
+    });
+    let recvs: Vec<u64> = pair.done[1]
+        .iter()
+        .filter(|c| c.kind == CompletionKind::Recv)
+        .map(|c| c.context)
+        .collect();
+    assert_eq!(recvs, (100..120).collect::<Vec<_>>());
+    assert!(pair.done[1]
+        .iter()
+        .filter(|c| c.kind == CompletionKind::Recv)
+        .all(|c| c.error.is_none() && c.len == 2000));
+    assert_eq!(
+        pair.eng[1].inbound_len(),
+        0,
+        "finished RMA left inbound state behind"
+    );
+    let m = mem.0.lock().unwrap();
+    for round in 0..20u64 {
+        let at = (round * 64) as usize;
+        assert_eq!(&m[at..at + 64], &pattern(round, 64)[..]);
+    }
+}

@@ -1,0 +1,131 @@
+//! The domain's registered memory, as the engine sees it: every remote
+//! access is resolved here by key, checked against the region's bounds and
+//! its FI_REMOTE_READ / FI_REMOTE_WRITE permission.
+//!
+//! Addressing follows the domain's MR mode: with FI_MR_VIRT_ADDR (or the
+//! pre-1.5 FI_MR_BASIC) a target address is the virtual address of the
+//! byte, otherwise it is the offset from the start of the region.
+
+use std::collections::HashMap;
+use std::os::raw::c_int;
+
+use parking_lot::RwLock;
+use uet::{MemoryRegions, MsgBuffer};
+
+use crate::bindings::*;
+use crate::buffers::IovBuffer;
+use crate::errors::FiResult;
+
+pub(crate) struct Region {
+    pub(crate) mem: IovBuffer,
+    /// Address of the region's first byte in the target-address space.
+    pub(crate) base: u64,
+    pub(crate) access: u64,
+    /// FI_MR_ENDPOINT: usable only once bound to an endpoint and enabled.
+    pub(crate) enabled: bool,
+}
+
+pub(crate) struct MrTable {
+    regions: RwLock<HashMap<u64, Region>>,
+    /// Target addresses are virtual addresses.
+    pub(crate) virt_addr: bool,
+    /// Regions need fi_mr_enable before use.
+    pub(crate) endpoint_mode: bool,
+}
+
+impl MrTable {
+    pub(crate) fn new(mr_mode: c_int) -> MrTable {
+        let basic = mr_mode == FI_MR_BASIC as c_int;
+        MrTable {
+            regions: RwLock::default(),
+            virt_addr: basic || mr_mode & FI_MR_VIRT_ADDR as c_int != 0,
+            endpoint_mode: !basic
+                && mr_mode != FI_MR_SCALABLE as c_int
+                && mr_mode & FI_MR_ENDPOINT as c_int != 0,
+        }
+    }
+
+    /// Add a region; -FI_ENOKEY when the key is taken.
+    pub(crate) fn insert(&self, key: u64, mem: IovBuffer, access: u64) -> FiResult<()> {
+        let mut t = self.regions.write();
+        if t.contains_key(&key) {
+            return Err(FI_ENOKEY);
+        }
+        let base = if self.virt_addr {
+            mem.base_addr() as u64
+        } else {
+            0
+        };
+        t.insert(
+            key,
+            Region {
+                mem,
+                base,
+                access,
+                enabled: !self.endpoint_mode,
+            },
+        );
+        Ok(())
+    }
+
+    pub(crate) fn remove(&self, key: u64) {
+        self.regions.write().remove(&key);
+    }
+
+    pub(crate) fn enable(&self, key: u64) {
+        if let Some(r) = self.regions.write().get_mut(&key) {
+            r.enabled = true;
+        }
+    }
+}
+
+impl MemoryRegions for MrTable {
+    fn resolve(&self, key: u64, addr: u64, len: u64, write: bool) -> Option<Box<dyn MsgBuffer>> {
+        let t = self.regions.read();
+        let r = t.get(&key)?;
+        let need = if write {
+            FI_REMOTE_WRITE as u64
+        } else {
+            FI_REMOTE_READ as u64
+        };
+        if !r.enabled || r.access & need == 0 {
+            return None;
+        }
+        let start = addr.checked_sub(r.base)?;
+        let end = start.checked_add(len)?;
+        if end > r.mem.len() as u64 {
+            return None;
+        }
+        Some(Box::new(r.mem.range(start as usize, len as usize)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn accesses_are_checked_by_key_range_and_permission() {
+        let mut mem = vec![0u8; 100];
+        let t = MrTable::new(0);
+        let buf = IovBuffer::single(mem.as_mut_ptr().cast(), 100).unwrap();
+        t.insert(5, buf, FI_REMOTE_READ as u64).unwrap();
+        assert!(t.resolve(5, 10, 90, false).is_some());
+        assert!(t.resolve(5, 10, 91, false).is_none(), "past the end");
+        assert!(t.resolve(5, 0, 1, true).is_none(), "no write permission");
+        assert!(t.resolve(6, 0, 1, false).is_none(), "unknown key");
+        let buf = IovBuffer::single(mem.as_mut_ptr().cast(), 100).unwrap();
+        assert_eq!(t.insert(5, buf, 0), Err(FI_ENOKEY));
+        t.remove(5);
+        assert!(t.resolve(5, 0, 1, false).is_none(), "closed region");
+
+        let v = MrTable::new(FI_MR_VIRT_ADDR as c_int | FI_MR_ENDPOINT as c_int);
+        let buf = IovBuffer::single(mem.as_mut_ptr().cast(), 100).unwrap();
+        v.insert(1, buf, FI_REMOTE_WRITE as u64).unwrap();
+        let va = mem.as_ptr() as u64;
+        assert!(v.resolve(1, va, 4, true).is_none(), "not enabled yet");
+        v.enable(1);
+        assert!(v.resolve(1, va + 96, 4, true).is_some());
+        assert!(v.resolve(1, 0, 4, true).is_none(), "offset in virtual mode");
+    }
+}

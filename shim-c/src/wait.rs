@@ -1,0 +1,193 @@
+//! Blocking waits for CQs, counters and EQs.
+//!
+//! Progress is manual (the caller's thread drives the engine), so a blocking
+//! wait alternates: progress the bound endpoints, then sleep in `poll(2)` on
+//! their sockets and the object's own eventfd until a datagram arrives, the
+//! object is signalled (fi_cq_signal, fi_cntr_add, another thread's
+//! progress), the engine's next timer is due, or the caller's deadline
+//! passes. Nothing spins.
+//!
+//! FI_GETWAIT hands out an epoll descriptor holding the same sockets and the
+//! eventfd: it becomes readable when there is input to progress or the
+//! object was signalled. fi_trywait progresses and answers -FI_EAGAIN when
+//! entries are already there, so an application never sleeps on them.
+
+use std::os::fd::RawFd;
+use std::os::raw::c_int;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+
+use crate::bindings::*;
+use crate::endpoint::EpInner;
+use crate::errors::FiResult;
+
+/// Longest single sleep: bounds the delay of events nothing wakes us for
+/// (a peer's ACK-delay timer, an endpoint bound after the wait started).
+const MAX_SLEEP: Duration = Duration::from_millis(20);
+
+/// An eventfd that other threads write to wake a sleeper, plus an epoll set
+/// (created on FI_GETWAIT) over it and the bound endpoints' sockets.
+pub(crate) struct Waker {
+    event_fd: RawFd,
+    /// Threads inside `sleep` (wake-ups cost a syscall only when needed).
+    sleepers: AtomicUsize,
+    /// Set once FI_GETWAIT handed the descriptor out: wake on every event.
+    exported: AtomicBool,
+    epoll_fd: Mutex<Option<RawFd>>,
+    /// Sockets already in the epoll set.
+    registered: Mutex<Vec<RawFd>>,
+}
+
+impl Waker {
+    pub(crate) fn new() -> FiResult<Waker> {
+        // SAFETY: eventfd takes no pointers; the result is checked.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(FI_ENOMEM);
+        }
+        Ok(Waker {
+            event_fd: fd,
+            sleepers: AtomicUsize::new(0),
+            exported: AtomicBool::new(false),
+            epoll_fd: Mutex::new(None),
+            registered: Mutex::default(),
+        })
+    }
+
+    /// Wake every sleeper (and make the FI_GETWAIT descriptor readable).
+    pub(crate) fn wake(&self) {
+        if self.sleepers.load(Ordering::Acquire) == 0 && !self.exported.load(Ordering::Acquire) {
+            return;
+        }
+        let one: u64 = 1;
+        // SAFETY: event_fd is our open eventfd; we write 8 bytes from a u64.
+        unsafe { libc::write(self.event_fd, (&one as *const u64).cast(), 8) };
+    }
+
+    /// Consume pending wake-ups.
+    pub(crate) fn drain(&self) {
+        let mut v: u64 = 0;
+        // SAFETY: event_fd is our open non-blocking eventfd; we read 8 bytes
+        // into a u64.
+        unsafe { libc::read(self.event_fd, (&mut v as *mut u64).cast(), 8) };
+    }
+
+    /// The FI_GETWAIT descriptor: an epoll set over the eventfd and `eps`'
+    /// sockets (kept up to date on every call).
+    pub(crate) fn epoll_fd(&self, eps: &[Arc<EpInner>]) -> FiResult<RawFd> {
+        let mut slot = self.epoll_fd.lock();
+        let ep_fd = match *slot {
+            Some(fd) => fd,
+            None => {
+                // SAFETY: epoll_create1 takes no pointers; result checked.
+                let fd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+                if fd < 0 {
+                    return Err(FI_ENOMEM);
+                }
+                add_to_epoll(fd, self.event_fd)?;
+                *slot = Some(fd);
+                fd
+            }
+        };
+        self.exported.store(true, Ordering::Release);
+        let mut reg = self.registered.lock();
+        for ep in eps {
+            for s in ep.wait_fds() {
+                if !reg.contains(&s) {
+                    add_to_epoll(ep_fd, s)?;
+                    reg.push(s);
+                }
+            }
+        }
+        Ok(ep_fd)
+    }
+}
+
+impl Drop for Waker {
+    fn drop(&mut self) {
+        // SAFETY: both descriptors are ours and closed exactly once here.
+        unsafe {
+            libc::close(self.event_fd);
+            if let Some(fd) = *self.epoll_fd.get_mut() {
+                libc::close(fd);
+            }
+        }
+    }
+}
+
+fn add_to_epoll(epoll: RawFd, fd: RawFd) -> FiResult<()> {
+    let mut ev = libc::epoll_event {
+        events: libc::EPOLLIN as u32,
+        u64: fd as u64,
+    };
+    // SAFETY: both descriptors are open; ev lives across the call.
+    let rc = unsafe { libc::epoll_ctl(epoll, libc::EPOLL_CTL_ADD, fd, &mut ev) };
+    if rc < 0 && std::io::Error::last_os_error().raw_os_error() != Some(libc::EEXIST) {
+        return Err(FI_EINVAL);
+    }
+    Ok(())
+}
+
+/// Live endpoints among `eps` (dropping dead ones).
+pub(crate) fn live(eps: &Mutex<Vec<Weak<EpInner>>>) -> Vec<Arc<EpInner>> {
+    let mut eps = eps.lock();
+    eps.retain(|w| w.strong_count() > 0);
+    eps.iter().filter_map(Weak::upgrade).collect()
+}
+
+/// Add `ep` to a list of weak endpoint references once.
+pub(crate) fn attach(eps: &Mutex<Vec<Weak<EpInner>>>, ep: &Arc<EpInner>) {
+    let mut eps = eps.lock();
+    if !eps
+        .iter()
+        .any(|w| std::ptr::eq(w.as_ptr(), Arc::as_ptr(ep)))
+    {
+        eps.push(Arc::downgrade(ep));
+    }
+}
+
+/// Deadline for a libfabric timeout in milliseconds (negative = forever).
+pub(crate) fn deadline(timeout_ms: c_int) -> Option<Instant> {
+    u64::try_from(timeout_ms)
+        .ok()
+        .map(|ms| Instant::now() + Duration::from_millis(ms))
+}
+
+/// Sleep until input arrives on an endpoint of `eps`, `waker` fires, the
+/// engines need a timer run, or `deadline` passes.
+pub(crate) fn sleep(eps: &[Arc<EpInner>], waker: &Waker, deadline: Option<Instant>) {
+    let mut budget = MAX_SLEEP;
+    if let Some(d) = deadline {
+        budget = budget.min(d.saturating_duration_since(Instant::now()));
+    }
+    let mut fds = vec![libc::pollfd {
+        fd: waker.event_fd,
+        events: libc::POLLIN,
+        revents: 0,
+    }];
+    for ep in eps {
+        if let Some(b) = ep.idle_budget() {
+            budget = budget.min(b);
+        }
+        fds.extend(ep.wait_fds().into_iter().map(|fd| libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        }));
+    }
+    // Round up so a timer due in 0.3 ms does not turn into a busy loop.
+    let ms = budget.as_micros().div_ceil(1000).min(c_int::MAX as u128) as c_int;
+    if ms == 0 {
+        return;
+    }
+    waker.sleepers.fetch_add(1, Ordering::AcqRel);
+    // SAFETY: fds is a live array of fds.len() pollfd structs.
+    unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
+    waker.sleepers.fetch_sub(1, Ordering::AcqRel);
+    if fds[0].revents != 0 {
+        waker.drain();
+    }
+}
