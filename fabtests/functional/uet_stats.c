@@ -195,6 +195,8 @@ static void test_ecn_end_to_end(void)
 	      (unsigned long long)p.cwnd);
 	CHECK(p.ecn_echoes > 0, "NSCC saw no ECN echo (acks %llu)", (unsigned long long)p.acks);
 	CHECK(p.ecn_echoes <= p.acks, "more echoes than ACKs");
+	CHECK(p.retransmits <= a.retransmits, "peer resent %llu, endpoint %llu",
+	      (unsigned long long)p.retransmits, (unsigned long long)a.retransmits);
 	CHECK(p.base_rtt_ns > 0 && p.maxwnd >= p.cwnd, "base rtt %llu, cwnd %llu > maxwnd %llu",
 	      (unsigned long long)p.base_rtt_ns, (unsigned long long)p.cwnd,
 	      (unsigned long long)p.maxwnd);

@@ -109,6 +109,7 @@ struct fi_uet_peer_stats {
 	uint64_t fast_increase_acks, fast_increase_events;
 	uint64_t quick_adapt_events, quick_adapt_ignored, fulfills;
 	uint64_t nacks_fabric, nacks_last_hop, timeouts;
+	uint64_t retransmits; /* packets resent to this peer */
 	uint64_t entropies; /* entries entropy_stats can return */
 };
 

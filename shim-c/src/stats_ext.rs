@@ -84,9 +84,10 @@ extern "C" fn peer_stats(ep: *mut fid_ep, peer: fi_addr_t, out: *mut fi_uet_peer
                 return Err(FI_EINVAL);
             }
             let addr = inner.peer_addr(peer)?;
-            let (c, paths) = inner
+            let ps = inner
                 .with_endpoint(|e| e.peer_stats(addr))
                 .ok_or(FI_ENODATA)?;
+            let c = ps.cc;
             let v = fi_uet_peer_stats {
                 cwnd: c.cwnd,
                 maxwnd: c.maxwnd,
@@ -111,7 +112,8 @@ extern "C" fn peer_stats(ep: *mut fid_ep, peer: fi_addr_t, out: *mut fi_uet_peer
                 nacks_fabric: c.nacks_fabric,
                 nacks_last_hop: c.nacks_last_hop,
                 timeouts: c.timeouts,
-                entropies: paths.len() as u64,
+                retransmits: ps.retransmits,
+                entropies: ps.entropies.len() as u64,
             };
             // SAFETY: out is non-null and points to the caller's struct.
             unsafe { out.write(v) };
@@ -133,9 +135,10 @@ extern "C" fn entropy_stats(
                 return Err(FI_EINVAL);
             }
             let addr = inner.peer_addr(peer)?;
-            let (_, paths) = inner
+            let paths = inner
                 .with_endpoint(|e| e.peer_stats(addr))
-                .ok_or(FI_ENODATA)?;
+                .ok_or(FI_ENODATA)?
+                .entropies;
             // SAFETY: count is non-null and points to the caller's size_t.
             let room = unsafe { *count };
             if room > 0 && out.is_null() {

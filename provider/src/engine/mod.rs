@@ -97,6 +97,15 @@ pub struct Stats {
     pub backpressure: u64,
 }
 
+/// The send side's view of one peer: congestion state, resends and path use.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PeerStats {
+    pub cc: CcStats,
+    pub retransmits: u64,
+    /// Per entropy (source-port index), as the load balancer counts.
+    pub entropies: Vec<EntropyStats>,
+}
+
 /// What a congestion-control trace record was written for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum TraceKind {
@@ -195,6 +204,8 @@ struct Peer {
     in_flight_bytes: u64,
     /// That field (24 bits, 256-byte units) as of the latest ACK.
     rcvd_units: u32,
+    /// Packets resent to this peer (timer, SACK hole or NACK).
+    retransmits: u64,
 }
 
 /// The send side asked the receiver to close an idle context.
@@ -317,11 +328,15 @@ impl Engine {
 
     /// Congestion state and per-entropy path use towards `addr`; `None`
     /// when this engine never exchanged packets with it.
-    pub fn peer_stats(&self, addr: SocketAddr) -> Option<(CcStats, Vec<EntropyStats>)> {
+    pub fn peer_stats(&self, addr: SocketAddr) -> Option<PeerStats> {
         let peer = &self.peers[*self.peer_by_addr.get(&addr)?];
         let mut cc = peer.cc.stats();
         cc.in_flight = peer.in_flight_bytes;
-        Some((cc, peer.lb.entropy_stats().to_vec()))
+        Some(PeerStats {
+            cc,
+            retransmits: peer.retransmits,
+            entropies: peer.lb.entropy_stats().to_vec(),
+        })
     }
 
     /// Record congestion-control events (see [`Engine::take_trace`]).
@@ -415,6 +430,7 @@ impl Engine {
             lb,
             in_flight_bytes: 0,
             rcvd_units: 0,
+            retransmits: 0,
         });
         self.tx_by_id.insert(id, i);
         self.peer_by_addr.insert(addr, i);

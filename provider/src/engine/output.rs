@@ -79,6 +79,7 @@ impl Engine {
                 peer.in_flight_bytes += slot.bytes as u64;
             }
             self.stats.retransmits += 1;
+            peer.retransmits += 1;
             self.stats.packets_sent += 1;
             let flags = pflags::RETX | pflags::AR;
             let len = build_packet(peer, psn, slot.kind, flags, initiator, buf);

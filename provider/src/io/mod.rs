@@ -216,10 +216,7 @@ impl Endpoint {
     }
 
     /// Congestion state and path use towards one peer.
-    pub fn peer_stats(
-        &self,
-        peer: SocketAddr,
-    ) -> Option<(crate::cms::CcStats, Vec<crate::cms::lb::EntropyStats>)> {
+    pub fn peer_stats(&self, peer: SocketAddr) -> Option<crate::engine::PeerStats> {
         self.engine.peer_stats(peer)
     }
 
