@@ -171,6 +171,9 @@ test-pingpong:
 	@echo "== [5/7] fi_pingpong over uet: msg, then tagged (all sizes, data checks)"
 	timeout $(T_PP) fabtests/scripts/pingpong.sh $(PREFIX) -S all -I 1000 -c
 	timeout $(T_PP) fabtests/scripts/pingpong.sh $(PREFIX) -S all -I 1000 -c -m tagged
+	@echo "-- with injected faults: 2% loss plus 10% reordering (msg), then 5% trimming (tagged)"
+	FI_UET_FAULT_DROP=20 FI_UET_FAULT_REORDER=100 timeout $(T_PP) fabtests/scripts/pingpong.sh $(PREFIX) -S all -I 100 -c
+	FI_UET_FAULT_TRIM=50 timeout $(T_PP) fabtests/scripts/pingpong.sh $(PREFIX) -S all -I 100 -c -m tagged
 
 test-mpi:
 	@echo "== [6/7] Open MPI (pml cm, mtl ofi) over uet: 2 and 4 ranks"

@@ -66,6 +66,11 @@ pub const PARAMS: &[ParamSpec] = &[
         help: "Empty progress calls before the polling thread yields its core, so oversubscribed ranks make progress (default 64; 0 = always yield).",
     },
     ParamSpec {
+        name: "idle_progress_us",
+        kind: ParamKind::Int,
+        help: "With FI_PROGRESS_MANUAL, a domain thread progresses any endpoint the application has not progressed for this many microseconds, so retransmissions, ACKs and held packets still move while the application blocks elsewhere (default 1000; 0 = only the application progresses).",
+    },
+    ParamSpec {
         name: "src_addr",
         kind: ParamKind::Str,
         help: "IP address an endpoint binds when the application names no source or destination address (default 127.0.0.1; \"auto\" = the address of the interface holding the default route).",
@@ -194,6 +199,9 @@ pub struct Config {
     pub sockbuf: usize,
     pub inject_size: usize,
     pub spin_before_yield: u32,
+    /// Microseconds without application progress before the domain thread
+    /// steps in (manual progress); 0 = never.
+    pub idle_progress_us: u64,
     pub port: u16,
     pub pdc_idle_us: u64,
     pub unexpected_bytes: usize,
@@ -237,6 +245,7 @@ impl Default for Config {
             sockbuf: 8 << 20,
             inject_size: 4096,
             spin_before_yield: 64,
+            idle_progress_us: 1000,
             port: 0,
             pdc_idle_us: 1_000_000,
             unexpected_bytes: 64 << 20,
@@ -324,6 +333,7 @@ impl Config {
             "sockbuf" => self.sockbuf as i64,
             "inject_size" => self.inject_size as i64,
             "spin_before_yield" => self.spin_before_yield as i64,
+            "idle_progress_us" => self.idle_progress_us as i64,
             "port" => self.port as i64,
             "pdc_idle_us" => self.pdc_idle_us as i64,
             "unexpected_bytes" => self.unexpected_bytes as i64,
@@ -378,6 +388,7 @@ impl Config {
             "sockbuf" => self.sockbuf = int(65536, 1 << 30)? as usize,
             "inject_size" => self.inject_size = int(0, 65536)? as usize,
             "spin_before_yield" => self.spin_before_yield = int(0, 1 << 30)? as u32,
+            "idle_progress_us" => self.idle_progress_us = int(0, 10_000_000)? as u64,
             "port" => self.port = int(0, 65535)? as u16,
             "pdc_idle_us" => self.pdc_idle_us = int(0, 1 << 40)? as u64,
             "unexpected_bytes" => self.unexpected_bytes = int(0, 1 << 40)? as usize,

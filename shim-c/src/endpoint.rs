@@ -8,6 +8,7 @@ use std::net::SocketAddr;
 use std::os::fd::RawFd;
 use std::os::raw::{c_int, c_void};
 use std::ptr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
@@ -95,6 +96,11 @@ pub(crate) struct EpInner {
     state: Mutex<EpState>,
     domain: Arc<DomainInner>,
     caps: u64,
+    /// Progress calls made by the application; the domain's idle-progress
+    /// thread watches it to tell whether the application still polls.
+    app_progress: AtomicU64,
+    /// `app_progress` as the idle-progress thread last saw it.
+    watched_progress: AtomicU64,
 }
 
 /// A send as the data-operation entry points describe it.
@@ -169,8 +175,27 @@ fn level_of(flags: u64) -> Option<CompletionLevel> {
 impl EpInner {
     /// Move packets, then route finished operations to the bound CQs.
     pub(crate) fn progress(&self) {
+        self.app_progress.fetch_add(1, Ordering::Relaxed);
         let mut guard = self.state.lock();
-        let st = &mut *guard;
+        self.progress_locked(&mut guard);
+    }
+
+    /// Progress on behalf of an application that has not called in since the
+    /// last look (manual progress), never waiting for the lock: an
+    /// application holding it is progressing already. Returns whether the
+    /// endpoint was idle.
+    pub(crate) fn progress_if_idle(&self) -> bool {
+        let seen = self.app_progress.load(Ordering::Relaxed);
+        if self.watched_progress.swap(seen, Ordering::Relaxed) != seen {
+            return false;
+        }
+        if let Some(mut guard) = self.state.try_lock() {
+            self.progress_locked(&mut guard);
+        }
+        true
+    }
+
+    fn progress_locked(&self, st: &mut EpState) {
         st.ep.progress();
         while let Some(mut c) = st.ep.poll_completion() {
             let (cq, cntr) = match c.kind {
@@ -643,6 +668,8 @@ fn create(
         }),
         domain: Arc::clone(&dom.inner),
         caps,
+        app_progress: AtomicU64::new(0),
+        watched_progress: AtomicU64::new(0),
     };
     let obj = Box::new(Ep {
         fid: fid_ep {

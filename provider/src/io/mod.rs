@@ -289,9 +289,13 @@ impl Endpoint {
             return Some(std::time::Duration::ZERO);
         }
         let now = self.now();
-        self.engine
-            .next_timeout()
-            .map(|t| std::time::Duration::from_nanos(t.saturating_sub(now)))
+        // Held (reordered) datagrams are due like timers.
+        let held = self.held.front().map(|h| h.at);
+        let next = match (self.engine.next_timeout(), held) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        next.map(|t| std::time::Duration::from_nanos(t.saturating_sub(now)))
     }
 
     /// Move packets and fire timers. Returns true when anything happened.
