@@ -91,6 +91,11 @@ pub const PARAMS: &[ParamSpec] = &[
         help: "Idle time in microseconds after which a delivery context with nothing in flight is closed with the close handshake, freeing its state; the next message reopens it in 0 RTT (default 1000000; 0 = never close).",
     },
     ParamSpec {
+        name: "max_pdcs",
+        kind: ParamKind::Int,
+        help: "Delivery contexts an endpoint keeps at once, both directions (each peer it sends to and each peer it receives from takes one 16-bit ID). When all are taken, new peers wait (sends) or are refused with NACK 0x07 and retry (receives) until idle contexts close (default 16384; 2..65535).",
+    },
+    ParamSpec {
         name: "port",
         kind: ParamKind::Int,
         help: "UDP port an endpoint binds when the application names none (default 0: any free port).",
@@ -202,6 +207,8 @@ pub struct Config {
     /// Microseconds without application progress before the domain thread
     /// steps in (manual progress); 0 = never.
     pub idle_progress_us: u64,
+    /// Delivery-context ID pool size per endpoint.
+    pub max_pdcs: usize,
     pub port: u16,
     pub pdc_idle_us: u64,
     pub unexpected_bytes: usize,
@@ -246,6 +253,7 @@ impl Default for Config {
             inject_size: 4096,
             spin_before_yield: 64,
             idle_progress_us: 1000,
+            max_pdcs: 16384,
             port: 0,
             pdc_idle_us: 1_000_000,
             unexpected_bytes: 64 << 20,
@@ -334,6 +342,7 @@ impl Config {
             "inject_size" => self.inject_size as i64,
             "spin_before_yield" => self.spin_before_yield as i64,
             "idle_progress_us" => self.idle_progress_us as i64,
+            "max_pdcs" => self.max_pdcs as i64,
             "port" => self.port as i64,
             "pdc_idle_us" => self.pdc_idle_us as i64,
             "unexpected_bytes" => self.unexpected_bytes as i64,
@@ -389,6 +398,7 @@ impl Config {
             "inject_size" => self.inject_size = int(0, 65536)? as usize,
             "spin_before_yield" => self.spin_before_yield = int(0, 1 << 30)? as u32,
             "idle_progress_us" => self.idle_progress_us = int(0, 10_000_000)? as u64,
+            "max_pdcs" => self.max_pdcs = int(2, 65535)? as usize,
             "port" => self.port = int(0, 65535)? as u16,
             "pdc_idle_us" => self.pdc_idle_us = int(0, 1 << 40)? as u64,
             "unexpected_bytes" => self.unexpected_bytes = int(0, 1 << 40)? as usize,

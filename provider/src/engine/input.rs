@@ -52,25 +52,50 @@ impl Engine {
                 return;
             }
         };
-        let p = self.peer_index(canonical_source(from, &ses));
-        if !self.rx_context(p, &req) {
-            self.stats.unknown_pdc += 1;
+        let src = canonical_source(from, &ses);
+        // Only a SYN with a context ID to spare makes a stranger a peer, so
+        // packets from unknown or spoofed sources cost no memory.
+        let p = match self.peer_by_addr.get(&src) {
+            Some(&p) => Some(p),
+            None if req.syn() && self.pdc_id_available() => Some(self.peer_index(src)),
+            None => None,
+        };
+        let context = match p {
+            Some(p) => self.rx_context(p, &req),
+            None if req.syn() => RxContext::Exhausted,
+            None => RxContext::Unknown,
+        };
+        let code = match context {
+            RxContext::Known => None,
             // Not SYN and no context of ours: the sender holds a context we
             // closed or lost (we restarted). Tell it, so it starts afresh.
+            RxContext::Unknown => {
+                self.stats.unknown_pdc += 1;
+                Some(NackCode::InvalidDpdcid)
+            }
+            // Every context ID is taken: the sender retries later, as for a
+            // full buffer, without counting it against us.
+            RxContext::Exhausted => {
+                self.stats.pdc_exhausted += 1;
+                Some(NackCode::NoPacketBuffer)
+            }
+        };
+        if let Some(code) = code {
             self.queue_nack(
                 from,
                 NackRepr {
                     flags: 0,
-                    code: NackCode::InvalidDpdcid,
+                    code,
                     vendor_code: 0,
                     psn: req.psn,
-                    spdcid: req.dpdcid,
+                    spdcid: if req.syn() { 0 } else { req.dpdcid },
                     dpdcid: req.spdcid,
                     payload: 0,
                 },
             );
             return;
         }
+        let Some(p) = p else { return };
         let payload_len = body.len().saturating_sub(match ses {
             Ses::Request(_) => SesRequestRepr::LEN,
             Ses::Response(_) => SesResponseRepr::LEN,
@@ -171,9 +196,8 @@ impl Engine {
             && s.request_length as usize <= Config::MAX_MSG_SIZE
     }
 
-    /// Find or establish the receive PDC a request belongs to. False when
-    /// the packet belongs to no context we know.
-    pub(super) fn rx_context(&mut self, p: usize, req: &RequestRepr) -> bool {
+    /// Find or establish the receive PDC a request belongs to.
+    pub(super) fn rx_context(&mut self, p: usize, req: &RequestRepr) -> RxContext {
         if req.syn() {
             let start = req.psn.wrapping_sub(req.dpdcid as u32);
             let same = self.peers[p]
@@ -183,7 +207,9 @@ impl Engine {
             if !same {
                 // A new context from this peer (first contact or a restart):
                 // whatever the old one was receiving is gone with it.
-                let id = self.alloc_pdc_id();
+                let Some(id) = self.alloc_pdc_id() else {
+                    return RxContext::Exhausted;
+                };
                 let window = self.window;
                 let peer = &mut self.peers[p];
                 if let Some(old) = peer.rx.take() {
@@ -200,13 +226,18 @@ impl Engine {
                 self.unexpected.retain(|u| u.peer != p);
                 self.rx_by_id.insert(id, p);
             }
-            return true;
+            return RxContext::Known;
         }
-        self.rx_by_id.get(&req.dpdcid) == Some(&p)
+        let known = self.rx_by_id.get(&req.dpdcid) == Some(&p)
             && self.peers[p]
                 .rx
                 .as_ref()
-                .is_some_and(|rx| rx.remote_id == req.spdcid)
+                .is_some_and(|rx| rx.remote_id == req.spdcid);
+        if known {
+            RxContext::Known
+        } else {
+            RxContext::Unknown
+        }
     }
 
     /// Create the receive state of a message on its first packet (any of
@@ -632,4 +663,14 @@ fn canonical_source(from: SocketAddr, ses: &Ses) -> SocketAddr {
         }
         _ => from,
     }
+}
+
+/// Which receive context an arriving request belongs to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum RxContext {
+    Known,
+    /// Not a SYN and no context of ours.
+    Unknown,
+    /// A SYN, but every delivery-context ID is in use.
+    Exhausted,
 }

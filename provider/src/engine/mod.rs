@@ -78,6 +78,10 @@ pub struct Stats {
     pub malformed: u64,
     /// Requests for a PDC we do not know (stale, spoofed).
     pub unknown_pdc: u64,
+    /// Times a delivery context could not be opened because every ID of the
+    /// pool (`FI_UET_MAX_PDCS`) was in use (the packets waited or were
+    /// refused with NACK 0x07).
+    pub pdc_exhausted: u64,
     pub out_of_window: u64,
     pub peers_failed: u64,
     /// Data packets that arrived trimmed (payload cut by the fabric).
@@ -251,6 +255,8 @@ pub struct Engine {
     tx_by_id: FastMap<u16, usize>,
     rx_by_id: FastMap<u16, usize>,
     next_pdc_id: u16,
+    /// Size of the delivery-context ID pool (`FI_UET_MAX_PDCS`).
+    max_pdcs: usize,
     posted: PostedQueues,
     unexpected: VecDeque<Unexpected>,
     completions: VecDeque<Completion>,
@@ -303,6 +309,7 @@ impl Engine {
             tx_by_id: FastMap::default(),
             rx_by_id: FastMap::default(),
             next_pdc_id: 1,
+            max_pdcs: config.max_pdcs.clamp(2, u16::MAX as usize),
             posted: PostedQueues::default(),
             unexpected: VecDeque::new(),
             completions: VecDeque::new(),
@@ -394,15 +401,45 @@ impl Engine {
         self.window = window.max(1);
     }
 
-    fn alloc_pdc_id(&mut self) -> u16 {
-        // Skip IDs in use by either direction; 0 is never used.
+    /// Delivery-context IDs in use, both directions.
+    fn pdc_ids_in_use(&self) -> usize {
+        self.tx_by_id.len() + self.rx_by_id.len()
+    }
+
+    fn pdc_id_available(&self) -> bool {
+        self.pdc_ids_in_use() < self.max_pdcs
+    }
+
+    /// A free 16-bit delivery-context ID from the bounded pool
+    /// (`FI_UET_MAX_PDCS`), or `None` when all are taken. IDs are handed out
+    /// round-robin, so a just-closed ID is not reused at once.
+    fn alloc_pdc_id(&mut self) -> Option<u16> {
+        if !self.pdc_id_available() {
+            return None;
+        }
+        // max_pdcs < 65536, so a free ID exists; 0 is never used.
         loop {
             let id = self.next_pdc_id;
             self.next_pdc_id = self.next_pdc_id.wrapping_add(1).max(1);
             if !self.tx_by_id.contains_key(&id) && !self.rx_by_id.contains_key(&id) {
-                return id;
+                return Some(id);
             }
         }
+    }
+
+    /// Give peer `p` a send context ID if it has none (first packet after
+    /// creation or a close). False when the pool is empty: its packets wait.
+    fn ensure_tx_pdc_id(&mut self, p: usize) -> bool {
+        if self.peers[p].tx.local_id != 0 {
+            return true;
+        }
+        let Some(id) = self.alloc_pdc_id() else {
+            self.stats.pdc_exhausted += 1;
+            return false;
+        };
+        self.peers[p].tx.local_id = id;
+        self.tx_by_id.insert(id, p);
+        true
     }
 
     fn peer_index(&mut self, addr: SocketAddr) -> usize {
@@ -410,12 +447,12 @@ impl Engine {
             return i;
         }
         let i = self.peers.len();
-        let id = self.alloc_pdc_id();
         let start = self.rng.gen();
         let lb = LoadBalancer::new(self.lb_config, self.rng.gen());
         self.peers.push(Peer {
             addr,
-            tx: TxPdc::new(id, start),
+            // The context ID is taken when the first packet leaves.
+            tx: TxPdc::new(0, start),
             rx: None,
             queue: VecDeque::new(),
             messages: FastMap::default(),
@@ -432,7 +469,6 @@ impl Engine {
             rcvd_units: 0,
             retransmits: 0,
         });
-        self.tx_by_id.insert(id, i);
         self.peer_by_addr.insert(addr, i);
         i
     }

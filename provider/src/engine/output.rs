@@ -58,6 +58,9 @@ impl Engine {
     }
 
     pub(super) fn next_packet(&mut self, p: usize, now: u64, buf: &mut [u8]) -> Option<Transmit> {
+        if !self.ensure_tx_pdc_id(p) {
+            return None;
+        }
         let max_payload = self.max_payload();
         let window = self.window;
         let rto = self.peers[p].tx.rto(self.rto_min, self.rto_max, 0);

@@ -126,19 +126,18 @@ impl Engine {
     /// failure): new PDC ID, new random start PSN, SYN on the next packets.
     /// Message IDs restart too, as the receiver's matching does.
     pub(super) fn reset_tx_pdc(&mut self, p: usize) {
-        let id = self.alloc_pdc_id();
         let start = self.rng.gen();
         let peer = &mut self.peers[p];
         peer.tx.abandon();
         self.tx_by_id.remove(&peer.tx.local_id);
-        peer.tx = TxPdc::new(id, start);
+        // The ID goes back to the pool; the next packet takes a fresh one.
+        peer.tx = TxPdc::new(0, start);
         peer.next_msg_id = 0;
         peer.closing = None;
         // The congestion state stays (same path, same peer); what was in
         // flight on the old context is gone.
         peer.in_flight_bytes = 0;
         peer.rcvd_units = 0;
-        self.tx_by_id.insert(id, p);
         self.mark_ready(p);
     }
 
