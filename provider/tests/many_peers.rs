@@ -97,12 +97,12 @@ fn mesh(
             }
         }
     }
-    for s in 0..n {
+    for (s, sender) in eng.iter_mut().enumerate() {
         for d in (0..n).filter(|&d| d != s) {
             for (k, &len) in sizes.iter().enumerate() {
                 let data = pattern((s * 1000 + k) as u64, len);
                 let ctx = (d * 1000 + k) as u64;
-                eng[s]
+                sender
                     .post_send(0, send(addrs[d], data, Some(s as u64), ctx))
                     .unwrap();
             }
@@ -111,7 +111,7 @@ fn mesh(
     let expected = n * (n - 1) * sizes.len();
     let mut sends = 0usize;
     let mut recvs = 0usize;
-    // recv_order[r][s]: receive contexts completed, in completion order.
+    // Completions per (receiver or sender, peer, message).
     let mut recv_seen = vec![vec![vec![0u32; sizes.len()]; n]; n];
     let mut send_seen = vec![vec![vec![0u32; sizes.len()]; n]; n];
     let mut rng = SmallRng::seed_from_u64(seed);
