@@ -317,6 +317,28 @@ fn unexpected_messages_stay_within_the_budget() {
 }
 
 #[test]
+fn loss_without_trimming_is_found_before_the_timeout() {
+    // Plain drops, no trimming: SLEEK's out-of-order count and probes find
+    // the losses; the timer is the last resort.
+    let mut found = 0;
+    for seed in 0..4 {
+        let (_, [tx, _]) = run(
+            seed,
+            Impairments {
+                drop: 0.03,
+                jitter: 1_000,
+                ..Impairments::default()
+            },
+            &[300_000, 5, 120_000],
+            false,
+        );
+        found += tx.sleek_retransmits;
+        assert!(tx.retransmits > 0, "nothing was lost? {tx:?}");
+    }
+    assert!(found > 0, "neither SLEEK nor a probe found a loss");
+}
+
+#[test]
 fn idle_context_closes_and_reopens() {
     for seed in 0..4 {
         run(

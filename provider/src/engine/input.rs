@@ -566,6 +566,19 @@ impl Engine {
             };
             peer.lb.on_feedback(now, entropy, fb);
         }
+        // Loss without trimming: SLEEK on the out-of-order count, and the
+        // answer to a probe sent into silence.
+        let mtu = self.mtu as u64;
+        let mut lost = 0;
+        if peer.tx.sacked() >= 5 || peer.tx.in_recovery() {
+            let threshold = (peer.cc.loss_threshold_bytes(mtu) / mtu) as usize;
+            // A window that cannot hold the threshold would never trigger.
+            let threshold = threshold.min(self.window / 2).max(1);
+            let budget = (peer.cc.cwnd() / mtu).max(1) as usize;
+            lost += peer.tx.sleek(threshold, budget);
+        }
+        lost += peer.tx.probe_answered(now, 2 * Self::probe_rtt(peer));
+        self.stats.sleek_retransmits += lost as u64;
         let (entropy, rtt) = (out.trigger_entropy.unwrap_or(0), out.rtt_raw.unwrap_or(0));
         self.record(p, now, TraceKind::Ack, entropy, rtt, ecn);
         for &kind in &out.newly_acked {

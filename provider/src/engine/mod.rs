@@ -82,6 +82,11 @@ pub struct Stats {
     /// pool (`FI_UET_MAX_PDCS`) was in use (the packets waited or were
     /// refused with NACK 0x07).
     pub pdc_exhausted: u64,
+    /// Packets queued for retransmission by SLEEK (out-of-order count past
+    /// its threshold) or by a promptly answered probe.
+    pub sleek_retransmits: u64,
+    /// Probes sent after three base RTTs of silence.
+    pub probes_sent: u64,
     pub out_of_window: u64,
     pub peers_failed: u64,
     /// Data packets that arrived trimmed (payload cut by the fabric).
