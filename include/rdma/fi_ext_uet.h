@@ -65,6 +65,7 @@ extern "C" {
 #define FI_UET_PARAM_MAX_PDCS          "FI_UET_MAX_PDCS"          /* delivery-context ID pool per endpoint [16384; 2..65535] */
 #define FI_UET_PARAM_UNEXPECTED_BYTES  "FI_UET_UNEXPECTED_BYTES"  /* payload held for unmatched messages, then NACK 0x07 [67108864] */
 #define FI_UET_PARAM_TRACE             "FI_UET_TRACE"             /* CSV trace of congestion-control events; %p = pid, %e = port [none] */
+#define FI_UET_PARAM_DELIVERY          "FI_UET_DELIVERY"          /* send contexts: rud (unordered, sprayed) | rod (ordered, one path) [rud] */
 #define FI_UET_PARAM_CC                "FI_UET_CC"                /* congestion control: nscc | none (fixed window) [nscc] */
 #define FI_UET_PARAM_LINK_GBPS         "FI_UET_LINK_GBPS"         /* link rate NSCC scales with, Gb/s [100] */
 #define FI_UET_PARAM_BASE_RTT_US       "FI_UET_BASE_RTT_US"       /* base RTT seed, us [0 = measure] */

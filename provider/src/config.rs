@@ -101,6 +101,11 @@ pub const PARAMS: &[ParamSpec] = &[
         help: "UDP port an endpoint binds when the application names none (default 0: any free port).",
     },
     ParamSpec {
+        name: "delivery",
+        kind: ParamKind::Str,
+        help: "Delivery mode of the endpoint's send contexts: rud (reliable unordered, default: packets sprayed over every entropy, placed as they arrive) or rod (reliable ordered: one path, the receiver accepts packets only in PSN order and the sender goes back N on loss, so data lands in posting order; also chosen when the application asks for FI_ORDER_RAW/RAR/WAW/SAW in msg_order).",
+    },
+    ParamSpec {
         name: "cc",
         kind: ParamKind::Str,
         help: "Congestion control per peer: nscc (NSCC, default) or none (fixed window of FI_UET_WINDOW packets, the no-CC baseline).",
@@ -216,6 +221,8 @@ pub struct Config {
     pub trace: String,
     /// Empty = loopback.
     pub src_addr: String,
+    /// Reliable ordered delivery (ROD) instead of unordered (RUD).
+    pub ordered: bool,
     pub cc: CcAlgorithm,
     pub link_gbps: u32,
     /// 0 = measure.
@@ -259,6 +266,7 @@ impl Default for Config {
             unexpected_bytes: 64 << 20,
             trace: String::new(),
             src_addr: String::new(),
+            ordered: false,
             cc: CcAlgorithm::Nscc,
             link_gbps: 100,
             base_rtt_us: 0,
@@ -326,6 +334,11 @@ impl Config {
             "src_addr" => return Some(ParamValue::Str(self.src_addr.clone())),
             "trace" => return Some(ParamValue::Str(self.trace.clone())),
             "cc" => return Some(ParamValue::Str(self.cc.name().into())),
+            "delivery" => {
+                return Some(ParamValue::Str(
+                    if self.ordered { "rod" } else { "rud" }.into(),
+                ))
+            }
             "lb" => return Some(ParamValue::Str(self.lb.name().into())),
             "nscc_variant" => return Some(ParamValue::Str(self.nscc_variant.name())),
             "nscc_trimming" => return Some(ParamValue::Bool(self.trimming)),
@@ -410,6 +423,14 @@ impl Config {
                 ParamValue::Str(s) => self.src_addr = s,
                 _ => return Err(err("expects an IP address or \"auto\"".into())),
             },
+            "delivery" => {
+                let t = text()?;
+                self.ordered = match t.as_str() {
+                    "rud" => false,
+                    "rod" => true,
+                    _ => return Err(err(format!("{t:?} is not rud or rod"))),
+                }
+            }
             "cc" => {
                 let t = text()?;
                 self.cc = CcAlgorithm::parse(&t)

@@ -26,7 +26,7 @@ use crate::cq::{self, CqInner, Entry};
 use crate::domain::{self, DomainInner};
 use crate::eq::{self, EqInner};
 use crate::errors::{fi_errno, guard, ret_int, unsupported, FiResult};
-use crate::getinfo::{CAPS, IOV_LIMIT};
+use crate::getinfo::{CAPS, IOV_LIMIT, ROD_ORDER};
 use crate::object::{self, fid_ops, ops_ptr};
 use crate::{msg, rma_atomic, tagged};
 
@@ -621,7 +621,12 @@ fn create(
         return Err(FI_EINVAL);
     }
     let family = Family::from_format(info.addr_format).unwrap_or(dom.inner.family);
-    let config = &dom.inner.config;
+    let mut config = dom.inner.config.clone();
+    // Data ordering asked for in the transmit attributes: ordered delivery.
+    if tx_attr.is_some_and(|a| a.msg_order & ROD_ORDER != 0) {
+        config.ordered = true;
+    }
+    let config = &config;
     // SAFETY: src_addr/dest_addr hold src_addrlen/dest_addrlen bytes.
     let (src, dest) = unsafe {
         (
@@ -949,7 +954,9 @@ extern "C" fn ep_setname(f: fid_t, a: *mut c_void, addrlen: usize) -> c_int {
         if st.enabled {
             return -(FI_EOPBADSTATE as c_int);
         }
-        match uet::Endpoint::bind(&ep.inner.domain.config, new) {
+        let mut config = ep.inner.domain.config.clone();
+        config.ordered = st.ep.ordered();
+        match uet::Endpoint::bind(&config, new) {
             Ok(mut e) => {
                 e.set_memory_regions(ep.inner.domain.regions.clone());
                 st.ep = e;

@@ -14,7 +14,9 @@ impl Engine {
             return;
         };
         match prologue.ptype {
-            PacketType::RudRequest => self.on_request(now, from, tos, data),
+            PacketType::RudRequest | PacketType::RodRequest => {
+                self.on_request(now, from, tos, data)
+            }
             PacketType::AckCc => self.on_ack(now, from, data),
             PacketType::Nack => self.on_nack(now, from, data),
             PacketType::Control => self.on_control(now, from, data),
@@ -156,6 +158,13 @@ impl Engine {
                 self.stats.out_of_window += 1;
                 return;
             }
+            Arrival::OutOfOrder => {
+                // Ordered delivery: dropped; the ACK (cumulative PSN
+                // unchanged) makes the sender go back.
+                self.stats.rod_out_of_order += 1;
+                self.queue_ack(p);
+                return;
+            }
             Arrival::Duplicate => {
                 self.stats.duplicates += 1;
                 self.queue_ack(p);
@@ -215,7 +224,13 @@ impl Engine {
                 if let Some(old) = peer.rx.take() {
                     self.rx_by_id.remove(&old.local_id);
                 }
-                peer.rx = Some(RxPdc::new(id, req.spdcid, start, window));
+                let rx = RxPdc::new(id, req.spdcid, start, window);
+                // The sender picks the mode; its SYN's packet type says which.
+                peer.rx = Some(if req.ptype == PacketType::RodRequest {
+                    rx.ordered()
+                } else {
+                    rx
+                });
                 self.staged_bytes -= peer
                     .inbound
                     .values()
@@ -570,7 +585,14 @@ impl Engine {
         // answer to a probe sent into silence.
         let mtu = self.mtu as u64;
         let mut lost = 0;
-        if peer.tx.sacked() >= 5 || peer.tx.in_recovery() {
+        if self.ordered {
+            // Every ACK that acknowledges nothing new means the receiver
+            // dropped a packet behind a hole: three in a row go back N.
+            if peer.tx.dupacks >= 3 || peer.tx.in_recovery() {
+                let budget = (peer.cc.cwnd() / mtu).max(1) as usize;
+                lost += peer.tx.go_back_n(budget);
+            }
+        } else if peer.tx.sacked() >= 5 || peer.tx.in_recovery() {
             let threshold = (peer.cc.loss_threshold_bytes(mtu) / mtu) as usize;
             // A window that cannot hold the threshold would never trigger.
             let threshold = threshold.min(self.window / 2).max(1);

@@ -82,11 +82,15 @@ pub struct Stats {
     /// pool (`FI_UET_MAX_PDCS`) was in use (the packets waited or were
     /// refused with NACK 0x07).
     pub pdc_exhausted: u64,
-    /// Packets queued for retransmission by SLEEK (out-of-order count past
-    /// its threshold) or by a promptly answered probe.
+    /// Packets queued for retransmission by loss recovery before their
+    /// timeout: SLEEK (out-of-order count past its threshold), go-back-N
+    /// (ordered delivery) or a promptly answered probe.
     pub sleek_retransmits: u64,
     /// Probes sent after three base RTTs of silence.
     pub probes_sent: u64,
+    /// Ordered delivery: packets the receiver dropped because an earlier
+    /// PSN was missing.
+    pub rod_out_of_order: u64,
     pub out_of_window: u64,
     pub peers_failed: u64,
     /// Data packets that arrived trimmed (payload cut by the fabric).
@@ -247,6 +251,8 @@ impl Peer {
 pub struct Engine {
     mtu: usize,
     window: usize,
+    /// Send contexts use reliable ordered delivery (ROD) instead of RUD.
+    ordered: bool,
     rto_min: u64,
     rto_max: u64,
     max_retries: u32,
@@ -304,6 +310,7 @@ impl Engine {
             cc_config: Arc::new(CcConfig::from_config(config, mtu, mtu - DATA_HEADERS)),
             lb_config: LbConfig::from_config(config, mtu),
             window: config.window.max(1),
+            ordered: config.ordered,
             rto_min: config.rto_min_us * 1000,
             rto_max: config.rto_max_us.max(config.rto_min_us) * 1000,
             max_retries: config.max_retries,
@@ -394,6 +401,11 @@ impl Engine {
     /// Payload bytes held right now for messages not yet matched.
     pub fn staged_bytes(&self) -> usize {
         self.staged_bytes
+    }
+
+    /// Whether send contexts use reliable ordered delivery (ROD).
+    pub fn ordered(&self) -> bool {
+        self.ordered
     }
 
     /// Largest payload carried by one packet.
@@ -504,7 +516,7 @@ impl Engine {
 mod tests {
     use super::*;
 
-    /// The per-peer figures documented in provider/README.md section 2.4.
+    /// The per-peer figures documented in provider/README.md section 2.5.
     #[test]
     fn per_peer_state_stays_small() {
         let sizes = [

@@ -194,6 +194,11 @@ impl Endpoint {
         })
     }
 
+    /// Whether this endpoint sends with reliable ordered delivery (ROD).
+    pub fn ordered(&self) -> bool {
+        self.engine.ordered()
+    }
+
     pub fn local_addr(&self) -> SocketAddr {
         self.local
     }

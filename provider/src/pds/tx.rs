@@ -82,6 +82,9 @@ pub struct TxPdc {
     /// End of the PSN range the latest ACK could report (its cumulative PSN
     /// plus the 64 bits of SACK): beyond it, unacknowledged says nothing.
     reported_until: u32,
+    /// ACKs in a row that acknowledged nothing new while packets were
+    /// outstanding (ordered delivery's loss signal).
+    pub dupacks: u32,
 }
 
 /// A SLEEK recovery episode: every PSN below `until` (the highest sent when
@@ -119,6 +122,7 @@ impl TxPdc {
             probe: None,
             latest_acked_sent_at: 0,
             reported_until: start_psn,
+            dupacks: 0,
         }
     }
 
@@ -334,6 +338,11 @@ impl TxPdc {
                 }
             }
         }
+        if out.newly_acked.is_empty() && !self.slots.is_empty() {
+            self.dupacks += 1;
+        } else {
+            self.dupacks = 0;
+        }
         // Every acked slot leaving the front was SACKed, except those the
         // cumulative PSN acknowledged just now.
         let mut popped = 0;
@@ -397,6 +406,38 @@ impl TxPdc {
                     if s.sent_at >= overtaken_before {
                         break;
                     }
+                    s.queued = true;
+                    self.retransmit.push_back(psn);
+                    queued += 1;
+                }
+            }
+            r.scan = r.scan.wrapping_add(1);
+        }
+        self.recovery = Some(r);
+        queued
+    }
+
+    /// Go back N (ordered delivery): the receiver drops everything after a
+    /// lost packet, so resend every unacknowledged packet from the oldest,
+    /// at most `budget` per call, once per episode (until the cumulative
+    /// PSN passes what was outstanding when it began). Returns how many
+    /// were queued.
+    pub fn go_back_n(&mut self, budget: usize) -> usize {
+        if self.recovery.is_some_and(|r| psn_le(r.until, self.base)) {
+            self.recovery = None;
+        }
+        let mut r = self.recovery.unwrap_or(Recovery {
+            until: self.next_psn(),
+            scan: self.base,
+        });
+        if psn_lt(r.scan, self.base) {
+            r.scan = self.base;
+        }
+        let mut queued = 0;
+        while queued < budget && psn_lt(r.scan, r.until) {
+            let psn = r.scan;
+            if let Some(s) = self.slot_mut(psn) {
+                if !s.acked && !s.queued {
                     s.queued = true;
                     self.retransmit.push_back(psn);
                     queued += 1;
@@ -488,6 +529,10 @@ impl TxPdc {
             }
         }
         self.rto_due = if next_due == u64::MAX { 0 } else { next_due };
+        if worst > 0 {
+            // After a timeout, loss recovery starts afresh from the oldest.
+            self.recovery = None;
+        }
         worst
     }
 
@@ -498,6 +543,7 @@ impl TxPdc {
         self.sacked = 0;
         self.recovery = None;
         self.probe = None;
+        self.dupacks = 0;
         let kinds = self
             .slots
             .iter()
