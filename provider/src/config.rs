@@ -98,7 +98,7 @@ pub const PARAMS: &[ParamSpec] = &[
     ParamSpec {
         name: "port",
         kind: ParamKind::Int,
-        help: "UDP port an endpoint binds when the application names none (default 0: any free port).",
+        help: "UDP port an endpoint binds when the application names none (default 0: the UET port 4793 when it is free, any free port otherwise).",
     },
     ParamSpec {
         name: "delivery",

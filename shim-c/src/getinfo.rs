@@ -309,7 +309,12 @@ fn addresses(
         }
         src = Some(a);
     } else if named {
-        dest = Some(addr::resolve(t.node, t.service, family)?);
+        let mut d = addr::resolve(t.node, t.service, family)?;
+        if t.service.is_none() {
+            // A peer named without a port listens on the UET port.
+            d.set_port(uet::wire::UET_UDP_PORT);
+        }
+        dest = Some(d);
     }
     for a in [src, dest].into_iter().flatten() {
         if !family.admits(&a) {
@@ -650,6 +655,14 @@ mod tests {
             source: false,
         };
         assert_eq!(offer(&t, &Hints::default()), Err(FI_ENODATA));
+        // A peer named without a port is on the UET port.
+        let t = Target {
+            node: Some("127.0.0.2"),
+            service: None,
+            source: false,
+        };
+        let o = offer(&t, &Hints::default()).unwrap();
+        assert_eq!(o.dest, Some("127.0.0.2:4793".parse().unwrap()));
         let t = Target {
             node: Some("::1"),
             service: Some("9"),
