@@ -76,6 +76,21 @@ struct Pending {
 const TOKEN_BASE: u64 = 1 << 63;
 
 impl EpState {
+    /// Drop every binding (at close).
+    fn unbind(&mut self) {
+        self.enabled = false;
+        self.av = None;
+        self.tx_cq = None;
+        self.rx_cq = None;
+        self._eq = None;
+        self.tx_cntr = None;
+        self.rx_cntr = None;
+        self.write_cntr = None;
+        self.read_cntr = None;
+        self.remote_write_cntr = None;
+        self.remote_read_cntr = None;
+    }
+
     fn token(&mut self, context: u64, signal: bool) -> u64 {
         let t = TOKEN_BASE | self.next_token;
         self.next_token = (self.next_token + 1) & !TOKEN_BASE;
@@ -184,7 +199,9 @@ impl EpInner {
                 CompletionKind::FetchAtomic => (st.tx_cq.as_ref(), st.read_cntr.as_ref()),
             };
             let (cq, cntr) = (cq.cloned(), cntr.cloned());
-            // Peers' RMA: counted; only remote CQ data makes a CQ entry.
+            // Peers' RMA: counted (endpoint counters, and FI_RMA_EVENT
+            // counters bound to the region, whose key the event carries);
+            // only remote CQ data makes a CQ entry.
             if matches!(
                 c.kind,
                 CompletionKind::RemoteWrite | CompletionKind::RemoteRead
@@ -192,6 +209,10 @@ impl EpInner {
                 if let Some(k) = &cntr {
                     k.completed(true);
                 }
+                self.domain
+                    .regions
+                    .count_remote(c.tag, c.kind == CompletionKind::RemoteWrite);
+                c.tag = 0; // not a tag: keep it out of the CQ entry
                 if c.data.is_none() {
                     continue;
                 }
@@ -484,6 +505,8 @@ impl EpInner {
 pub(crate) struct Ep {
     fid: fid_ep,
     pub(crate) inner: Arc<EpInner>,
+    /// Keeps the domain's close at -FI_EBUSY while this endpoint is open.
+    _open: object::ChildOf,
 }
 
 static FI_OPS: fi_ops = fi_ops {
@@ -660,6 +683,7 @@ fn create(
             collective: ptr::null_mut(),
         },
         inner: Arc::new(inner),
+        _open: dom.inner.children.child(),
     });
     if let Some(p) = &dom.inner.auto_progress {
         p.add(&obj.inner);
@@ -675,6 +699,11 @@ extern "C" fn ep_close(f: *mut fid) -> c_int {
         // only weak references, so the socket closes here.
         match unsafe { object::take::<Ep>(f, &FI_OPS) } {
             Some(b) => {
+                // Release the bound objects now, even if a progress thread
+                // still holds the endpoint for a moment: their close must
+                // not see it as a user. Pending operations are dropped with
+                // the engine, without completions (fi_endpoint(3)).
+                b.inner.state.lock().unbind();
                 drop(b);
                 0
             }
