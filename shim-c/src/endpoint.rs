@@ -33,6 +33,9 @@ use crate::{msg, rma_atomic, tagged};
 pub(crate) struct EpState {
     ep: uet::Endpoint,
     enabled: bool,
+    /// fi_close ran: a progress thread that still holds the endpoint must
+    /// not touch the application's buffers any more.
+    closed: bool,
     av: Option<Arc<AvInner>>,
     tx_cq: Option<Arc<CqInner>>,
     rx_cq: Option<Arc<CqInner>>,
@@ -79,6 +82,7 @@ impl EpState {
     /// Drop every binding (at close).
     fn unbind(&mut self) {
         self.enabled = false;
+        self.closed = true;
         self.av = None;
         self.tx_cq = None;
         self.rx_cq = None;
@@ -186,6 +190,9 @@ impl EpInner {
     pub(crate) fn progress(&self) {
         let mut guard = self.state.lock();
         let st = &mut *guard;
+        if st.closed {
+            return;
+        }
         st.ep.progress();
         while let Some(mut c) = st.ep.poll_completion() {
             let (cq, cntr) = match c.kind {
@@ -646,6 +653,7 @@ fn create(
         state: Mutex::new(EpState {
             ep: endpoint,
             enabled: false,
+            closed: false,
             av: None,
             tx_cq: None,
             rx_cq: None,
