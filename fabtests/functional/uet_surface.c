@@ -1177,6 +1177,11 @@ static void t_rma_event(void)
 	      (unsigned long long)v[1], (unsigned long long)v[2], (unsigned long long)v[3]);
 	for (i = 0; i < 4; i++)
 		CHECK(fi_cntr_readerr(E.cntr[i]) == 0, "counter %d errors", i);
+	/* Waiting on a counter bound only to a region progresses the domain's
+	 * endpoints: no CQ is read until the count is reached. */
+	CHECK_RC(fi_write(E.ep[0], src, 8, NULL, E.addr[1], target_addr(a, 0), ka, &ctx));
+	CHECK_RC(fi_cntr_wait(E.cntr[0], 4, WAIT_MS));
+	(void)wait_entry(0, &ctx, 0);
 	/* A counter bound to an open region is in use. */
 	CHECK(fi_close(&E.cntr[0]->fid) == -FI_EBUSY, "counter bound to a region closed");
 	CHECK_RC(fi_close(&E.mr[0]->fid));

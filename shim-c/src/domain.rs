@@ -30,6 +30,9 @@ pub(crate) struct DomainInner {
     pub(crate) auto_progress: Option<AutoProgress>,
     /// Endpoints, AVs, CQs, counters and regions still open.
     pub(crate) children: object::OpenChildren,
+    /// The domain's endpoints: a counter bound to a region (FI_RMA_EVENT)
+    /// progresses and sleeps on them, as any of them may serve the access.
+    pub(crate) eps: parking_lot::Mutex<Vec<std::sync::Weak<endpoint::EpInner>>>,
 }
 
 impl DomainInner {
@@ -116,6 +119,7 @@ pub(crate) unsafe extern "C" fn open(
                     None
                 },
                 children: object::OpenChildren::default(),
+                eps: parking_lot::Mutex::default(),
             };
             let obj = Box::new(Domain {
                 fid: fid_domain {

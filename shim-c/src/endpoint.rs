@@ -696,6 +696,10 @@ fn create(
     if let Some(p) = &dom.inner.auto_progress {
         p.add(&obj.inner);
     }
+    crate::wait::attach(&dom.inner.eps, &obj.inner);
+    for c in dom.inner.regions.counters() {
+        c.attach(&obj.inner);
+    }
     // SAFETY: ep is a valid out-pointer (checked above).
     unsafe { *ep = &mut Box::leak(obj).fid };
     Ok(())

@@ -179,6 +179,11 @@ extern "C" fn mr_bind(f: *mut fid, bfid: *mut fid, flags: u64) -> c_int {
                         return Err(FI_EINVAL);
                     }
                     mr.domain.regions.bind_counter(mr.fid.key, &c.inner, flags);
+                    // Reading or waiting on the counter progresses the
+                    // endpoints that may serve the region.
+                    for ep in crate::wait::live(&mr.domain.eps) {
+                        c.inner.attach(&ep);
+                    }
                     Ok(())
                 }
                 _ => Err(FI_EINVAL),

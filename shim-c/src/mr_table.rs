@@ -95,6 +95,19 @@ impl MrTable {
         }
     }
 
+    /// Every counter bound to a region.
+    pub(crate) fn counters(&self) -> Vec<Arc<CntrInner>> {
+        let mut all: Vec<Arc<CntrInner>> = Vec::new();
+        for r in self.regions.read().values() {
+            for (c, _) in &r.counters {
+                if !all.iter().any(|a| Arc::ptr_eq(a, c)) {
+                    all.push(Arc::clone(c));
+                }
+            }
+        }
+        all
+    }
+
     /// A peer's write (or atomic) or read of the region under `key` was
     /// served: bump the counters bound to it for that direction.
     pub(crate) fn count_remote(&self, key: u64, write: bool) {
