@@ -35,6 +35,24 @@ impl CntrInner {
         self.waker.wake();
     }
 
+    /// A fresh counter outside any domain (unit tests).
+    #[cfg(test)]
+    pub(crate) fn for_test() -> Arc<CntrInner> {
+        Arc::new(CntrInner {
+            value: AtomicU64::new(0),
+            errors: AtomicU64::new(0),
+            eps: Mutex::default(),
+            waker: Waker::new().expect("eventfd"),
+            wait_obj: FI_WAIT_NONE,
+        })
+    }
+
+    /// The success count, without progress (unit tests).
+    #[cfg(test)]
+    pub(crate) fn value(&self) -> u64 {
+        self.value.load(Ordering::Acquire)
+    }
+
     pub(crate) fn attach(&self, ep: &Arc<EpInner>) {
         wait::attach(&self.eps, ep);
     }

@@ -181,4 +181,31 @@ mod tests {
         assert!(v.resolve(1, va + 96, 4, true).is_some());
         assert!(v.resolve(1, 0, 4, true).is_none(), "offset in virtual mode");
     }
+
+    #[test]
+    fn region_counters_count_their_direction_and_region_only() {
+        let mut mem = vec![0u8; 64];
+        let t = MrTable::new(0);
+        let rw = (FI_REMOTE_READ | FI_REMOTE_WRITE) as u64;
+        let buf = IovBuffer::single(mem.as_mut_ptr().cast(), 64).unwrap();
+        t.insert(5, buf, rw).unwrap();
+        let (writes, reads) = (CntrInner::for_test(), CntrInner::for_test());
+        t.bind_counter(5, &writes, FI_REMOTE_WRITE as u64);
+        t.bind_counter(5, &reads, FI_REMOTE_READ as u64);
+        t.bind_counter(5, &reads, FI_REMOTE_READ as u64);
+        t.count_remote(5, true);
+        t.count_remote(5, true);
+        t.count_remote(5, false);
+        t.count_remote(6, true);
+        assert_eq!((writes.value(), reads.value()), (2, 1));
+        assert_eq!(t.counters().len(), 2);
+        t.remove(5);
+        assert_eq!(
+            Arc::strong_count(&writes),
+            1,
+            "closed region still holds its counter"
+        );
+        t.count_remote(5, true);
+        assert_eq!(writes.value(), 2);
+    }
 }

@@ -123,3 +123,20 @@ pub(crate) unsafe fn take_idle<T>(
 pub(crate) fn shared<I>(inner: &std::sync::Arc<I>) -> bool {
     std::sync::Arc::strong_count(inner) > 1
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_parent_is_busy_until_every_child_is_closed() {
+        let parent = OpenChildren::default();
+        assert!(!parent.busy());
+        let a = parent.child();
+        let b = parent.child();
+        drop(a);
+        assert!(parent.busy());
+        drop(b);
+        assert!(!parent.busy());
+    }
+}
