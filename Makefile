@@ -171,6 +171,11 @@ test-pingpong:
 	@echo "== [5/7] fi_pingpong over uet: msg, then tagged (all sizes, data checks)"
 	timeout $(T_PP) fabtests/scripts/pingpong.sh $(PREFIX) -S all -I 1000 -c
 	timeout $(T_PP) fabtests/scripts/pingpong.sh $(PREFIX) -S all -I 1000 -c -m tagged
+	@echo "-- with injected faults: 2% loss plus 10% reordering (msg), then 5% trimming (tagged)"
+	FI_UET_FAULT_DROP=20 FI_UET_FAULT_REORDER=100 timeout $(T_PP) fabtests/scripts/pingpong.sh $(PREFIX) -S all -I 100 -c
+	FI_UET_FAULT_TRIM=50 timeout $(T_PP) fabtests/scripts/pingpong.sh $(PREFIX) -S all -I 100 -c -m tagged
+	@echo "-- ordered delivery (FI_UET_DELIVERY=rod) with 2% loss plus reordering"
+	FI_UET_DELIVERY=rod FI_UET_FAULT_DROP=20 FI_UET_FAULT_REORDER=100 timeout $(T_PP) fabtests/scripts/pingpong.sh $(PREFIX) -S all -I 50 -c
 
 test-mpi:
 	@echo "== [6/7] Open MPI (pml cm, mtl ofi) over uet: 2 and 4 ranks"

@@ -24,9 +24,9 @@ extern "C" {
 
 /*
  * UDP destination port of a UET fabric (IANA-assigned to Ultra Ethernet,
- * 4793). It is the wire default for fabric-wide addressing; an endpoint
- * itself binds an ephemeral port unless the application names one or
- * FI_UET_PORT is set.
+ * 4793). An endpoint that names no port (and no FI_UET_PORT) binds it when
+ * it is free and any port otherwise; fi_getinfo with a node and no service
+ * addresses a peer on it.
  */
 #define FI_UET_DEFAULT_PORT 4793
 
@@ -58,11 +58,14 @@ extern "C" {
 #define FI_UET_PARAM_SOCKBUF           "FI_UET_SOCKBUF"           /* socket buffer request, bytes [8388608] */
 #define FI_UET_PARAM_INJECT_SIZE       "FI_UET_INJECT_SIZE"       /* largest fi_inject, bytes [4096] */
 #define FI_UET_PARAM_SPIN_BEFORE_YIELD "FI_UET_SPIN_BEFORE_YIELD" /* empty progress calls before yielding [64] */
+#define FI_UET_PARAM_IDLE_PROGRESS_US "FI_UET_IDLE_PROGRESS_US" /* manual progress: domain thread steps in after this idle time, us [1000] */
 #define FI_UET_PARAM_SRC_ADDR          "FI_UET_SRC_ADDR"          /* address bound when none is named [127.0.0.1; "auto"] */
-#define FI_UET_PARAM_PORT              "FI_UET_PORT"              /* UDP port bound when none is named [0 = any] */
+#define FI_UET_PARAM_PORT              "FI_UET_PORT"              /* UDP port bound when none is named [0 = 4793 if free, else any] */
 #define FI_UET_PARAM_PDC_IDLE_US       "FI_UET_PDC_IDLE_US"       /* close an idle delivery context after this long, us [1000000; 0 = never] */
+#define FI_UET_PARAM_MAX_PDCS          "FI_UET_MAX_PDCS"          /* delivery-context ID pool per endpoint [16384; 2..65535] */
 #define FI_UET_PARAM_UNEXPECTED_BYTES  "FI_UET_UNEXPECTED_BYTES"  /* payload held for unmatched messages, then NACK 0x07 [67108864] */
 #define FI_UET_PARAM_TRACE             "FI_UET_TRACE"             /* CSV trace of congestion-control events; %p = pid, %e = port [none] */
+#define FI_UET_PARAM_DELIVERY          "FI_UET_DELIVERY"          /* send contexts: rud (unordered, sprayed) | rod (ordered, one path) [rud] */
 #define FI_UET_PARAM_CC                "FI_UET_CC"                /* congestion control: nscc | none (fixed window) [nscc] */
 #define FI_UET_PARAM_LINK_GBPS         "FI_UET_LINK_GBPS"         /* link rate NSCC scales with, Gb/s [100] */
 #define FI_UET_PARAM_BASE_RTT_US       "FI_UET_BASE_RTT_US"       /* base RTT seed, us [0 = measure] */

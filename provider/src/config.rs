@@ -66,6 +66,11 @@ pub const PARAMS: &[ParamSpec] = &[
         help: "Empty progress calls before the polling thread yields its core, so oversubscribed ranks make progress (default 64; 0 = always yield).",
     },
     ParamSpec {
+        name: "idle_progress_us",
+        kind: ParamKind::Int,
+        help: "With FI_PROGRESS_MANUAL, a domain thread progresses any endpoint the application has not progressed for this many microseconds, so retransmissions, ACKs and held packets still move while the application blocks elsewhere (default 1000; 0 = only the application progresses).",
+    },
+    ParamSpec {
         name: "src_addr",
         kind: ParamKind::Str,
         help: "IP address an endpoint binds when the application names no source or destination address (default 127.0.0.1; \"auto\" = the address of the interface holding the default route).",
@@ -86,9 +91,19 @@ pub const PARAMS: &[ParamSpec] = &[
         help: "Idle time in microseconds after which a delivery context with nothing in flight is closed with the close handshake, freeing its state; the next message reopens it in 0 RTT (default 1000000; 0 = never close).",
     },
     ParamSpec {
+        name: "max_pdcs",
+        kind: ParamKind::Int,
+        help: "Delivery contexts an endpoint keeps at once, both directions (each peer it sends to and each peer it receives from takes one 16-bit ID). When all are taken, new peers wait (sends) or are refused with NACK 0x07 and retry (receives) until idle contexts close (default 16384; 2..65535).",
+    },
+    ParamSpec {
         name: "port",
         kind: ParamKind::Int,
-        help: "UDP port an endpoint binds when the application names none (default 0: any free port).",
+        help: "UDP port an endpoint binds when the application names none (default 0: the UET port 4793 when it is free, any free port otherwise).",
+    },
+    ParamSpec {
+        name: "delivery",
+        kind: ParamKind::Str,
+        help: "Delivery mode of the endpoint's send contexts: rud (reliable unordered, default: packets sprayed over every entropy, placed as they arrive) or rod (reliable ordered: one path, the receiver accepts packets only in PSN order and the sender goes back N on loss, so data lands in posting order; also chosen when the application asks for FI_ORDER_RAW/RAR/WAW/SAW in msg_order).",
     },
     ParamSpec {
         name: "cc",
@@ -194,6 +209,11 @@ pub struct Config {
     pub sockbuf: usize,
     pub inject_size: usize,
     pub spin_before_yield: u32,
+    /// Microseconds without application progress before the domain thread
+    /// steps in (manual progress); 0 = never.
+    pub idle_progress_us: u64,
+    /// Delivery-context ID pool size per endpoint.
+    pub max_pdcs: usize,
     pub port: u16,
     pub pdc_idle_us: u64,
     pub unexpected_bytes: usize,
@@ -201,6 +221,8 @@ pub struct Config {
     pub trace: String,
     /// Empty = loopback.
     pub src_addr: String,
+    /// Reliable ordered delivery (ROD) instead of unordered (RUD).
+    pub ordered: bool,
     pub cc: CcAlgorithm,
     pub link_gbps: u32,
     /// 0 = measure.
@@ -237,11 +259,14 @@ impl Default for Config {
             sockbuf: 8 << 20,
             inject_size: 4096,
             spin_before_yield: 64,
+            idle_progress_us: 1000,
+            max_pdcs: 16384,
             port: 0,
             pdc_idle_us: 1_000_000,
             unexpected_bytes: 64 << 20,
             trace: String::new(),
             src_addr: String::new(),
+            ordered: false,
             cc: CcAlgorithm::Nscc,
             link_gbps: 100,
             base_rtt_us: 0,
@@ -309,6 +334,11 @@ impl Config {
             "src_addr" => return Some(ParamValue::Str(self.src_addr.clone())),
             "trace" => return Some(ParamValue::Str(self.trace.clone())),
             "cc" => return Some(ParamValue::Str(self.cc.name().into())),
+            "delivery" => {
+                return Some(ParamValue::Str(
+                    if self.ordered { "rod" } else { "rud" }.into(),
+                ))
+            }
             "lb" => return Some(ParamValue::Str(self.lb.name().into())),
             "nscc_variant" => return Some(ParamValue::Str(self.nscc_variant.name())),
             "nscc_trimming" => return Some(ParamValue::Bool(self.trimming)),
@@ -324,6 +354,8 @@ impl Config {
             "sockbuf" => self.sockbuf as i64,
             "inject_size" => self.inject_size as i64,
             "spin_before_yield" => self.spin_before_yield as i64,
+            "idle_progress_us" => self.idle_progress_us as i64,
+            "max_pdcs" => self.max_pdcs as i64,
             "port" => self.port as i64,
             "pdc_idle_us" => self.pdc_idle_us as i64,
             "unexpected_bytes" => self.unexpected_bytes as i64,
@@ -378,6 +410,8 @@ impl Config {
             "sockbuf" => self.sockbuf = int(65536, 1 << 30)? as usize,
             "inject_size" => self.inject_size = int(0, 65536)? as usize,
             "spin_before_yield" => self.spin_before_yield = int(0, 1 << 30)? as u32,
+            "idle_progress_us" => self.idle_progress_us = int(0, 10_000_000)? as u64,
+            "max_pdcs" => self.max_pdcs = int(2, 65535)? as usize,
             "port" => self.port = int(0, 65535)? as u16,
             "pdc_idle_us" => self.pdc_idle_us = int(0, 1 << 40)? as u64,
             "unexpected_bytes" => self.unexpected_bytes = int(0, 1 << 40)? as usize,
@@ -389,6 +423,14 @@ impl Config {
                 ParamValue::Str(s) => self.src_addr = s,
                 _ => return Err(err("expects an IP address or \"auto\"".into())),
             },
+            "delivery" => {
+                let t = text()?;
+                self.ordered = match t.as_str() {
+                    "rud" => false,
+                    "rod" => true,
+                    _ => return Err(err(format!("{t:?} is not rud or rod"))),
+                }
+            }
             "cc" => {
                 let t = text()?;
                 self.cc = CcAlgorithm::parse(&t)

@@ -36,6 +36,29 @@ struct Impairments {
     idle_close_us: Option<u64>,
     /// The receiver's budget for unmatched messages (FI_UET_UNEXPECTED_BYTES).
     unexpected_bytes: Option<usize>,
+    /// Reliable ordered delivery (FI_UET_DELIVERY=rod).
+    ordered: bool,
+}
+
+/// A receive buffer that also records the offset of every write, so a test
+/// can tell in which order payload was placed.
+#[derive(Clone)]
+struct Recorded {
+    data: Shared,
+    writes: Arc<Mutex<Vec<usize>>>,
+}
+
+impl uet::MsgBuffer for Recorded {
+    fn len(&self) -> usize {
+        self.data.len()
+    }
+    fn read_at(&self, offset: usize, out: &mut [u8]) {
+        self.data.read_at(offset, out)
+    }
+    fn write_at(&mut self, offset: usize, data: &[u8]) {
+        self.writes.lock().unwrap().push(offset);
+        self.data.write_at(offset, data)
+    }
 }
 
 struct InFlight {
@@ -74,6 +97,7 @@ fn run(seed: u64, imp: Impairments, sizes: &[usize], tagged: bool) -> (u64, [Sta
         max_retries: 1000,
         pdc_idle_us: imp.idle_close_us.unwrap_or(0),
         unexpected_bytes: imp.unexpected_bytes.unwrap_or(64 << 20),
+        ordered: imp.ordered,
         ..Config::default()
     };
     let addrs: [SocketAddr; 2] = [
@@ -101,8 +125,10 @@ fn run(seed: u64, imp: Impairments, sizes: &[usize], tagged: bool) -> (u64, [Sta
                 .unwrap();
         }
         // Post half the receives late, so some messages are unexpected.
-        let buf = Shared(Arc::new(Mutex::new(vec![0u8; len])));
-        bufs.push(buf);
+        bufs.push(Recorded {
+            data: Shared(Arc::new(Mutex::new(vec![0u8; len]))),
+            writes: Arc::default(),
+        });
     }
     let mut second_burst_at = None;
     let mut second_posted = false;
@@ -133,6 +159,9 @@ fn run(seed: u64, imp: Impairments, sizes: &[usize], tagged: bool) -> (u64, [Sta
         for (e, engine) in eng.iter_mut().enumerate() {
             while let Some(t) = engine.poll_transmit(now, &mut buf) {
                 let to = if t.dest == addrs[0] { 0 } else { 1 };
+                if imp.ordered {
+                    assert_eq!(t.entropy, 0, "ordered delivery sprayed a packet");
+                }
                 if rng.gen_bool(imp.drop) {
                     continue;
                 }
@@ -233,9 +262,16 @@ fn run(seed: u64, imp: Impairments, sizes: &[usize], tagged: bool) -> (u64, [Sta
         assert_eq!(sends_done[i], 1, "send {i} completions");
         assert_eq!(recvs_done[i], 1, "recv {i} completions");
         assert!(
-            *b.0.lock().unwrap() == pattern(i as u64, sizes[i]),
+            *b.data.0.lock().unwrap() == pattern(i as u64, sizes[i]),
             "message {i} corrupted"
         );
+        if imp.ordered {
+            let w = b.writes.lock().unwrap();
+            assert!(
+                w.windows(2).all(|p| p[0] < p[1]),
+                "ordered delivery placed message {i} out of order: {w:?}"
+            );
+        }
     }
     (now, [eng[0].stats(), eng[1].stats()])
 }
@@ -317,6 +353,52 @@ fn unexpected_messages_stay_within_the_budget() {
 }
 
 #[test]
+fn loss_without_trimming_is_found_before_the_timeout() {
+    // Plain drops, no trimming: SLEEK's out-of-order count and probes find
+    // the losses; the timer is the last resort.
+    let mut found = 0;
+    for seed in 0..4 {
+        let (_, [tx, _]) = run(
+            seed,
+            Impairments {
+                drop: 0.03,
+                jitter: 1_000,
+                ..Impairments::default()
+            },
+            &[300_000, 5, 120_000],
+            false,
+        );
+        found += tx.sleek_retransmits;
+        assert!(tx.retransmits > 0, "nothing was lost? {tx:?}");
+    }
+    assert!(found > 0, "neither SLEEK nor a probe found a loss");
+}
+
+#[test]
+fn ordered_delivery_places_data_in_order() {
+    for seed in 0..4 {
+        let (_, [tx, rx]) = run(
+            seed,
+            Impairments {
+                drop: 0.03,
+                duplicate: 0.02,
+                jitter: 4_000,
+                trim: 0.02,
+                ordered: true,
+                ..Impairments::default()
+            },
+            &[200_000, 7, 64_000, 0, 150_000],
+            seed % 2 == 1,
+        );
+        assert!(
+            rx.rod_out_of_order > 0,
+            "nothing arrived out of order: {rx:?}"
+        );
+        assert!(tx.sleek_retransmits > 0, "never went back: {tx:?}");
+    }
+}
+
+#[test]
 fn idle_context_closes_and_reopens() {
     for seed in 0..4 {
         run(
@@ -346,9 +428,11 @@ proptest! {
         idle_close in proptest::option::of(100u64..2000),
         sizes in proptest::collection::vec(0usize..40_000, 1..12),
         tagged in any::<bool>(),
+        ordered in any::<bool>(),
     ) {
         let imp = Impairments {
             drop, duplicate, jitter, trim, ce, idle_close_us: idle_close, unexpected_bytes: None,
+            ordered,
         };
         let (took, _) = run(seed, imp, &sizes, tagged);
         // Bounded: every message through within a bounded number of

@@ -12,7 +12,7 @@ use crate::bindings::*;
 use crate::errors::{guard, ret_int, unsupported};
 use crate::mr_table::MrTable;
 use crate::object::{self, fid_ops, ops_ptr};
-use crate::progress::AutoProgress;
+use crate::progress::{AutoProgress, Mode};
 use crate::{atomic, av, cntr, cq, endpoint, fabric, mr, params, DOMAIN_NAME};
 
 /// State every object opened from one domain shares.
@@ -106,17 +106,25 @@ pub(crate) unsafe extern "C" fn open(
                     d.data_progress == FI_PROGRESS_AUTO || d.control_progress == FI_PROGRESS_AUTO;
             }
             let family = Family::from_format(info.addr_format).ok_or(FI_EINVAL)?;
+            let config = params::config();
+            let idle = config.idle_progress_us;
             let inner = DomainInner {
-                config: params::config(),
+                config,
                 api_version: fabric::api_version(fab),
                 family,
                 mr_mode,
                 next_key: AtomicU64::new(1),
                 regions: Arc::new(MrTable::new(mr_mode)),
-                auto_progress: if auto {
-                    Some(AutoProgress::start()?)
-                } else {
-                    None
+                auto_progress: {
+                    if auto {
+                        Some(AutoProgress::start(Mode::Always)?)
+                    } else if idle > 0 {
+                        Some(AutoProgress::start(Mode::WhenIdle(
+                            std::time::Duration::from_micros(idle),
+                        ))?)
+                    } else {
+                        None
+                    }
                 },
                 children: object::OpenChildren::default(),
                 eps: parking_lot::Mutex::default(),

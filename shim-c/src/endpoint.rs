@@ -8,6 +8,7 @@ use std::net::SocketAddr;
 use std::os::fd::RawFd;
 use std::os::raw::{c_int, c_void};
 use std::ptr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
@@ -25,7 +26,7 @@ use crate::cq::{self, CqInner, Entry};
 use crate::domain::{self, DomainInner};
 use crate::eq::{self, EqInner};
 use crate::errors::{fi_errno, guard, ret_int, unsupported, FiResult};
-use crate::getinfo::{CAPS, IOV_LIMIT};
+use crate::getinfo::{CAPS, IOV_LIMIT, ROD_ORDER};
 use crate::object::{self, fid_ops, ops_ptr};
 use crate::{msg, rma_atomic, tagged};
 
@@ -114,6 +115,11 @@ pub(crate) struct EpInner {
     state: Mutex<EpState>,
     domain: Arc<DomainInner>,
     caps: u64,
+    /// Progress calls made by the application; the domain's idle-progress
+    /// thread watches it to tell whether the application still polls.
+    app_progress: AtomicU64,
+    /// `app_progress` as the idle-progress thread last saw it.
+    watched_progress: AtomicU64,
 }
 
 /// A send as the data-operation entry points describe it.
@@ -188,8 +194,27 @@ fn level_of(flags: u64) -> Option<CompletionLevel> {
 impl EpInner {
     /// Move packets, then route finished operations to the bound CQs.
     pub(crate) fn progress(&self) {
+        self.app_progress.fetch_add(1, Ordering::Relaxed);
         let mut guard = self.state.lock();
-        let st = &mut *guard;
+        self.progress_locked(&mut guard);
+    }
+
+    /// Progress on behalf of an application that has not called in since the
+    /// last look (manual progress), never waiting for the lock: an
+    /// application holding it is progressing already. Returns whether the
+    /// endpoint was idle.
+    pub(crate) fn progress_if_idle(&self) -> bool {
+        let seen = self.app_progress.load(Ordering::Relaxed);
+        if self.watched_progress.swap(seen, Ordering::Relaxed) != seen {
+            return false;
+        }
+        if let Some(mut guard) = self.state.try_lock() {
+            self.progress_locked(&mut guard);
+        }
+        true
+    }
+
+    fn progress_locked(&self, st: &mut EpState) {
         if st.closed {
             return;
         }
@@ -626,7 +651,12 @@ fn create(
         return Err(FI_EINVAL);
     }
     let family = Family::from_format(info.addr_format).unwrap_or(dom.inner.family);
-    let config = &dom.inner.config;
+    let mut config = dom.inner.config.clone();
+    // Data ordering asked for in the transmit attributes: ordered delivery.
+    if tx_attr.is_some_and(|a| a.msg_order & ROD_ORDER != 0) {
+        config.ordered = true;
+    }
+    let config = &config;
     // SAFETY: src_addr/dest_addr hold src_addrlen/dest_addrlen bytes.
     let (src, dest) = unsafe {
         (
@@ -674,6 +704,8 @@ fn create(
         }),
         domain: Arc::clone(&dom.inner),
         caps,
+        app_progress: AtomicU64::new(0),
+        watched_progress: AtomicU64::new(0),
     };
     let obj = Box::new(Ep {
         fid: fid_ep {
@@ -963,7 +995,9 @@ extern "C" fn ep_setname(f: fid_t, a: *mut c_void, addrlen: usize) -> c_int {
         if st.enabled {
             return -(FI_EOPBADSTATE as c_int);
         }
-        match uet::Endpoint::bind(&ep.inner.domain.config, new) {
+        let mut config = ep.inner.domain.config.clone();
+        config.ordered = st.ep.ordered();
+        match uet::Endpoint::bind(&config, new) {
             Ok(mut e) => {
                 e.set_memory_regions(ep.inner.domain.regions.clone());
                 st.ep = e;

@@ -43,6 +43,12 @@ const SECONDARY: u64 = FI_SOURCE | FI_RMA_EVENT | FI_LOCAL_COMM | FI_REMOTE_COMM
 const TAG_GENERIC: u64 = 0xAAAA_AAAA_AAAA_AAAA;
 /// Send ordering: messages between one pair of endpoints match in order.
 pub(crate) const MSG_ORDER: u64 = FI_ORDER_SAS as u64;
+/// Data ordering that reliable ordered delivery (ROD) adds: one path and
+/// in-order acceptance place every operation's data in posting order at
+/// the target. Offered only when asked for, and an endpoint whose transmit
+/// attributes ask for it uses ROD (FI_UET_DELIVERY).
+pub(crate) const ROD_ORDER: u64 =
+    (FI_ORDER_RAR | FI_ORDER_RAW | FI_ORDER_WAW | FI_ORDER_SAW) as u64;
 /// Completion-level op flags the provider honours on transmit.
 const TX_OP_FLAGS: u64 = FI_COMPLETION as u64
     | FI_INJECT_COMPLETE as u64
@@ -201,8 +207,10 @@ pub(crate) fn negotiate(
         h.mr_mode & (FI_MR_PROV_KEY | FI_MR_VIRT_ADDR | FI_MR_ENDPOINT) as c_int
     };
     for d in [&h.tx, &h.rx] {
-        if d.msg_order & !MSG_ORDER != 0 {
-            return Err(fail("message ordering beyond send-after-send"));
+        if d.msg_order & !(MSG_ORDER | ROD_ORDER) != 0 {
+            return Err(fail(
+                "message ordering beyond send-after-send, RAR, RAW, WAW and SAW",
+            ));
         }
         if d.comp_order != FI_ORDER_NONE as u64 {
             return Err(fail("completion ordering"));
@@ -240,10 +248,18 @@ pub(crate) fn negotiate(
             | FI_REMOTE_WRITE as u64
             | FI_RMA_EVENT);
     let rx_own = (CAPS | ON_REQUEST) & !(FI_SEND as u64 | FI_READ as u64 | FI_WRITE as u64);
+    // Data ordering, when asked for, comes with ordered delivery.
+    let asked = (h.tx.msg_order | h.rx.msg_order) & ROD_ORDER != 0;
+    let ordered = MSG_ORDER
+        | if asked || config.ordered {
+            ROD_ORDER
+        } else {
+            0
+        };
     let tx = Dir {
         caps: dir_caps(&h.tx, tx_own),
         op_flags: h.tx.op_flags & TX_OP_FLAGS,
-        msg_order: MSG_ORDER,
+        msg_order: ordered,
         comp_order: FI_ORDER_NONE as u64,
         inject_size: config.inject_size,
         size: QUEUE_SIZE,
@@ -252,7 +268,7 @@ pub(crate) fn negotiate(
     let rx = Dir {
         caps: dir_caps(&h.rx, rx_own),
         op_flags: h.rx.op_flags & RX_OP_FLAGS,
-        msg_order: MSG_ORDER,
+        msg_order: ordered,
         comp_order: FI_ORDER_NONE as u64,
         inject_size: 0,
         size: QUEUE_SIZE,
@@ -296,7 +312,12 @@ fn addresses(
         }
         src = Some(a);
     } else if named {
-        dest = Some(addr::resolve(t.node, t.service, family)?);
+        let mut d = addr::resolve(t.node, t.service, family)?;
+        if t.service.is_none() {
+            // A peer named without a port listens on the UET port.
+            d.set_port(uet::wire::UET_UDP_PORT);
+        }
+        dest = Some(d);
     }
     for a in [src, dest].into_iter().flatten() {
         if !family.admits(&a) {
@@ -637,6 +658,14 @@ mod tests {
             source: false,
         };
         assert_eq!(offer(&t, &Hints::default()), Err(FI_ENODATA));
+        // A peer named without a port is on the UET port.
+        let t = Target {
+            node: Some("127.0.0.2"),
+            service: None,
+            source: false,
+        };
+        let o = offer(&t, &Hints::default()).unwrap();
+        assert_eq!(o.dest, Some("127.0.0.2:4793".parse().unwrap()));
         let t = Target {
             node: Some("::1"),
             service: Some("9"),
@@ -690,6 +719,26 @@ mod tests {
             ..Hints::default()
         };
         assert!(offer(&Target::default(), &h).is_ok());
+        // Data ordering comes with ordered delivery, and only when asked.
+        let h = Hints {
+            tx: Dir {
+                msg_order: (FI_ORDER_SAS | FI_ORDER_RAW | FI_ORDER_WAW) as u64,
+                ..Dir::default()
+            },
+            ..Hints::default()
+        };
+        let o = offer(&Target::default(), &h).unwrap();
+        assert_eq!(o.tx.msg_order & ROD_ORDER, ROD_ORDER);
+        let o = offer(&Target::default(), &Hints::default()).unwrap();
+        assert_eq!(o.tx.msg_order, MSG_ORDER);
+        let h = Hints {
+            tx: Dir {
+                msg_order: FI_ORDER_WAR as u64,
+                ..Dir::default()
+            },
+            ..Hints::default()
+        };
+        assert_eq!(offer(&Target::default(), &h), Err(FI_ENODATA));
         let h = Hints {
             rx: Dir {
                 comp_order: FI_ORDER_STRICT as u64,

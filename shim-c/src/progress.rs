@@ -1,11 +1,24 @@
-//! FI_PROGRESS_AUTO: one thread per domain progresses every endpoint of the
-//! domain, sleeping in poll(2) on their sockets between rounds (see
-//! `wait.rs`), so operations advance while the application computes. The
-//! thread stops and is joined when the domain closes.
+//! Background progress, one thread per domain.
+//!
+//! * FI_PROGRESS_AUTO ([`Mode::Always`]): the thread progresses every
+//!   endpoint of the domain, sleeping in poll(2) on their sockets between
+//!   rounds (see `wait.rs`), so operations advance while the application
+//!   computes.
+//! * FI_PROGRESS_MANUAL ([`Mode::WhenIdle`], `FI_UET_IDLE_PROGRESS_US`): the
+//!   application drives progress, but over a lossy datagram fabric packets
+//!   still need retransmitting and acknowledging while it blocks elsewhere
+//!   (an out-of-band socket, a barrier in another library). The thread looks
+//!   every grace period; an endpoint whose application made no progress call
+//!   since the last look is progressed by the thread, which then also sleeps
+//!   on its sockets until the application returns. Endpoints the
+//!   application polls are left alone, so the busy path sees no contention.
+//!
+//! The thread stops and is joined when the domain closes.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
@@ -13,6 +26,15 @@ use crate::bindings::FI_ENOMEM;
 use crate::endpoint::EpInner;
 use crate::errors::FiResult;
 use crate::wait::{self, Waker};
+
+/// When the domain thread progresses an endpoint.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Mode {
+    /// Always (FI_PROGRESS_AUTO).
+    Always,
+    /// Only once the application has left it alone for this long.
+    WhenIdle(Duration),
+}
 
 struct Shared {
     eps: Mutex<Vec<Weak<EpInner>>>,
@@ -26,7 +48,7 @@ pub(crate) struct AutoProgress {
 }
 
 impl AutoProgress {
-    pub(crate) fn start() -> FiResult<AutoProgress> {
+    pub(crate) fn start(mode: Mode) -> FiResult<AutoProgress> {
         let shared = Arc::new(Shared {
             eps: Mutex::default(),
             waker: Waker::new()?,
@@ -35,7 +57,7 @@ impl AutoProgress {
         let s = Arc::clone(&shared);
         let thread = std::thread::Builder::new()
             .name("uet-progress".into())
-            .spawn(move || run(&s))
+            .spawn(move || run(&s, mode))
             .map_err(|_| FI_ENOMEM)?;
         Ok(AutoProgress {
             shared,
@@ -65,12 +87,23 @@ impl Drop for AutoProgress {
     }
 }
 
-fn run(s: &Shared) {
+fn run(s: &Shared, mode: Mode) {
     while !s.stop.load(Ordering::Acquire) {
         let eps = wait::live(&s.eps);
-        for ep in &eps {
-            ep.progress();
+        match mode {
+            Mode::Always => {
+                for ep in &eps {
+                    ep.progress();
+                }
+                wait::sleep(&eps, &s.waker, None);
+            }
+            Mode::WhenIdle(grace) => {
+                let idle: Vec<Arc<EpInner>> =
+                    eps.into_iter().filter(|ep| ep.progress_if_idle()).collect();
+                // Sockets and timers of idle endpoints only: packets for an
+                // endpoint the application polls must not wake this thread.
+                wait::sleep(&idle, &s.waker, Some(Instant::now() + grace));
+            }
         }
-        wait::sleep(&eps, &s.waker, None);
     }
 }

@@ -420,6 +420,24 @@ impl CongestionControl {
         }
     }
 
+    /// SLEEK's out-of-order threshold in bytes (NSCC.md section 5):
+    /// max(min(1.5 cwnd, maxwnd), 5 packets).
+    pub fn loss_threshold_bytes(&self, mtu: u64) -> u64 {
+        let (cwnd, maxwnd) = match self {
+            CongestionControl::Nscc(c) => (c.cwnd(), c.derived().maxwnd),
+            CongestionControl::Fixed(f) => (f.window, f.window),
+        };
+        (cwnd * 3 / 2).min(maxwnd).max(5 * mtu)
+    }
+
+    /// The base RTT in ns the congestion control works with (0 = unknown).
+    pub fn base_rtt(&self) -> u64 {
+        match self {
+            CongestionControl::Nscc(c) => c.base_rtt(),
+            CongestionControl::Fixed(_) => 0,
+        }
+    }
+
     /// May a packet of `packet_bytes` leave with `in_flight_bytes` outstanding?
     /// Always true on an empty pipe, so a window below one packet cannot stall.
     pub fn can_send(&self, in_flight_bytes: u64, packet_bytes: u64) -> bool {

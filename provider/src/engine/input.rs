@@ -14,7 +14,9 @@ impl Engine {
             return;
         };
         match prologue.ptype {
-            PacketType::RudRequest => self.on_request(now, from, tos, data),
+            PacketType::RudRequest | PacketType::RodRequest => {
+                self.on_request(now, from, tos, data)
+            }
             PacketType::AckCc => self.on_ack(now, from, data),
             PacketType::Nack => self.on_nack(now, from, data),
             PacketType::Control => self.on_control(now, from, data),
@@ -52,25 +54,50 @@ impl Engine {
                 return;
             }
         };
-        let p = self.peer_index(canonical_source(from, &ses));
-        if !self.rx_context(p, &req) {
-            self.stats.unknown_pdc += 1;
+        let src = canonical_source(from, &ses);
+        // Only a SYN with a context ID to spare makes a stranger a peer, so
+        // packets from unknown or spoofed sources cost no memory.
+        let p = match self.peer_by_addr.get(&src) {
+            Some(&p) => Some(p),
+            None if req.syn() && self.pdc_id_available() => Some(self.peer_index(src)),
+            None => None,
+        };
+        let context = match p {
+            Some(p) => self.rx_context(p, &req),
+            None if req.syn() => RxContext::Exhausted,
+            None => RxContext::Unknown,
+        };
+        let code = match context {
+            RxContext::Known => None,
             // Not SYN and no context of ours: the sender holds a context we
             // closed or lost (we restarted). Tell it, so it starts afresh.
+            RxContext::Unknown => {
+                self.stats.unknown_pdc += 1;
+                Some(NackCode::InvalidDpdcid)
+            }
+            // Every context ID is taken: the sender retries later, as for a
+            // full buffer, without counting it against us.
+            RxContext::Exhausted => {
+                self.stats.pdc_exhausted += 1;
+                Some(NackCode::NoPacketBuffer)
+            }
+        };
+        if let Some(code) = code {
             self.queue_nack(
                 from,
                 NackRepr {
                     flags: 0,
-                    code: NackCode::InvalidDpdcid,
+                    code,
                     vendor_code: 0,
                     psn: req.psn,
-                    spdcid: req.dpdcid,
+                    spdcid: if req.syn() { 0 } else { req.dpdcid },
                     dpdcid: req.spdcid,
                     payload: 0,
                 },
             );
             return;
         }
+        let Some(p) = p else { return };
         let payload_len = body.len().saturating_sub(match ses {
             Ses::Request(_) => SesRequestRepr::LEN,
             Ses::Response(_) => SesResponseRepr::LEN,
@@ -131,6 +158,13 @@ impl Engine {
                 self.stats.out_of_window += 1;
                 return;
             }
+            Arrival::OutOfOrder => {
+                // Ordered delivery: dropped; the ACK (cumulative PSN
+                // unchanged) makes the sender go back.
+                self.stats.rod_out_of_order += 1;
+                self.queue_ack(p);
+                return;
+            }
             Arrival::Duplicate => {
                 self.stats.duplicates += 1;
                 self.queue_ack(p);
@@ -171,9 +205,8 @@ impl Engine {
             && s.request_length as usize <= Config::MAX_MSG_SIZE
     }
 
-    /// Find or establish the receive PDC a request belongs to. False when
-    /// the packet belongs to no context we know.
-    pub(super) fn rx_context(&mut self, p: usize, req: &RequestRepr) -> bool {
+    /// Find or establish the receive PDC a request belongs to.
+    pub(super) fn rx_context(&mut self, p: usize, req: &RequestRepr) -> RxContext {
         if req.syn() {
             let start = req.psn.wrapping_sub(req.dpdcid as u32);
             let same = self.peers[p]
@@ -183,13 +216,21 @@ impl Engine {
             if !same {
                 // A new context from this peer (first contact or a restart):
                 // whatever the old one was receiving is gone with it.
-                let id = self.alloc_pdc_id();
+                let Some(id) = self.alloc_pdc_id() else {
+                    return RxContext::Exhausted;
+                };
                 let window = self.window;
                 let peer = &mut self.peers[p];
                 if let Some(old) = peer.rx.take() {
                     self.rx_by_id.remove(&old.local_id);
                 }
-                peer.rx = Some(RxPdc::new(id, req.spdcid, start, window));
+                let rx = RxPdc::new(id, req.spdcid, start, window);
+                // The sender picks the mode; its SYN's packet type says which.
+                peer.rx = Some(if req.ptype == PacketType::RodRequest {
+                    rx.ordered()
+                } else {
+                    rx
+                });
                 self.staged_bytes -= peer
                     .inbound
                     .values()
@@ -200,13 +241,18 @@ impl Engine {
                 self.unexpected.retain(|u| u.peer != p);
                 self.rx_by_id.insert(id, p);
             }
-            return true;
+            return RxContext::Known;
         }
-        self.rx_by_id.get(&req.dpdcid) == Some(&p)
+        let known = self.rx_by_id.get(&req.dpdcid) == Some(&p)
             && self.peers[p]
                 .rx
                 .as_ref()
-                .is_some_and(|rx| rx.remote_id == req.spdcid)
+                .is_some_and(|rx| rx.remote_id == req.spdcid);
+        if known {
+            RxContext::Known
+        } else {
+            RxContext::Unknown
+        }
     }
 
     /// Create the receive state of a message on its first packet (any of
@@ -535,6 +581,26 @@ impl Engine {
             };
             peer.lb.on_feedback(now, entropy, fb);
         }
+        // Loss without trimming: SLEEK on the out-of-order count, and the
+        // answer to a probe sent into silence.
+        let mtu = self.mtu as u64;
+        let mut lost = 0;
+        if self.ordered {
+            // Every ACK that acknowledges nothing new means the receiver
+            // dropped a packet behind a hole: three in a row go back N.
+            if peer.tx.dupacks >= 3 || peer.tx.in_recovery() {
+                let budget = (peer.cc.cwnd() / mtu).max(1) as usize;
+                lost += peer.tx.go_back_n(budget);
+            }
+        } else if peer.tx.sacked() >= 5 || peer.tx.in_recovery() {
+            let threshold = (peer.cc.loss_threshold_bytes(mtu) / mtu) as usize;
+            // A window that cannot hold the threshold would never trigger.
+            let threshold = threshold.min(self.window / 2).max(1);
+            let budget = (peer.cc.cwnd() / mtu).max(1) as usize;
+            lost += peer.tx.sleek(threshold, budget);
+        }
+        lost += peer.tx.probe_answered(now, 2 * Self::probe_rtt(peer));
+        self.stats.sleek_retransmits += lost as u64;
         let (entropy, rtt) = (out.trigger_entropy.unwrap_or(0), out.rtt_raw.unwrap_or(0));
         self.record(p, now, TraceKind::Ack, entropy, rtt, ecn);
         for &kind in &out.newly_acked {
@@ -632,4 +698,14 @@ fn canonical_source(from: SocketAddr, ses: &Ses) -> SocketAddr {
         }
         _ => from,
     }
+}
+
+/// Which receive context an arriving request belongs to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum RxContext {
+    Known,
+    /// Not a SYN and no context of ours.
+    Unknown,
+    /// A SYN, but every delivery-context ID is in use.
+    Exhausted,
 }

@@ -78,6 +78,19 @@ pub struct Stats {
     pub malformed: u64,
     /// Requests for a PDC we do not know (stale, spoofed).
     pub unknown_pdc: u64,
+    /// Times a delivery context could not be opened because every ID of the
+    /// pool (`FI_UET_MAX_PDCS`) was in use (the packets waited or were
+    /// refused with NACK 0x07).
+    pub pdc_exhausted: u64,
+    /// Packets queued for retransmission by loss recovery before their
+    /// timeout: SLEEK (out-of-order count past its threshold), go-back-N
+    /// (ordered delivery) or a promptly answered probe.
+    pub sleek_retransmits: u64,
+    /// Probes sent after three base RTTs of silence.
+    pub probes_sent: u64,
+    /// Ordered delivery: packets the receiver dropped because an earlier
+    /// PSN was missing.
+    pub rod_out_of_order: u64,
     pub out_of_window: u64,
     pub peers_failed: u64,
     /// Data packets that arrived trimmed (payload cut by the fabric).
@@ -238,6 +251,8 @@ impl Peer {
 pub struct Engine {
     mtu: usize,
     window: usize,
+    /// Send contexts use reliable ordered delivery (ROD) instead of RUD.
+    ordered: bool,
     rto_min: u64,
     rto_max: u64,
     max_retries: u32,
@@ -251,6 +266,8 @@ pub struct Engine {
     tx_by_id: FastMap<u16, usize>,
     rx_by_id: FastMap<u16, usize>,
     next_pdc_id: u16,
+    /// Size of the delivery-context ID pool (`FI_UET_MAX_PDCS`).
+    max_pdcs: usize,
     posted: PostedQueues,
     unexpected: VecDeque<Unexpected>,
     completions: VecDeque<Completion>,
@@ -293,6 +310,7 @@ impl Engine {
             cc_config: Arc::new(CcConfig::from_config(config, mtu, mtu - DATA_HEADERS)),
             lb_config: LbConfig::from_config(config, mtu),
             window: config.window.max(1),
+            ordered: config.ordered,
             rto_min: config.rto_min_us * 1000,
             rto_max: config.rto_max_us.max(config.rto_min_us) * 1000,
             max_retries: config.max_retries,
@@ -303,6 +321,7 @@ impl Engine {
             tx_by_id: FastMap::default(),
             rx_by_id: FastMap::default(),
             next_pdc_id: 1,
+            max_pdcs: config.max_pdcs.clamp(2, u16::MAX as usize),
             posted: PostedQueues::default(),
             unexpected: VecDeque::new(),
             completions: VecDeque::new(),
@@ -384,6 +403,11 @@ impl Engine {
         self.staged_bytes
     }
 
+    /// Whether send contexts use reliable ordered delivery (ROD).
+    pub fn ordered(&self) -> bool {
+        self.ordered
+    }
+
     /// Largest payload carried by one packet.
     pub fn max_payload(&self) -> usize {
         self.mtu - DATA_HEADERS
@@ -394,15 +418,45 @@ impl Engine {
         self.window = window.max(1);
     }
 
-    fn alloc_pdc_id(&mut self) -> u16 {
-        // Skip IDs in use by either direction; 0 is never used.
+    /// Delivery-context IDs in use, both directions.
+    fn pdc_ids_in_use(&self) -> usize {
+        self.tx_by_id.len() + self.rx_by_id.len()
+    }
+
+    fn pdc_id_available(&self) -> bool {
+        self.pdc_ids_in_use() < self.max_pdcs
+    }
+
+    /// A free 16-bit delivery-context ID from the bounded pool
+    /// (`FI_UET_MAX_PDCS`), or `None` when all are taken. IDs are handed out
+    /// round-robin, so a just-closed ID is not reused at once.
+    fn alloc_pdc_id(&mut self) -> Option<u16> {
+        if !self.pdc_id_available() {
+            return None;
+        }
+        // max_pdcs < 65536, so a free ID exists; 0 is never used.
         loop {
             let id = self.next_pdc_id;
             self.next_pdc_id = self.next_pdc_id.wrapping_add(1).max(1);
             if !self.tx_by_id.contains_key(&id) && !self.rx_by_id.contains_key(&id) {
-                return id;
+                return Some(id);
             }
         }
+    }
+
+    /// Give peer `p` a send context ID if it has none (first packet after
+    /// creation or a close). False when the pool is empty: its packets wait.
+    fn ensure_tx_pdc_id(&mut self, p: usize) -> bool {
+        if self.peers[p].tx.local_id != 0 {
+            return true;
+        }
+        let Some(id) = self.alloc_pdc_id() else {
+            self.stats.pdc_exhausted += 1;
+            return false;
+        };
+        self.peers[p].tx.local_id = id;
+        self.tx_by_id.insert(id, p);
+        true
     }
 
     fn peer_index(&mut self, addr: SocketAddr) -> usize {
@@ -410,12 +464,12 @@ impl Engine {
             return i;
         }
         let i = self.peers.len();
-        let id = self.alloc_pdc_id();
         let start = self.rng.gen();
         let lb = LoadBalancer::new(self.lb_config, self.rng.gen());
         self.peers.push(Peer {
             addr,
-            tx: TxPdc::new(id, start),
+            // The context ID is taken when the first packet leaves.
+            tx: TxPdc::new(0, start),
             rx: None,
             queue: VecDeque::new(),
             messages: FastMap::default(),
@@ -432,7 +486,6 @@ impl Engine {
             rcvd_units: 0,
             retransmits: 0,
         });
-        self.tx_by_id.insert(id, i);
         self.peer_by_addr.insert(addr, i);
         i
     }
@@ -463,7 +516,7 @@ impl Engine {
 mod tests {
     use super::*;
 
-    /// The per-peer figures documented in provider/README.md section 2.4.
+    /// The per-peer figures documented in provider/README.md section 2.5.
     #[test]
     fn per_peer_state_stays_small() {
         let sizes = [

@@ -58,17 +58,22 @@ impl Engine {
     }
 
     pub(super) fn next_packet(&mut self, p: usize, now: u64, buf: &mut [u8]) -> Option<Transmit> {
+        if !self.ensure_tx_pdc_id(p) {
+            return None;
+        }
         let max_payload = self.max_payload();
         let window = self.window;
         let rto = self.peers[p].tx.rto(self.rto_min, self.rto_max, 0);
         let initiator = self.local.port();
+        let ordered = self.ordered;
         let peer = &mut self.peers[p];
         // Retransmissions first, on a path the load balancer picks anew.
         while let Some(psn) = peer.tx.retransmit.pop_front() {
             // Only data is sprayed; SES responses leave from socket 0, so
             // their source address is the canonical one the peer knows.
+            // Ordered delivery keeps to one path.
             let entropy = match peer.tx.slot(psn).map(|s| s.kind) {
-                Some(SlotKind::Data { .. }) => peer.lb.next_entropy(now),
+                Some(SlotKind::Data { .. }) if !ordered => peer.lb.next_entropy(now),
                 _ => 0,
             };
             let Some(slot) = peer.tx.resend(psn, now, entropy) else {
@@ -82,7 +87,7 @@ impl Engine {
             peer.retransmits += 1;
             self.stats.packets_sent += 1;
             let flags = pflags::RETX | pflags::AR;
-            let len = build_packet(peer, psn, slot.kind, flags, initiator, buf);
+            let len = build_packet(peer, psn, slot.kind, flags, initiator, ordered, buf);
             return Some(Transmit {
                 dest: peer.addr,
                 len,
@@ -131,7 +136,8 @@ impl Engine {
             peer.queue.pop_front();
         }
         let entropy = match kind {
-            SlotKind::Data { .. } => peer.lb.next_entropy(now),
+            SlotKind::Data { .. } if !ordered => peer.lb.next_entropy(now),
+            SlotKind::Data { .. } => 0,
             // Responses are control-like: the endpoint's own address.
             SlotKind::Response { .. } => 0,
         };
@@ -143,7 +149,7 @@ impl Engine {
             || peer.tx.in_flight() >= window
             || !peer.cc.can_send(peer.in_flight_bytes, next_bytes);
         let flags = if ar { pflags::AR } else { 0 };
-        let len = build_packet(peer, psn, kind, flags, initiator, buf);
+        let len = build_packet(peer, psn, kind, flags, initiator, ordered, buf);
         self.stats.packets_sent += 1;
         Some(Transmit {
             dest: peer.addr,
@@ -161,6 +167,7 @@ fn build_packet(
     kind: SlotKind,
     flags: u8,
     initiator: u16,
+    ordered: bool,
     buf: &mut [u8],
 ) -> usize {
     let (dpdcid, syn) = match peer.tx.remote_id {
@@ -174,7 +181,11 @@ fn build_packet(
         SlotKind::Response { .. } => NextHeader::SesResponse,
     };
     RequestRepr {
-        ptype: PacketType::RudRequest,
+        ptype: if ordered {
+            PacketType::RodRequest
+        } else {
+            PacketType::RudRequest
+        },
         next,
         flags: flags | syn,
         clear_psn_offset: 0,

@@ -9,7 +9,7 @@ impl Engine {
         let rto = self
             .peers
             .iter()
-            .map(|p| self.tx_deadline(p))
+            .flat_map(|p| [self.tx_deadline(p), Self::probe_due(p)])
             .filter(|&t| t != 0)
             .min();
         let ack = (self.ack_timer != 0).then_some(self.ack_timer);
@@ -37,6 +37,7 @@ impl Engine {
         }
         for p in 0..self.peers.len() {
             self.close_timer(p, now);
+            self.probe_timer(p, now);
             let due = self.peers[p].tx.rto_due;
             if due == 0 || due > now {
                 continue;
@@ -55,6 +56,49 @@ impl Engine {
                 self.mark_ready(p);
             }
         }
+    }
+
+    /// The round trip probes are timed with: the congestion control's base
+    /// RTT, else the smoothed RTT (0 = none known yet).
+    pub(super) fn probe_rtt(p: &Peer) -> u64 {
+        match p.cc.base_rtt() {
+            0 => p.tx.srtt(),
+            b => b,
+        }
+    }
+
+    /// When peer `p` should be probed (0 = not): after three base RTTs of
+    /// silence with packets outstanding (NSCC.md section 5).
+    fn probe_due(p: &Peer) -> u64 {
+        p.tx.probe_due(3 * Self::probe_rtt(p))
+    }
+
+    /// Send a probe (control type 6) when due; the receiver answers with an
+    /// ACK, and a prompt answer turns what is still missing into
+    /// retransmissions (`TxPdc::probe_answered`).
+    fn probe_timer(&mut self, p: usize, now: u64) {
+        let due = Self::probe_due(&self.peers[p]);
+        if due == 0 || due > now {
+            return;
+        }
+        let peer = &mut self.peers[p];
+        let Some(remote) = peer.tx.remote_id else {
+            return;
+        };
+        let probe = ControlRepr {
+            ctl_type: ControlType::Probe,
+            flags: 0,
+            probe_opaque: 0,
+            psn: peer.tx.next_psn(),
+            spdcid: peer.tx.local_id,
+            dpdcid: remote,
+            payload: 0,
+        };
+        peer.tx.probe_sent(now);
+        self.stats.probes_sent += 1;
+        let to = peer.addr;
+        self.control_queue
+            .push_back((to, ControlOut::Control(probe)));
     }
 
     /// The earliest send-side deadline of a peer: its retransmission timer,
@@ -126,19 +170,18 @@ impl Engine {
     /// failure): new PDC ID, new random start PSN, SYN on the next packets.
     /// Message IDs restart too, as the receiver's matching does.
     pub(super) fn reset_tx_pdc(&mut self, p: usize) {
-        let id = self.alloc_pdc_id();
         let start = self.rng.gen();
         let peer = &mut self.peers[p];
         peer.tx.abandon();
         self.tx_by_id.remove(&peer.tx.local_id);
-        peer.tx = TxPdc::new(id, start);
+        // The ID goes back to the pool; the next packet takes a fresh one.
+        peer.tx = TxPdc::new(0, start);
         peer.next_msg_id = 0;
         peer.closing = None;
         // The congestion state stays (same path, same peer); what was in
         // flight on the old context is gone.
         peer.in_flight_bytes = 0;
         peer.rcvd_units = 0;
-        self.tx_by_id.insert(id, p);
         self.mark_ready(p);
     }
 

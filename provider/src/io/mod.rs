@@ -194,6 +194,11 @@ impl Endpoint {
         })
     }
 
+    /// Whether this endpoint sends with reliable ordered delivery (ROD).
+    pub fn ordered(&self) -> bool {
+        self.engine.ordered()
+    }
+
     pub fn local_addr(&self) -> SocketAddr {
         self.local
     }
@@ -289,9 +294,13 @@ impl Endpoint {
             return Some(std::time::Duration::ZERO);
         }
         let now = self.now();
-        self.engine
-            .next_timeout()
-            .map(|t| std::time::Duration::from_nanos(t.saturating_sub(now)))
+        // Held (reordered) datagrams are due like timers.
+        let held = self.held.front().map(|h| h.at);
+        let next = match (self.engine.next_timeout(), held) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        next.map(|t| std::time::Duration::from_nanos(t.saturating_sub(now)))
     }
 
     /// Move packets and fire timers. Returns true when anything happened.
@@ -510,7 +519,21 @@ fn open_socket(config: &Config, addr: SocketAddr) -> Result<UdpSocket> {
 /// just handed out as free), and after a few tries to whatever ports the
 /// kernel gives: consecutive ports are tidy, not required.
 fn bind_pool(config: &Config, addr: SocketAddr, n: usize) -> Result<Vec<UdpSocket>> {
-    let first = open_socket(config, addr)?;
+    // No port named: the UET port when it is free, so peers that know only
+    // our IP address reach us; any port otherwise (several endpoints on one
+    // host).
+    let first = if addr.port() == 0 {
+        match open_socket(
+            config,
+            SocketAddr::new(addr.ip(), crate::wire::UET_UDP_PORT),
+        ) {
+            Ok(s) => s,
+            Err(Error::Io(e)) if e.kind() == ErrorKind::AddrInUse => open_socket(config, addr)?,
+            Err(e) => return Err(e),
+        }
+    } else {
+        open_socket(config, addr)?
+    };
     let mut base = first.local_addr()?.port() as usize + 1;
     let mut sockets = vec![first];
     for _ in 0..POOL_BIND_ATTEMPTS {

@@ -385,3 +385,18 @@ fn faulty_links_still_deliver() {
     // be held when the exchange ends, duplicates count twice).
     assert!(sa.fault_ce_marked > 0 && sb.ecn_ce_received > 0);
 }
+
+#[test]
+fn unnamed_port_means_the_uet_port_when_free() {
+    // An address of its own, so no other test holds the port.
+    let any: SocketAddr = "127.0.0.77:0".parse().unwrap();
+    let cfg = Config::default();
+    let first = Endpoint::bind(&cfg, any).unwrap();
+    assert_eq!(first.local_addr().port(), crate::wire::UET_UDP_PORT);
+    // Taken: the next endpoint on the host gets another port.
+    let second = Endpoint::bind(&cfg, any).unwrap();
+    assert_ne!(second.local_addr().port(), crate::wire::UET_UDP_PORT);
+    // A port named explicitly is bound or refused, never substituted.
+    let named: SocketAddr = "127.0.0.77:4793".parse().unwrap();
+    assert!(Endpoint::bind(&cfg, named).is_err());
+}

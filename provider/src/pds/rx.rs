@@ -12,6 +12,9 @@ pub enum Arrival {
     Duplicate,
     /// Beyond the window the receiver tracks: drop without state change.
     OutOfWindow,
+    /// Ordered delivery (ROD) and not the next PSN: dropped, and the
+    /// sender told at once (its cumulative PSN stays), so it goes back.
+    OutOfOrder,
 }
 
 /// Receiver state of one PDC.
@@ -40,6 +43,8 @@ pub struct RxPdc {
     /// An ACK is owed; `ack_due` is when it must leave at the latest.
     pub ack_pending: bool,
     pub ack_due: u64,
+    /// Reliable ordered delivery: only the next PSN is accepted.
+    pub ordered: bool,
 }
 
 impl RxPdc {
@@ -62,7 +67,14 @@ impl RxPdc {
             ooo_count: 0,
             ack_pending: false,
             ack_due: 0,
+            ordered: false,
         }
+    }
+
+    /// The same context in ordered mode (ROD).
+    pub fn ordered(mut self) -> RxPdc {
+        self.ordered = true;
+        self
     }
 
     pub fn cack(&self) -> u32 {
@@ -91,6 +103,9 @@ impl RxPdc {
         }
         if self.bit(psn) {
             return Arrival::Duplicate;
+        }
+        if self.ordered && ahead > 0 {
+            return Arrival::OutOfOrder;
         }
         Arrival::New
     }

@@ -65,6 +65,42 @@ pub struct TxPdc {
     rttvar: u64,
     /// Earliest instant a slot's timer can expire (0 = none armed).
     pub rto_due: u64,
+    /// Slots acknowledged out of order (SACKed above the oldest hole): the
+    /// sender's view of the receiver's out-of-order count.
+    sacked: usize,
+    /// SLEEK loss recovery in progress (NSCC.md section 5).
+    recovery: Option<Recovery>,
+    /// Last ACK, last transmission and the outstanding probe: silence is
+    /// measured from the latest of them.
+    last_ack_at: u64,
+    last_sent_at: u64,
+    probe: Option<Probe>,
+    /// Latest send time among first transmissions acknowledged so far: an
+    /// unacknowledged packet sent well before it was overtaken (RACK-style,
+    /// immune to retransmissions still on their way).
+    latest_acked_sent_at: u64,
+    /// End of the PSN range the latest ACK could report (its cumulative PSN
+    /// plus the 64 bits of SACK): beyond it, unacknowledged says nothing.
+    reported_until: u32,
+    /// ACKs in a row that acknowledged nothing new while packets were
+    /// outstanding (ordered delivery's loss signal).
+    pub dupacks: u32,
+}
+
+/// A SLEEK recovery episode: every PSN below `until` (the highest sent when
+/// it began) is suspect; `scan` is the next one to examine.
+#[derive(Clone, Copy, Debug)]
+struct Recovery {
+    until: u32,
+    scan: u32,
+}
+
+/// A probe sent into silence, asking the receiver for an ACK.
+#[derive(Clone, Copy, Debug)]
+pub struct Probe {
+    pub sent_at: u64,
+    /// PSNs below it were sent before the probe.
+    pub until: u32,
 }
 
 impl TxPdc {
@@ -79,6 +115,14 @@ impl TxPdc {
             srtt: 0,
             rttvar: 0,
             rto_due: 0,
+            sacked: 0,
+            recovery: None,
+            last_ack_at: 0,
+            last_sent_at: 0,
+            probe: None,
+            latest_acked_sent_at: 0,
+            reported_until: start_psn,
+            dupacks: 0,
         }
     }
 
@@ -113,6 +157,7 @@ impl TxPdc {
         if self.rto_due == 0 {
             self.rto_due = now + rto;
         }
+        self.last_sent_at = now;
         psn
     }
 
@@ -139,10 +184,9 @@ impl TxPdc {
         slot.sent_at = now;
         slot.entropy = entropy;
         slot.in_flight = true;
-        Some(TxSlot {
-            retries: slot.retries,
-            ..before
-        })
+        let retries = slot.retries;
+        self.last_sent_at = now;
+        Some(TxSlot { retries, ..before })
     }
 
     /// Take a NACKed packet out of the in-flight count; returns its bytes
@@ -197,6 +241,11 @@ impl TxPdc {
     }
 
     /// The retransmission timeout for a packet retried `retries` times.
+    /// Smoothed round-trip time in ns (0 before the first valid sample).
+    pub fn srtt(&self) -> u64 {
+        self.srtt
+    }
+
     pub fn rto(&self, min: u64, max: u64, retries: u32) -> u64 {
         rto_for(self.srtt, self.rttvar, min, max, retries)
     }
@@ -232,6 +281,7 @@ impl TxPdc {
         if self.remote_id.is_none() {
             self.remote_id = Some(ack.spdcid);
         }
+        self.last_ack_at = now;
         let end = self.next_psn();
         // An ACK for PSNs never sent is bogus: ignore it whole.
         if !psn_lt(ack.cack_psn, end) {
@@ -252,16 +302,23 @@ impl TxPdc {
                 }
             }
         }
+        // Slots the cumulative PSN acknowledges now were never SACKed.
+        let mut cumulative = 0;
         if psn_le(self.base, ack.cack_psn) {
             let upto = ack.cack_psn.wrapping_sub(self.base) as usize + 1;
             for s in self.slots.iter_mut().take(upto) {
                 if !s.acked {
                     s.acked = true;
                     out.newly_acked.push(s.kind);
+                    cumulative += 1;
+                    if s.retries == 0 {
+                        self.latest_acked_sent_at = self.latest_acked_sent_at.max(s.sent_at);
+                    }
                 }
             }
         }
         let sack_base = ack.cack_psn.wrapping_add(ack.sack_offset as i32 as u32);
+        self.reported_until = sack_base.wrapping_add(64);
         let mut bits = ack.sack_bitmap;
         while bits != 0 {
             let i = bits.trailing_zeros();
@@ -272,37 +329,169 @@ impl TxPdc {
                     if !s.acked {
                         s.acked = true;
                         out.newly_acked.push(s.kind);
+                        let first_send = (s.retries == 0).then_some(s.sent_at);
+                        self.sacked += 1;
+                        if let Some(t) = first_send {
+                            self.latest_acked_sent_at = self.latest_acked_sent_at.max(t);
+                        }
                     }
                 }
             }
         }
-        // SACK-driven recovery: a hole with at least three packets acked
-        // above it is lost (loopback only loses on socket overflow), unless
-        // it was resent less than a round trip ago.
-        if ack.sack_bitmap != 0 {
-            let highest = sack_base.wrapping_add(63 - ack.sack_bitmap.leading_zeros());
-            let srtt = self.srtt.max(1);
-            let mut psn = self.base;
-            while psn_lt(psn.wrapping_add(2), highest) {
-                if let Some(s) = self.slot_mut(psn) {
-                    if !s.acked && !s.queued && now.saturating_sub(s.sent_at) > srtt {
-                        s.queued = true;
-                        self.retransmit.push_back(psn);
-                    }
-                }
-                psn = psn.wrapping_add(1);
-            }
+        if out.newly_acked.is_empty() && !self.slots.is_empty() {
+            self.dupacks += 1;
+        } else {
+            self.dupacks = 0;
         }
+        // Every acked slot leaving the front was SACKed, except those the
+        // cumulative PSN acknowledged just now.
+        let mut popped = 0;
         while self.slots.front().is_some_and(|s| s.acked) {
             self.slots.pop_front();
             self.base = self.base.wrapping_add(1);
+            popped += 1;
         }
+        self.sacked = self.sacked.saturating_sub(popped - cumulative);
         if let Some(sample) = out.rtt_sample {
             self.rtt_update(sample);
         }
         if self.slots.is_empty() {
             self.rto_due = 0;
         }
+    }
+
+    /// Packets acknowledged out of order and still held behind a hole.
+    pub fn sacked(&self) -> usize {
+        self.sacked
+    }
+
+    pub fn in_recovery(&self) -> bool {
+        self.recovery.is_some()
+    }
+
+    /// SLEEK loss recovery (NSCC.md section 5), run after each ACK. Once
+    /// `threshold` packets have been acknowledged out of order, every
+    /// unacknowledged packet below the highest sent at that moment is
+    /// suspect; those a later transmission has overtaken (sent more than
+    /// a quarter SRTT, the reordering allowance, before the latest first
+    /// transmission acknowledged) are queued for retransmission, at most
+    /// `budget` per call (one window), until the cumulative PSN passes the
+    /// snapshot. The scan waits at the first suspect not yet overtaken.
+    /// Returns how many were queued.
+    pub fn sleek(&mut self, threshold: usize, budget: usize) -> usize {
+        if self.recovery.is_some_and(|r| psn_le(r.until, self.base)) {
+            self.recovery = None;
+        }
+        if self.recovery.is_none() {
+            if self.sacked < threshold.max(1) {
+                return 0;
+            }
+            self.recovery = Some(Recovery {
+                until: self.next_psn(),
+                scan: self.base,
+            });
+        }
+        let Some(mut r) = self.recovery else {
+            return 0;
+        };
+        if psn_lt(r.scan, self.base) {
+            r.scan = self.base;
+        }
+        let mut queued = 0;
+        let overtaken_before = self.latest_acked_sent_at.saturating_sub(self.srtt / 4);
+        while queued < budget && psn_lt(r.scan, r.until) {
+            let psn = r.scan;
+            if let Some(s) = self.slot_mut(psn) {
+                if !s.acked && !s.queued {
+                    if s.sent_at >= overtaken_before {
+                        break;
+                    }
+                    s.queued = true;
+                    self.retransmit.push_back(psn);
+                    queued += 1;
+                }
+            }
+            r.scan = r.scan.wrapping_add(1);
+        }
+        self.recovery = Some(r);
+        queued
+    }
+
+    /// Go back N (ordered delivery): the receiver drops everything after a
+    /// lost packet, so resend every unacknowledged packet from the oldest,
+    /// at most `budget` per call, once per episode (until the cumulative
+    /// PSN passes what was outstanding when it began). Returns how many
+    /// were queued.
+    pub fn go_back_n(&mut self, budget: usize) -> usize {
+        if self.recovery.is_some_and(|r| psn_le(r.until, self.base)) {
+            self.recovery = None;
+        }
+        let mut r = self.recovery.unwrap_or(Recovery {
+            until: self.next_psn(),
+            scan: self.base,
+        });
+        if psn_lt(r.scan, self.base) {
+            r.scan = self.base;
+        }
+        let mut queued = 0;
+        while queued < budget && psn_lt(r.scan, r.until) {
+            let psn = r.scan;
+            if let Some(s) = self.slot_mut(psn) {
+                if !s.acked && !s.queued {
+                    s.queued = true;
+                    self.retransmit.push_back(psn);
+                    queued += 1;
+                }
+            }
+            r.scan = r.scan.wrapping_add(1);
+        }
+        self.recovery = Some(r);
+        queued
+    }
+
+    /// When a probe is due (0 = never): packets are outstanding, the
+    /// receiver's context is known, and nothing was heard, sent or probed
+    /// for `silence` ns.
+    pub fn probe_due(&self, silence: u64) -> u64 {
+        if self.slots.is_empty() || silence == 0 || self.remote_id.is_none() {
+            return 0;
+        }
+        let probed = self.probe.map_or(0, |p| p.sent_at);
+        self.last_ack_at.max(self.last_sent_at).max(probed) + silence
+    }
+
+    /// A probe left now; it asks the receiver for an ACK.
+    pub fn probe_sent(&mut self, now: u64) {
+        self.probe = Some(Probe {
+            sent_at: now,
+            until: self.next_psn(),
+        });
+    }
+
+    /// After an ACK: when a probe is outstanding and the ACK came within
+    /// `fast` ns of it, the path is clear, so packets sent before the probe
+    /// that this ACK could have reported (cumulative PSN + SACK range) and
+    /// did not are lost: queue them. Returns how many.
+    pub fn probe_answered(&mut self, now: u64, fast: u64) -> usize {
+        let Some(p) = self.probe.take() else {
+            return 0;
+        };
+        if now.saturating_sub(p.sent_at) > fast {
+            return 0;
+        }
+        let mut queued = 0;
+        let mut psn = self.base;
+        while psn_lt(psn, p.until) && psn_lt(psn, self.reported_until) {
+            if let Some(s) = self.slot_mut(psn) {
+                if !s.acked && !s.queued && s.sent_at <= p.sent_at {
+                    s.queued = true;
+                    queued += 1;
+                    self.retransmit.push_back(psn);
+                }
+            }
+            psn = psn.wrapping_add(1);
+        }
+        queued
     }
 
     /// Queue every packet whose timer expired. Returns the highest retry
@@ -340,6 +529,10 @@ impl TxPdc {
             }
         }
         self.rto_due = if next_due == u64::MAX { 0 } else { next_due };
+        if worst > 0 {
+            // After a timeout, loss recovery starts afresh from the oldest.
+            self.recovery = None;
+        }
         worst
     }
 
@@ -347,6 +540,10 @@ impl TxPdc {
     pub fn abandon(&mut self) -> Vec<SlotKind> {
         self.retransmit.clear();
         self.rto_due = 0;
+        self.sacked = 0;
+        self.recovery = None;
+        self.probe = None;
+        self.dupacks = 0;
         let kinds = self
             .slots
             .iter()
@@ -483,10 +680,82 @@ mod tests {
     fn sack_hole_is_retransmitted() {
         let mut tx = TxPdc::new(1, 0);
         for i in 0..8 {
-            tx.push(data(i), 0, 1000, 100, 0);
+            tx.push(data(i), i as u64 * 10, 1000, 100, 0);
         }
         // PSN 0 arrived, 1 lost, 2..=5 arrived.
         tx.on_ack(&ack(0, 0b11110), 100);
+        assert_eq!(tx.sacked(), 4);
+        // Below SLEEK's threshold nothing is resent: spraying reorders.
+        assert_eq!(tx.sleek(5, 8), 0);
+        assert!(tx.retransmit.is_empty());
+        // At the threshold the hole is; 6 and 7 are merely in flight (no
+        // later transmission overtook them).
+        assert_eq!(tx.sleek(4, 8), 1);
         assert_eq!(tx.retransmit.iter().copied().collect::<Vec<_>>(), vec![1]);
+        assert!(tx.in_recovery());
+        // The resend arrives: the cumulative PSN passes 5; 6 and 7 are
+        // still below the snapshot, recovery lasts until they are in.
+        tx.resend(1, 200, 0);
+        tx.on_ack(&ack(5, 0), 300);
+        assert_eq!(tx.sacked(), 0);
+        assert_eq!(tx.sleek(4, 8), 0);
+        tx.on_ack(&ack(7, 0), 400);
+        assert_eq!(tx.sleek(4, 8), 0);
+        assert!(!tx.in_recovery());
+    }
+
+    #[test]
+    fn sleek_paces_retransmissions_by_the_budget() {
+        let mut tx = TxPdc::new(1, 0);
+        for i in 0..20 {
+            tx.push(data(i), i as u64 * 10, 1000, 100, 0);
+        }
+        // Every even PSN below 16 lost, the odd ones and 16..20 arrived.
+        let mut sack = 0u64;
+        for psn in 1..20u32 {
+            if psn % 2 == 1 || psn >= 16 {
+                sack |= 1 << psn;
+            }
+        }
+        // cack = u32::MAX (nothing cumulative yet): SACK base is PSN 0.
+        let mut a = ack(u32::MAX, 0);
+        a.sack_offset = 1;
+        a.sack_bitmap = sack;
+        tx.on_ack(&a, 100);
+        assert_eq!(tx.sacked(), 12);
+        assert_eq!(tx.sleek(6, 3), 3);
+        assert_eq!(tx.sleek(6, 3), 3);
+        assert_eq!(tx.sleek(6, 3), 2);
+        assert_eq!(
+            tx.retransmit.iter().copied().collect::<Vec<_>>(),
+            vec![0, 2, 4, 6, 8, 10, 12, 14]
+        );
+    }
+
+    #[test]
+    fn prompt_probe_answer_resends_what_is_missing() {
+        let mut tx = TxPdc::new(1, 0);
+        tx.remote_id = Some(9);
+        for i in 0..4 {
+            tx.push(data(i), 0, 1000, 100, 0);
+        }
+        // Silence of 300 ns after the last send at 0.
+        assert_eq!(tx.probe_due(300), 300);
+        tx.probe_sent(300);
+        assert_eq!(tx.probe_due(300), 600, "one probe per silence period");
+        // A slow answer says nothing about loss.
+        tx.on_ack(&ack(0, 0), 10_000);
+        assert_eq!(tx.probe_answered(10_000, 200), 0);
+        // A prompt one: 1..=3 were sent before the probe and are missing.
+        tx.probe_sent(10_100);
+        tx.on_ack(&ack(0, 0), 10_200);
+        assert_eq!(tx.probe_answered(10_200, 200), 3);
+        assert_eq!(
+            tx.retransmit.iter().copied().collect::<Vec<_>>(),
+            vec![1, 2, 3]
+        );
+        // Nothing outstanding, nothing to probe.
+        tx.on_ack(&ack(3, 0), 10_300);
+        assert_eq!(tx.probe_due(300), 0);
     }
 }

@@ -34,6 +34,10 @@ pub use rendezvous::RendezvousRepr;
 pub use request::RequestRepr;
 pub use ses::{SesOpcode, SesRequestRepr, SesResponseRepr};
 
+/// The UDP port UET uses by default: an endpoint that names no port binds it
+/// when free, and an address given without a port means it.
+pub const UET_UDP_PORT: u16 = 4793;
+
 /// Why a datagram was not understood.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum WireError {
