@@ -1124,7 +1124,10 @@ static void t_rma_event(void)
 	int ctx, i;
 
 	want_caps = FI_RMA | FI_ATOMIC | FI_RMA_EVENT;
+	/* Only the application progresses (checked by the counter wait). */
+	setenv("FI_UET_IDLE_PROGRESS_US", "0", 1);
 	open_domain();
+	unsetenv("FI_UET_IDLE_PROGRESS_US");
 	CHECK(E.info->caps & FI_RMA_EVENT, "FI_RMA_EVENT not granted");
 	for (i = 0; i < 4; i++)
 		E.cntr[i] = open_cntr(FI_WAIT_UNSPEC);
