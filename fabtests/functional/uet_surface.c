@@ -75,6 +75,12 @@ static struct env {
 	struct fid_cntr *cntr[4];
 	struct fid_eq *eq;
 	fi_addr_t addr[2];
+	struct fid_mr *mr[4];
+	/* A second domain of the same fabric with its own AV, CQ, endpoint. */
+	struct fid_domain *domain2;
+	struct fid_av *av2;
+	struct fid_cq *cq2;
+	struct fid_ep *ep2;
 } E;
 
 /* Progress model the next open_domain asks for (reset by teardown). */
@@ -91,6 +97,18 @@ static void teardown(void)
 	for (i = 0; i < 2; i++)
 		if (E.ep[i])
 			fi_close(&E.ep[i]->fid);
+	if (E.ep2)
+		fi_close(&E.ep2->fid);
+	if (E.cq2)
+		fi_close(&E.cq2->fid);
+	if (E.av2)
+		fi_close(&E.av2->fid);
+	if (E.domain2)
+		fi_close(&E.domain2->fid);
+	/* Regions before counters: a counter bound to a region is in use. */
+	for (i = 0; i < 4; i++)
+		if (E.mr[i])
+			fi_close(&E.mr[i]->fid);
 	for (i = 0; i < 2; i++)
 		if (E.cq[i])
 			fi_close(&E.cq[i]->fid);
@@ -1092,6 +1110,412 @@ static void t_atomic_concurrent(void)
 	fi_close(&mr->fid);
 }
 
+/* FI_RMA_EVENT: a counter bound to a region (fi_mr_bind) counts the peers'
+ * writes and atomics (FI_REMOTE_WRITE) or reads (FI_REMOTE_READ) of that
+ * region only; the target endpoint's remote counters count them all;
+ * refused accesses count nowhere; writedata still makes a CQ entry. */
+static void t_rma_event(void)
+{
+	static char a[4096], src[64], dst[64];
+	static int64_t word;
+	struct fi_cq_err_entry c;
+	uint64_t ka, kb, v[4];
+	int64_t one = 1, got = 0;
+	int ctx, i;
+
+	want_caps = FI_RMA | FI_ATOMIC | FI_RMA_EVENT;
+	/* Only the application progresses (checked by the counter wait). */
+	setenv("FI_UET_IDLE_PROGRESS_US", "0", 1);
+	open_domain();
+	unsetenv("FI_UET_IDLE_PROGRESS_US");
+	CHECK(E.info->caps & FI_RMA_EVENT, "FI_RMA_EVENT not granted");
+	for (i = 0; i < 4; i++)
+		E.cntr[i] = open_cntr(FI_WAIT_UNSPEC);
+	for (i = 0; i < 2; i++) {
+		open_ep(i);
+		E.cq[i] = open_cq(FI_WAIT_UNSPEC);
+		CHECK_RC(fi_ep_bind(E.ep[i], &E.cq[i]->fid, FI_TRANSMIT | FI_RECV));
+	}
+	CHECK_RC(fi_ep_bind(E.ep[1], &E.cntr[3]->fid, FI_REMOTE_WRITE | FI_REMOTE_READ));
+	enable_both();
+	word = 0;
+	CHECK_RC(fi_mr_reg(E.domain, a, sizeof a, RMA_RW, 0, 11, 0, &E.mr[0], NULL));
+	CHECK_RC(fi_mr_reg(E.domain, &word, sizeof word, RMA_RW, 0, 12, 0, &E.mr[1], NULL));
+	CHECK(fi_mr_bind(E.mr[0], &E.cntr[0]->fid, FI_SEND) == -FI_EINVAL, "FI_SEND binding accepted");
+	CHECK(fi_mr_bind(E.mr[0], &E.cntr[0]->fid, 0) == -FI_EINVAL, "binding without events accepted");
+	CHECK_RC(fi_mr_bind(E.mr[0], &E.cntr[0]->fid, FI_REMOTE_WRITE));
+	CHECK_RC(fi_mr_bind(E.mr[0], &E.cntr[1]->fid, FI_REMOTE_READ));
+	CHECK_RC(fi_mr_bind(E.mr[1], &E.cntr[2]->fid, FI_REMOTE_WRITE | FI_REMOTE_READ));
+	ka = fi_mr_key(E.mr[0]);
+	kb = fi_mr_key(E.mr[1]);
+	memset(src, 0x5c, sizeof src);
+	for (i = 0; i < 2; i++) {
+		CHECK_RC(fi_write(E.ep[0], src, sizeof src, NULL, E.addr[1], target_addr(a, 64 * i), ka, &ctx));
+		(void)wait_entry(0, &ctx, 0);
+	}
+	CHECK_RC(fi_writedata(E.ep[0], src, 8, NULL, 0x77, E.addr[1], target_addr(a, 512), ka, &ctx));
+	(void)wait_entry(0, &ctx, 0);
+	c = wait_entry(1, NULL, 0);
+	CHECK(c.flags == (FI_RMA | FI_REMOTE_WRITE | FI_REMOTE_CQ_DATA) && c.data == 0x77,
+	      "writedata entry flags 0x%llx data 0x%llx", (unsigned long long)c.flags,
+	      (unsigned long long)c.data);
+	for (i = 0; i < 2; i++) {
+		CHECK_RC(fi_read(E.ep[0], dst, sizeof dst, NULL, E.addr[1], target_addr(a, 0), ka, &ctx));
+		(void)wait_entry(0, &ctx, 0);
+	}
+	CHECK_RC(fi_atomic(E.ep[0], &one, 1, NULL, E.addr[1], target_addr(&word, 0), kb, FI_INT64, FI_SUM, &ctx));
+	(void)wait_entry(0, &ctx, 0);
+	CHECK_RC(fi_read(E.ep[0], &got, 8, NULL, E.addr[1], target_addr(&word, 0), kb, &ctx));
+	(void)wait_entry(0, &ctx, 0);
+	CHECK(word == 1 && got == 1, "atomic/read: word %lld read %lld", (long long)word, (long long)got);
+	/* refused (past the end of a): counted nowhere */
+	CHECK_RC(fi_write(E.ep[0], src, 64, NULL, E.addr[1], target_addr(a, sizeof a - 8), ka, &ctx));
+	c = wait_entry(0, &ctx, 1);
+	CHECK(c.err == FI_EACCES, "refused write: err %d", c.err);
+	/* Every target event happened before the initiator's completion. */
+	for (i = 0; i < 4; i++)
+		v[i] = fi_cntr_read(E.cntr[i]);
+	CHECK(v[0] == 3 && v[1] == 2 && v[2] == 2 && v[3] == 7,
+	      "counters %llu %llu %llu %llu, want 3 2 2 7", (unsigned long long)v[0],
+	      (unsigned long long)v[1], (unsigned long long)v[2], (unsigned long long)v[3]);
+	for (i = 0; i < 4; i++)
+		CHECK(fi_cntr_readerr(E.cntr[i]) == 0, "counter %d errors", i);
+	/* Waiting on a counter bound only to a region progresses the domain's
+	 * endpoints: no CQ is read until the count is reached. */
+	CHECK_RC(fi_write(E.ep[0], src, 8, NULL, E.addr[1], target_addr(a, 0), ka, &ctx));
+	CHECK_RC(fi_cntr_wait(E.cntr[0], 4, WAIT_MS));
+	(void)wait_entry(0, &ctx, 0);
+	/* A counter bound to an open region is in use. */
+	CHECK(fi_close(&E.cntr[0]->fid) == -FI_EBUSY, "counter bound to a region closed");
+	CHECK_RC(fi_close(&E.mr[0]->fid));
+	E.mr[0] = NULL;
+	CHECK_RC(fi_close(&E.cntr[0]->fid));
+	E.cntr[0] = NULL;
+}
+
+/* FI_MR_ENDPOINT when the application asks for it: a region is usable once
+ * bound to an endpoint and enabled, not before; enabling it unbound fails. */
+static void t_mr_endpoint(void)
+{
+	static char target[256], src[16];
+	struct fi_cq_err_entry c;
+	int ctx;
+
+	want_caps = FI_RMA;
+	want_mr_mode = FI_MR_ENDPOINT | FI_MR_VIRT_ADDR | FI_MR_PROV_KEY;
+	two_eps(FI_WAIT_UNSPEC);
+	CHECK(E.info->domain_attr->mr_mode & FI_MR_ENDPOINT, "FI_MR_ENDPOINT not offered");
+	CHECK_RC(fi_mr_reg(E.domain, target, sizeof target, RMA_RW, 0, 0, 0, &E.mr[0], NULL));
+	CHECK(fi_mr_enable(E.mr[0]) == -FI_EINVAL, "enabled before fi_mr_bind");
+	memset(src, 7, sizeof src);
+	CHECK_RC(fi_write(E.ep[0], src, sizeof src, NULL, E.addr[1], target_addr(target, 0),
+			  fi_mr_key(E.mr[0]), &ctx));
+	c = wait_entry(0, &ctx, 1);
+	CHECK(c.err == FI_EACCES && target[0] == 0, "region usable before fi_mr_enable");
+	CHECK_RC(fi_mr_bind(E.mr[0], &E.ep[1]->fid, 0));
+	CHECK_RC(fi_mr_enable(E.mr[0]));
+	CHECK_RC(fi_write(E.ep[0], src, sizeof src, NULL, E.addr[1], target_addr(target, 0),
+			  fi_mr_key(E.mr[0]), &ctx));
+	(void)wait_entry(0, &ctx, 0);
+	CHECK(memcmp(target, src, sizeof src) == 0, "write after enable");
+}
+
+/* One message from (s, scq) to (r, rcq) at `to`, progressing both sides. */
+static void xfer(struct fid_ep *s, struct fid_cq *scq, fi_addr_t to,
+		 struct fid_ep *r, struct fid_cq *rcq, int seed)
+{
+	char out[100], in[100] = { 0 };
+	int sctx, rctx, got_s = 0, got_r = 0;
+	double end = now_s() + WAIT_MS / 1000.0;
+
+	memset(out, seed, sizeof out);
+	CHECK_RC(fi_recv(r, in, sizeof in, NULL, FI_ADDR_UNSPEC, &rctx));
+	CHECK_RC(fi_send(s, out, sizeof out, NULL, to, &sctx));
+	while (!got_s || !got_r) {
+		struct fi_cq_tagged_entry e;
+
+		CHECK(now_s() < end, "transfer %d: send %d recv %d", seed, got_s, got_r);
+		if (fi_cq_read(scq, &e, 1) == 1) {
+			CHECK(e.op_context == &sctx, "transfer %d: send context", seed);
+			got_s = 1;
+		}
+		if (fi_cq_read(rcq, &e, 1) == 1) {
+			CHECK(e.op_context == &rctx && e.len == sizeof in, "transfer %d: recv", seed);
+			got_r = 1;
+		}
+	}
+	CHECK(memcmp(in, out, sizeof in) == 0, "transfer %d data", seed);
+}
+
+/* fi_close in an order the man pages refuse answers -FI_EBUSY and leaves
+ * the object usable (CQ, counter, AV, EQ bound to an open endpoint; domain
+ * with open children; fabric with an open domain or EQ). Endpoints close
+ * with operations pending; then everything closes. */
+static void t_close_busy(void)
+{
+	static char out[1 << 20], in[64];
+	struct fi_eq_attr eq_attr = { .wait_obj = FI_WAIT_NONE };
+	char got[32] = { 0 };
+	int i, rctx, sctx;
+
+	open_domain();
+	CHECK_RC(fi_eq_open(E.fabric, &eq_attr, &E.eq, NULL));
+	E.cntr[0] = open_cntr(FI_WAIT_NONE);
+	for (i = 0; i < 2; i++) {
+		open_ep(i);
+		E.cq[i] = open_cq(FI_WAIT_UNSPEC);
+		CHECK_RC(fi_ep_bind(E.ep[i], &E.cq[i]->fid, FI_TRANSMIT | FI_RECV));
+	}
+	CHECK_RC(fi_ep_bind(E.ep[0], &E.cntr[0]->fid, FI_SEND));
+	CHECK_RC(fi_ep_bind(E.ep[0], &E.eq->fid, 0));
+	enable_both();
+	CHECK_RC(fi_mr_reg(E.domain, in, sizeof in, FI_REMOTE_WRITE, 0, 3, 0, &E.mr[0], NULL));
+
+	CHECK(fi_close(&E.cq[0]->fid) == -FI_EBUSY, "CQ of an open endpoint closed");
+	CHECK(fi_close(&E.cntr[0]->fid) == -FI_EBUSY, "counter of an open endpoint closed");
+	CHECK(fi_close(&E.av->fid) == -FI_EBUSY, "AV of an open endpoint closed");
+	CHECK(fi_close(&E.eq->fid) == -FI_EBUSY, "EQ of an open endpoint closed");
+	CHECK(fi_close(&E.domain->fid) == -FI_EBUSY, "domain with open objects closed");
+	CHECK(fi_close(&E.fabric->fid) == -FI_EBUSY, "fabric with an open domain closed");
+
+	/* All still work. */
+	xfer(E.ep[0], E.cq[0], E.addr[1], E.ep[1], E.cq[1], 9);
+	CHECK(fi_cntr_read(E.cntr[0]) == 1, "counter");
+
+	/* Pending at close: a receive that never matches, a 1 MiB send the
+	 * peer never takes. */
+	CHECK_RC(fi_trecv(E.ep[1], got, sizeof got, NULL, FI_ADDR_UNSPEC, 0x99, 0, &rctx));
+	memset(out, 1, sizeof out);
+	CHECK_RC(fi_tsend(E.ep[0], out, sizeof out, NULL, E.addr[1], 0x42, &sctx));
+	(void)fi_cq_read(E.cq[0], NULL, 0);
+	CHECK_RC(fi_close(&E.ep[1]->fid));
+	E.ep[1] = NULL;
+	CHECK(fi_close(&E.av->fid) == -FI_EBUSY, "AV still bound to endpoint A closed");
+	CHECK_RC(fi_close(&E.cq[1]->fid));
+	E.cq[1] = NULL;
+	CHECK_RC(fi_close(&E.ep[0]->fid));
+	E.ep[0] = NULL;
+	CHECK_RC(fi_close(&E.eq->fid));
+	E.eq = NULL;
+	CHECK(fi_close(&E.domain->fid) == -FI_EBUSY, "domain with open objects closed");
+	CHECK_RC(fi_close(&E.av->fid));
+	E.av = NULL;
+	CHECK_RC(fi_close(&E.cntr[0]->fid));
+	E.cntr[0] = NULL;
+	CHECK_RC(fi_close(&E.cq[0]->fid));
+	E.cq[0] = NULL;
+	CHECK(fi_close(&E.domain->fid) == -FI_EBUSY, "domain with an open region closed");
+	CHECK_RC(fi_close(&E.mr[0]->fid));
+	E.mr[0] = NULL;
+	CHECK_RC(fi_close(&E.domain->fid));
+	E.domain = NULL;
+	CHECK_RC(fi_close(&E.fabric->fid));
+	E.fabric = NULL;
+}
+
+/* Several domains in one process: A and B share the first domain's AV, C
+ * lives in a second domain with its own AV and CQ; A->C, C->B, B->A. */
+static void t_domains(void)
+{
+	struct fi_av_attr av_attr = { .type = FI_AV_TABLE };
+	struct fi_cq_attr cq_attr = { .size = 64, .format = FI_CQ_FORMAT_TAGGED };
+	fi_addr_t c_of_a, a_of_c, b_of_c;
+	char name[64];
+	size_t len = sizeof name;
+	int i;
+
+	two_eps(FI_WAIT_UNSPEC);
+	CHECK_RC(fi_domain(E.fabric, E.info, &E.domain2, NULL));
+	CHECK_RC(fi_av_open(E.domain2, &av_attr, &E.av2, NULL));
+	CHECK_RC(fi_cq_open(E.domain2, &cq_attr, &E.cq2, NULL));
+	CHECK_RC(fi_endpoint(E.domain2, E.info, &E.ep2, NULL));
+	CHECK_RC(fi_ep_bind(E.ep2, &E.av2->fid, 0));
+	CHECK_RC(fi_ep_bind(E.ep2, &E.cq2->fid, FI_TRANSMIT | FI_RECV));
+	CHECK_RC(fi_enable(E.ep2));
+	CHECK_RC(fi_getname(&E.ep2->fid, name, &len));
+	CHECK(fi_av_insert(E.av, name, 1, &c_of_a, 0, NULL) == 1, "insert C");
+	for (i = 0; i < 2; i++) {
+		len = sizeof name;
+		CHECK_RC(fi_getname(&E.ep[i]->fid, name, &len));
+		CHECK(fi_av_insert(E.av2, name, 1, i ? &b_of_c : &a_of_c, 0, NULL) == 1, "insert");
+	}
+	(void)a_of_c;
+	xfer(E.ep[0], E.cq[0], c_of_a, E.ep2, E.cq2, 1);
+	xfer(E.ep2, E.cq2, b_of_c, E.ep[1], E.cq[1], 2);
+	xfer(E.ep[1], E.cq[1], E.addr[0], E.ep[0], E.cq[0], 3);
+	CHECK(fi_close(&E.domain2->fid) == -FI_EBUSY, "second domain closed under its endpoint");
+	CHECK_RC(fi_close(&E.ep2->fid));
+	E.ep2 = NULL;
+	/* The first domain is unaffected. */
+	xfer(E.ep[0], E.cq[0], E.addr[1], E.ep[1], E.cq[1], 4);
+}
+
+/* fi_av(3) leaves operations in flight to a removed address to the
+ * provider: here they finish normally (the transport addressed the peer at
+ * post time). New posts to the removed fi_addr fail with -FI_EINVAL, the
+ * slot is never handed out again, and inserting the address again gives a
+ * new fi_addr that works. */
+static void t_av_remove_inflight(void)
+{
+	enum { N = 4, LEN = 256 << 10 };
+	static char out[N][LEN], in[N][LEN], target[4096], dst[4096];
+	char name[64], abuf[64];
+	size_t len = sizeof name, alen = sizeof abuf;
+	fi_addr_t old, again = FI_ADDR_NOTAVAIL;
+	int sctx[N + 1], rctx[N], i, sent = 0, recvd = 0;
+	double end;
+
+	want_caps = FI_RMA;
+	two_eps(FI_WAIT_UNSPEC);
+	CHECK_RC(fi_mr_reg(E.domain, target, sizeof target, FI_REMOTE_READ, 0, 8, 0, &E.mr[0], NULL));
+	memset(target, 'T', sizeof target);
+	old = E.addr[1];
+	for (i = 0; i < N; i++) {
+		memset(out[i], 'A' + i, LEN);
+		CHECK_RC(fi_send(E.ep[0], out[i], LEN, NULL, old, &sctx[i]));
+	}
+	CHECK_RC(fi_read(E.ep[0], dst, sizeof dst, NULL, old, target_addr(target, 0),
+			 fi_mr_key(E.mr[0]), &sctx[N]));
+	(void)fi_cq_read(E.cq[0], NULL, 0);
+	CHECK_RC(fi_av_remove(E.av, &old, 1, 0));
+	CHECK(fi_send(E.ep[0], out[0], 8, NULL, old, &sctx[0]) == -FI_EINVAL,
+	      "send to a removed address accepted");
+	CHECK(fi_av_lookup(E.av, old, abuf, &alen) != 0, "lookup of a removed address");
+	for (i = 0; i < N; i++)
+		CHECK_RC(fi_recv(E.ep[1], in[i], LEN, NULL, FI_ADDR_UNSPEC, &rctx[i]));
+	end = now_s() + WAIT_MS / 1000.0;
+	while (sent < N + 1 || recvd < N) {
+		struct fi_cq_tagged_entry e;
+		ssize_t n;
+
+		CHECK(now_s() < end, "in flight: %d of %d sends/reads, %d of %d receives", sent,
+		      N + 1, recvd, N);
+		n = fi_cq_read(E.cq[0], &e, 1);
+		CHECK(n == 1 || n == -FI_EAGAIN, "sender CQ: %zd (%s)", n, fi_strerror((int)-n));
+		if (n == 1) {
+			CHECK(e.op_context == &sctx[sent], "sender entry %d out of order", sent);
+			sent++;
+		}
+		n = fi_cq_read(E.cq[1], &e, 1);
+		CHECK(n == 1 || n == -FI_EAGAIN, "receiver CQ: %zd", n);
+		if (n == 1) {
+			CHECK(e.op_context == &rctx[recvd] && e.len == LEN, "receive %d", recvd);
+			recvd++;
+		}
+	}
+	for (i = 0; i < N; i++)
+		CHECK(in[i][0] == 'A' + i && in[i][LEN - 1] == 'A' + i, "message %d data", i);
+	CHECK(memcmp(dst, target, sizeof dst) == 0, "read data");
+	/* The same address again: a new fi_addr, never the removed slot. */
+	CHECK_RC(fi_getname(&E.ep[1]->fid, name, &len));
+	CHECK(fi_av_insert(E.av, name, 1, &again, 0, NULL) == 1, "re-insert");
+	CHECK(again != old, "removed slot handed out again");
+	E.addr[1] = again;
+	xfer(E.ep[0], E.cq[0], again, E.ep[1], E.cq[1], 5);
+}
+
+/* Completion levels (fi_cq(3)). Inject complete: the entry comes once the
+ * buffer may be reused, before the peer did anything, and the peer gets the
+ * content at post time; it comes from the endpoint default
+ * (tx_attr->op_flags) or a per-operation flag. Transmit complete (the
+ * default, also set back with FI_SETOPSFLAG): no entry while the peer
+ * sleeps. Delivery complete: the receive buffer holds the data when the
+ * send completes. */
+static void t_completion_levels(void)
+{
+	enum { LEN = 8192 };	/* above inject_size: not copied at post */
+	static char out[3][LEN], in[3][LEN];
+	struct fi_cq_tagged_entry e;
+	uint64_t flags;
+	int sctx[3], rctx[3], i, got_s = 0, got_r = 0;
+	double end;
+
+	/* B must stay untouched while A looks for entries: no idle-progress
+	 * thread in this domain (read when the domain opens). */
+	setenv("FI_UET_IDLE_PROGRESS_US", "0", 1);
+	open_domain();
+	unsetenv("FI_UET_IDLE_PROGRESS_US");
+	E.info->tx_attr->op_flags = FI_INJECT_COMPLETE;
+	open_ep(0);
+	E.info->tx_attr->op_flags = 0;
+	open_ep(1);
+	for (i = 0; i < 2; i++) {
+		E.cq[i] = open_cq(FI_WAIT_UNSPEC);
+		CHECK_RC(fi_ep_bind(E.ep[i], &E.cq[i]->fid, FI_TRANSMIT | FI_RECV));
+	}
+	enable_both();
+	flags = FI_TRANSMIT;
+	CHECK_RC(fi_control(&E.ep[0]->fid, FI_GETOPSFLAG, &flags));
+	CHECK(flags & FI_INJECT_COMPLETE, "default op flags 0x%llx", (unsigned long long)flags);
+
+	/* Endpoint default: inject complete; B never progressed (reading A's
+	 * CQ progresses A only). */
+	memset(out[0], 'x', LEN);
+	CHECK_RC(fi_send(E.ep[0], out[0], LEN, NULL, E.addr[1], &sctx[0]));
+	CHECK(fi_cq_read(E.cq[0], &e, 1) == 1 && e.op_context == &sctx[0],
+	      "no inject completion before the peer progressed");
+	memset(out[0], 'y', LEN);	/* reused at once */
+
+	/* Back to transmit complete: no entry while B sleeps. */
+	flags = FI_TRANSMIT | FI_TRANSMIT_COMPLETE;
+	CHECK_RC(fi_control(&E.ep[0]->fid, FI_SETOPSFLAG, &flags));
+	memset(out[1], 'm', LEN);
+	CHECK_RC(fi_send(E.ep[0], out[1], LEN, NULL, E.addr[1], &sctx[1]));
+	for (i = 0; i < 100; i++)
+		CHECK(fi_cq_read(E.cq[0], &e, 1) == -FI_EAGAIN,
+		      "transmit complete before the peer acknowledged");
+
+	/* Per operation: inject complete overtakes the pending send. */
+	{
+		struct iovec iov = { out[2], LEN };
+		struct fi_msg msg = { .msg_iov = &iov, .iov_count = 1, .addr = E.addr[1],
+				      .context = &sctx[2] };
+
+		memset(out[2], 'p', LEN);
+		CHECK_RC(fi_sendmsg(E.ep[0], &msg, FI_INJECT_COMPLETE | FI_COMPLETION));
+		CHECK(fi_cq_read(E.cq[0], &e, 1) == 1 && e.op_context == &sctx[2],
+		      "per-operation inject complete missing");
+		memset(out[2], 'q', LEN);
+	}
+	for (i = 0; i < 3; i++)
+		CHECK_RC(fi_recv(E.ep[1], in[i], LEN, NULL, FI_ADDR_UNSPEC, &rctx[i]));
+	end = now_s() + WAIT_MS / 1000.0;
+	while (!got_s || got_r < 3) {
+		CHECK(now_s() < end, "send %d, %d receives", got_s, got_r);
+		if (fi_cq_read(E.cq[0], &e, 1) == 1) {
+			CHECK(e.op_context == &sctx[1], "send entry");
+			got_s = 1;
+		}
+		if (fi_cq_read(E.cq[1], &e, 1) == 1) {
+			CHECK(e.op_context == &rctx[got_r], "receive %d", got_r);
+			got_r++;
+		}
+	}
+	CHECK(in[0][0] == 'x' && in[0][LEN - 1] == 'x', "inject complete: data not as posted");
+	CHECK(in[1][0] == 'm' && in[1][LEN - 1] == 'm', "transmit complete data");
+	CHECK(in[2][0] == 'p' && in[2][LEN - 1] == 'p', "per-operation inject: data not as posted");
+
+	/* Delivery complete: B's buffer is filled when A's entry appears. */
+	memset(in[0], 0, LEN);
+	memset(out[0], 'd', LEN);
+	CHECK_RC(fi_recv(E.ep[1], in[0], LEN, NULL, FI_ADDR_UNSPEC, &rctx[0]));
+	{
+		struct iovec iov = { out[0], LEN };
+		struct fi_msg msg = { .msg_iov = &iov, .iov_count = 1, .addr = E.addr[1],
+				      .context = &sctx[0] };
+
+		CHECK_RC(fi_sendmsg(E.ep[0], &msg, FI_DELIVERY_COMPLETE | FI_COMPLETION));
+	}
+	end = now_s() + WAIT_MS / 1000.0;
+	while (fi_cq_read(E.cq[0], &e, 1) != 1) {
+		CHECK(now_s() < end, "no delivery completion");
+		(void)fi_cq_read(E.cq[1], NULL, 0);
+	}
+	CHECK(e.op_context == &sctx[0], "delivery entry context");
+	CHECK(in[0][0] == 'd' && in[0][LEN - 1] == 'd', "delivery complete before the data was placed");
+	(void)sread_one(E.cq[1], &rctx[0]);
+}
+
 /* ------------------------------------------------------------------ */
 
 static const struct test { const char *name; void (*fn)(void); } tests[] = {
@@ -1111,6 +1535,12 @@ static const struct test { const char *name; void (*fn)(void); } tests[] = {
 	{ "rma_counters", t_rma_counters },
 	{ "atomic_ops", t_atomic_ops },
 	{ "atomic_concurrent", t_atomic_concurrent },
+	{ "rma_event", t_rma_event },
+	{ "mr_endpoint", t_mr_endpoint },
+	{ "close_busy", t_close_busy },
+	{ "domains", t_domains },
+	{ "av_remove_inflight", t_av_remove_inflight },
+	{ "completion_levels", t_completion_levels },
 };
 
 int main(int argc, char **argv)

@@ -228,7 +228,8 @@ pub struct Completion {
     pub len: usize,
     /// Base address of the receive buffer (0 for sends and peeks).
     pub buf: usize,
-    /// The message's tag (receives).
+    /// The message's tag (receives); for `RemoteWrite` / `RemoteRead`, the
+    /// memory key the peer accessed (counters bound to that region count it).
     pub tag: u64,
     /// Remote CQ data carried by the message, if any.
     pub data: Option<u64>,

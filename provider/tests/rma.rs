@@ -202,6 +202,7 @@ fn write_lands_at_the_address_with_remote_cq_data() {
             .find(|c| c.kind == CompletionKind::RemoteWrite)
             .expect("no completion at the target");
         assert_eq!((r.data, r.len), (Some(0xfeed), 5000));
+        assert_eq!(r.tag, KEY, "the target's event names the region's key");
     }
 }
 

@@ -73,6 +73,8 @@ pub(crate) struct Av {
     fid: fid_av,
     pub(crate) inner: Arc<AvInner>,
     _domain: Arc<DomainInner>,
+    /// Keeps the domain's close at -FI_EBUSY while this object is open.
+    _open: crate::object::ChildOf,
 }
 
 pub(crate) static FI_OPS: fi_ops = fid_ops!(av_close);
@@ -141,6 +143,7 @@ pub(crate) unsafe extern "C" fn open(
                     family: dom.inner.family,
                 }),
                 _domain: Arc::clone(&dom.inner),
+                _open: dom.inner.children.child(),
             });
             // SAFETY: av is a valid out-pointer (checked above).
             unsafe { *av = &mut Box::leak(obj).fid };
@@ -151,14 +154,14 @@ pub(crate) unsafe extern "C" fn open(
 
 extern "C" fn av_close(f: *mut fid) -> c_int {
     guard(|| {
-        // SAFETY: take verifies the fid is one of our AVs; bound endpoints
-        // keep the table alive through their own Arc.
-        match unsafe { object::take::<Av>(f, &FI_OPS) } {
-            Some(b) => {
+        // SAFETY: take_idle verifies the fid is one of our AVs. An open
+        // endpoint bound to it holds its own Arc: -FI_EBUSY then.
+        match unsafe { object::take_idle::<Av>(f, &FI_OPS, |a| object::shared(&a.inner)) } {
+            Ok(b) => {
                 drop(b);
                 0
             }
-            None => -(FI_EINVAL as c_int),
+            Err(rc) => rc,
         }
     })
 }

@@ -35,6 +35,24 @@ impl CntrInner {
         self.waker.wake();
     }
 
+    /// A fresh counter outside any domain (unit tests).
+    #[cfg(test)]
+    pub(crate) fn for_test() -> Arc<CntrInner> {
+        Arc::new(CntrInner {
+            value: AtomicU64::new(0),
+            errors: AtomicU64::new(0),
+            eps: Mutex::default(),
+            waker: Waker::new().expect("eventfd"),
+            wait_obj: FI_WAIT_NONE,
+        })
+    }
+
+    /// The success count, without progress (unit tests).
+    #[cfg(test)]
+    pub(crate) fn value(&self) -> u64 {
+        self.value.load(Ordering::Acquire)
+    }
+
     pub(crate) fn attach(&self, ep: &Arc<EpInner>) {
         wait::attach(&self.eps, ep);
     }
@@ -98,6 +116,8 @@ pub(crate) struct Cntr {
     fid: fid_cntr,
     pub(crate) inner: Arc<CntrInner>,
     _domain: Arc<DomainInner>,
+    /// Keeps the domain's close at -FI_EBUSY while this object is open.
+    _open: crate::object::ChildOf,
 }
 
 pub(crate) static FI_OPS: fi_ops = fid_ops!(cntr_close, object::fid_bind_enosys, cntr_control);
@@ -166,6 +186,7 @@ pub(crate) unsafe extern "C" fn open(
                     wait_obj,
                 }),
                 _domain: Arc::clone(&dom.inner),
+                _open: dom.inner.children.child(),
             });
             // SAFETY: cntr is a valid out-pointer (checked above).
             unsafe { *cntr = &mut Box::leak(obj).fid };
@@ -176,14 +197,14 @@ pub(crate) unsafe extern "C" fn open(
 
 extern "C" fn cntr_close(f: *mut fid) -> c_int {
     guard(|| {
-        // SAFETY: take verifies the fid is one of our counters; bound
-        // endpoints keep the counts alive through their own Arc.
-        match unsafe { object::take::<Cntr>(f, &FI_OPS) } {
-            Some(b) => {
+        // SAFETY: take_idle verifies the fid is one of our counters. An
+        // open endpoint or region bound to it holds its own Arc: -FI_EBUSY.
+        match unsafe { object::take_idle::<Cntr>(f, &FI_OPS, |c| object::shared(&c.inner)) } {
+            Ok(b) => {
                 drop(b);
                 0
             }
-            None => -(FI_EINVAL as c_int),
+            Err(rc) => rc,
         }
     })
 }

@@ -106,6 +106,8 @@ pub(crate) struct Cq {
     fid: fid_cq,
     pub(crate) inner: Arc<CqInner>,
     _domain: Arc<DomainInner>,
+    /// Keeps the domain's close at -FI_EBUSY while this object is open.
+    _open: crate::object::ChildOf,
 }
 
 pub(crate) static FI_OPS: fi_ops = fid_ops!(cq_close, object::fid_bind_enosys, cq_control);
@@ -184,6 +186,7 @@ pub(crate) unsafe extern "C" fn open(
                     wait_obj,
                 }),
                 _domain: Arc::clone(&dom.inner),
+                _open: dom.inner.children.child(),
             });
             // SAFETY: cq is a valid out-pointer (checked above).
             unsafe { *cq = &mut Box::leak(obj).fid };
@@ -194,14 +197,14 @@ pub(crate) unsafe extern "C" fn open(
 
 extern "C" fn cq_close(f: *mut fid) -> c_int {
     guard(|| {
-        // SAFETY: take verifies the fid is one of our CQs; bound endpoints
-        // keep the queue alive through their own Arc.
-        match unsafe { object::take::<Cq>(f, &FI_OPS) } {
-            Some(b) => {
+        // SAFETY: take_idle verifies the fid is one of our CQs. An open
+        // endpoint bound to it holds its own Arc: -FI_EBUSY then.
+        match unsafe { object::take_idle::<Cq>(f, &FI_OPS, |c| object::shared(&c.inner)) } {
+            Ok(b) => {
                 drop(b);
                 0
             }
-            None => -(FI_EINVAL as c_int),
+            Err(rc) => rc,
         }
     })
 }

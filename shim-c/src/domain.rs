@@ -28,6 +28,11 @@ pub(crate) struct DomainInner {
     pub(crate) regions: Arc<MrTable>,
     /// The progress thread of an FI_PROGRESS_AUTO domain.
     pub(crate) auto_progress: Option<AutoProgress>,
+    /// Endpoints, AVs, CQs, counters and regions still open.
+    pub(crate) children: object::OpenChildren,
+    /// The domain's endpoints: a counter bound to a region (FI_RMA_EVENT)
+    /// progresses and sleeps on them, as any of them may serve the access.
+    pub(crate) eps: parking_lot::Mutex<Vec<std::sync::Weak<endpoint::EpInner>>>,
 }
 
 impl DomainInner {
@@ -41,6 +46,8 @@ impl DomainInner {
 pub(crate) struct Domain {
     fid: fid_domain,
     pub(crate) inner: Arc<DomainInner>,
+    /// Keeps the fabric's close at -FI_EBUSY while this domain is open.
+    _open: object::ChildOf,
 }
 
 static FI_OPS: fi_ops = fid_ops!(domain_close);
@@ -119,6 +126,8 @@ pub(crate) unsafe extern "C" fn open(
                         None
                     }
                 },
+                children: object::OpenChildren::default(),
+                eps: parking_lot::Mutex::default(),
             };
             let obj = Box::new(Domain {
                 fid: fid_domain {
@@ -131,6 +140,7 @@ pub(crate) unsafe extern "C" fn open(
                     mr: ops_ptr(&mr::DOMAIN_MR_OPS),
                 },
                 inner: Arc::new(inner),
+                _open: fab.children.child(),
             });
             // SAFETY: domain is a valid out-pointer (checked above).
             unsafe { *domain = &mut Box::leak(obj).fid };
@@ -155,10 +165,10 @@ pub(crate) unsafe extern "C" fn open2(
 
 extern "C" fn domain_close(f: *mut fid) -> c_int {
     guard(|| {
-        // SAFETY: take verifies the fid is one of our domains. Objects opened
-        // from it hold their own Arc of the shared state.
-        match unsafe { object::take::<Domain>(f, &FI_OPS) } {
-            Some(b) => {
+        // SAFETY: take_idle verifies the fid is one of our domains; objects
+        // opened from it and still open make the close -FI_EBUSY.
+        match unsafe { object::take_idle::<Domain>(f, &FI_OPS, |d| d.inner.children.busy()) } {
+            Ok(b) => {
                 // The thread holds endpoints only weakly; stop it now even if
                 // other objects still hold the shared state.
                 if let Some(p) = &b.inner.auto_progress {
@@ -167,7 +177,7 @@ extern "C" fn domain_close(f: *mut fid) -> c_int {
                 drop(b);
                 0
             }
-            None => -(FI_EINVAL as c_int),
+            Err(rc) => rc,
         }
     })
 }

@@ -34,6 +34,9 @@ use crate::{msg, rma_atomic, tagged};
 pub(crate) struct EpState {
     ep: uet::Endpoint,
     enabled: bool,
+    /// fi_close ran: a progress thread that still holds the endpoint must
+    /// not touch the application's buffers any more.
+    closed: bool,
     av: Option<Arc<AvInner>>,
     tx_cq: Option<Arc<CqInner>>,
     rx_cq: Option<Arc<CqInner>>,
@@ -77,6 +80,22 @@ struct Pending {
 const TOKEN_BASE: u64 = 1 << 63;
 
 impl EpState {
+    /// Drop every binding (at close).
+    fn unbind(&mut self) {
+        self.enabled = false;
+        self.closed = true;
+        self.av = None;
+        self.tx_cq = None;
+        self.rx_cq = None;
+        self._eq = None;
+        self.tx_cntr = None;
+        self.rx_cntr = None;
+        self.write_cntr = None;
+        self.read_cntr = None;
+        self.remote_write_cntr = None;
+        self.remote_read_cntr = None;
+    }
+
     fn token(&mut self, context: u64, signal: bool) -> u64 {
         let t = TOKEN_BASE | self.next_token;
         self.next_token = (self.next_token + 1) & !TOKEN_BASE;
@@ -196,6 +215,9 @@ impl EpInner {
     }
 
     fn progress_locked(&self, st: &mut EpState) {
+        if st.closed {
+            return;
+        }
         st.ep.progress();
         while let Some(mut c) = st.ep.poll_completion() {
             let (cq, cntr) = match c.kind {
@@ -209,7 +231,9 @@ impl EpInner {
                 CompletionKind::FetchAtomic => (st.tx_cq.as_ref(), st.read_cntr.as_ref()),
             };
             let (cq, cntr) = (cq.cloned(), cntr.cloned());
-            // Peers' RMA: counted; only remote CQ data makes a CQ entry.
+            // Peers' RMA: counted (endpoint counters, and FI_RMA_EVENT
+            // counters bound to the region, whose key the event carries);
+            // only remote CQ data makes a CQ entry.
             if matches!(
                 c.kind,
                 CompletionKind::RemoteWrite | CompletionKind::RemoteRead
@@ -217,6 +241,10 @@ impl EpInner {
                 if let Some(k) = &cntr {
                     k.completed(true);
                 }
+                self.domain
+                    .regions
+                    .count_remote(c.tag, c.kind == CompletionKind::RemoteWrite);
+                c.tag = 0; // not a tag: keep it out of the CQ entry
                 if c.data.is_none() {
                     continue;
                 }
@@ -509,6 +537,8 @@ impl EpInner {
 pub(crate) struct Ep {
     fid: fid_ep,
     pub(crate) inner: Arc<EpInner>,
+    /// Keeps the domain's close at -FI_EBUSY while this endpoint is open.
+    _open: object::ChildOf,
 }
 
 static FI_OPS: fi_ops = fi_ops {
@@ -653,6 +683,7 @@ fn create(
         state: Mutex::new(EpState {
             ep: endpoint,
             enabled: false,
+            closed: false,
             av: None,
             tx_cq: None,
             rx_cq: None,
@@ -692,9 +723,14 @@ fn create(
             collective: ptr::null_mut(),
         },
         inner: Arc::new(inner),
+        _open: dom.inner.children.child(),
     });
     if let Some(p) = &dom.inner.auto_progress {
         p.add(&obj.inner);
+    }
+    crate::wait::attach(&dom.inner.eps, &obj.inner);
+    for c in dom.inner.regions.counters() {
+        c.attach(&obj.inner);
     }
     // SAFETY: ep is a valid out-pointer (checked above).
     unsafe { *ep = &mut Box::leak(obj).fid };
@@ -707,6 +743,11 @@ extern "C" fn ep_close(f: *mut fid) -> c_int {
         // only weak references, so the socket closes here.
         match unsafe { object::take::<Ep>(f, &FI_OPS) } {
             Some(b) => {
+                // Release the bound objects now, even if a progress thread
+                // still holds the endpoint for a moment: their close must
+                // not see it as a user. Pending operations are dropped with
+                // the engine, without completions (fi_endpoint(3)).
+                b.inner.state.lock().unbind();
                 drop(b);
                 0
             }

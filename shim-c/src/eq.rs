@@ -36,6 +36,8 @@ impl EqInner {
 pub(crate) struct Eq {
     fid: fid_eq,
     pub(crate) inner: Arc<EqInner>,
+    /// Keeps the fabric's close at -FI_EBUSY while this EQ is open.
+    _open: object::ChildOf,
 }
 
 pub(crate) static FI_OPS: fi_ops = fid_ops!(eq_close, object::fid_bind_enosys, eq_control);
@@ -70,7 +72,8 @@ pub(crate) unsafe extern "C" fn open(
 ) -> c_int {
     guard(|| {
         ret_int((|| {
-            if eq.is_null() || crate::fabric::from_ptr(fabric).is_none() {
+            let fab = crate::fabric::from_ptr(fabric).ok_or(FI_EINVAL)?;
+            if eq.is_null() {
                 return Err(FI_EINVAL);
             }
             let mut wait_obj = FI_WAIT_NONE;
@@ -95,6 +98,7 @@ pub(crate) unsafe extern "C" fn open(
                     waker: Waker::new()?,
                     wait_obj,
                 }),
+                _open: fab.children.child(),
             });
             // SAFETY: eq is a valid out-pointer (checked above).
             unsafe { *eq = &mut Box::leak(obj).fid };
@@ -105,13 +109,14 @@ pub(crate) unsafe extern "C" fn open(
 
 extern "C" fn eq_close(f: *mut fid) -> c_int {
     guard(|| {
-        // SAFETY: take verifies the fid is one of our EQs.
-        match unsafe { object::take::<Eq>(f, &FI_OPS) } {
-            Some(b) => {
+        // SAFETY: take_idle verifies the fid is one of our EQs; an open
+        // endpoint bound to it makes the close -FI_EBUSY.
+        match unsafe { object::take_idle::<Eq>(f, &FI_OPS, |e| object::shared(&e.inner)) } {
+            Ok(b) => {
                 drop(b);
                 0
             }
-            None => -(FI_EINVAL as c_int),
+            Err(rc) => rc,
         }
     })
 }

@@ -10,6 +10,8 @@ use crate::{addr, domain, eq, FABRIC_NAME};
 #[repr(C)]
 pub(crate) struct Fabric {
     pub(crate) fid: fid_fabric,
+    /// Domains and EQs opened from this fabric and still open.
+    pub(crate) children: object::OpenChildren,
 }
 
 static FI_OPS: fi_ops = fid_ops!(fabric_close);
@@ -104,6 +106,7 @@ pub(crate) unsafe extern "C" fn uet_fabric(
                     ops: ops_ptr(&OPS),
                     api_version: version,
                 },
+                children: object::OpenChildren::default(),
             });
             // SAFETY: fabric is a valid out-pointer (checked above).
             unsafe { *fabric = &mut Box::leak(f).fid };
@@ -114,14 +117,14 @@ pub(crate) unsafe extern "C" fn uet_fabric(
 
 extern "C" fn fabric_close(f: *mut fid) -> c_int {
     guard(|| {
-        // SAFETY: libfabric passes the fid it got from uet_fabric; take
-        // verifies it is ours.
-        match unsafe { object::take::<Fabric>(f, &FI_OPS) } {
-            Some(b) => {
+        // SAFETY: libfabric passes the fid it got from uet_fabric;
+        // take_idle verifies it is ours. Open domains or EQs: -FI_EBUSY.
+        match unsafe { object::take_idle::<Fabric>(f, &FI_OPS, |b| b.children.busy()) } {
+            Ok(b) => {
                 drop(b);
                 0
             }
-            None => -(FI_EINVAL as c_int),
+            Err(rc) => rc,
         }
     })
 }

@@ -30,13 +30,14 @@ pub(crate) const CAPS: u64 = FI_MSG as u64
     | FI_WRITE as u64
     | FI_REMOTE_READ as u64
     | FI_REMOTE_WRITE as u64
+    | FI_RMA_EVENT
     | FI_LOCAL_COMM
     | FI_REMOTE_COMM;
 /// Capabilities granted only when asked for: FI_SOURCE_ERR changes what a
 /// receive from an unknown sender reports.
 const ON_REQUEST: u64 = FI_SOURCE_ERR;
 /// Secondary capabilities reported even when not asked for.
-const SECONDARY: u64 = FI_SOURCE | FI_LOCAL_COMM | FI_REMOTE_COMM;
+const SECONDARY: u64 = FI_SOURCE | FI_RMA_EVENT | FI_LOCAL_COMM | FI_REMOTE_COMM;
 /// Tag bits the provider matches on: all 64; this is libfabric's generic
 /// format (bit 63 set), which Open MPI and the util providers expect.
 const TAG_GENERIC: u64 = 0xAAAA_AAAA_AAAA_AAAA;
@@ -202,7 +203,8 @@ pub(crate) fn negotiate(
     } else {
         // RMA targets are addressed by virtual address when the
         // application supports it, else by offset into the region.
-        h.mr_mode & (FI_MR_PROV_KEY | FI_MR_VIRT_ADDR) as c_int
+        // FI_MR_ENDPOINT is enforced when the application asks for it.
+        h.mr_mode & (FI_MR_PROV_KEY | FI_MR_VIRT_ADDR | FI_MR_ENDPOINT) as c_int
     };
     for d in [&h.tx, &h.rx] {
         if d.msg_order & !(MSG_ORDER | ROD_ORDER) != 0 {
@@ -243,7 +245,8 @@ pub(crate) fn negotiate(
             | FI_DIRECTED_RECV
             | FI_MULTI_RECV as u64
             | FI_REMOTE_READ as u64
-            | FI_REMOTE_WRITE as u64);
+            | FI_REMOTE_WRITE as u64
+            | FI_RMA_EVENT);
     let rx_own = (CAPS | ON_REQUEST) & !(FI_SEND as u64 | FI_READ as u64 | FI_WRITE as u64);
     // Data ordering, when asked for, comes with ordered delivery.
     let asked = (h.tx.msg_order | h.rx.msg_order) & ROD_ORDER != 0;

@@ -6,6 +6,7 @@
 
 use std::os::raw::{c_int, c_void};
 use std::ptr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use crate::bindings::*;
@@ -18,6 +19,10 @@ use crate::object::{self, fid_ops, ops_ptr};
 pub(crate) struct Mr {
     fid: fid_mr,
     domain: Arc<DomainInner>,
+    /// FI_MR_ENDPOINT: fi_mr_bind to an endpoint happened.
+    ep_bound: AtomicBool,
+    /// Keeps the domain's close at -FI_EBUSY while this region is open.
+    _open: crate::object::ChildOf,
 }
 
 static FI_OPS: fi_ops = fid_ops!(mr_close, mr_bind, mr_control);
@@ -63,6 +68,8 @@ fn register(
             key,
         },
         domain: Arc::clone(&dom.inner),
+        ep_bound: AtomicBool::new(false),
+        _open: dom.inner.children.child(),
     });
     // SAFETY: mr is a valid out-pointer (checked above).
     unsafe { *mr = &mut Box::leak(obj).fid };
@@ -147,22 +154,42 @@ extern "C" fn mr_close(f: *mut fid) -> c_int {
     })
 }
 
-/// fi_mr_bind: FI_MR_ENDPOINT regions are bound to an endpoint before
-/// fi_mr_enable (the table is domain-wide, so the binding only gates).
-/// Counters (FI_RMA_EVENT) cannot be bound.
-extern "C" fn mr_bind(f: *mut fid, bfid: *mut fid, _flags: u64) -> c_int {
-    // SAFETY: f and bfid are NULL or live fids.
-    let ok = unsafe {
-        object::obj::<Mr>(f, &FI_OPS).is_some()
-            && bfid
-                .as_ref()
-                .is_some_and(|b| b.fclass == FI_CLASS_EP as usize)
-    };
-    if ok {
-        0
-    } else {
-        -(FI_EINVAL as c_int)
-    }
+/// fi_mr_bind: an endpoint (FI_MR_ENDPOINT regions are bound to one before
+/// fi_mr_enable; the table is domain-wide, so the binding only gates), or
+/// a counter with FI_REMOTE_WRITE and/or FI_REMOTE_READ (FI_RMA_EVENT):
+/// it then counts the peers' accesses to this region.
+extern "C" fn mr_bind(f: *mut fid, bfid: *mut fid, flags: u64) -> c_int {
+    guard(|| {
+        ret_int((|| {
+            // SAFETY: f is NULL or a live fid; obj checks it is one of our MRs.
+            let mr = unsafe { object::obj::<Mr>(f, &FI_OPS) }.ok_or(FI_EINVAL)?;
+            // SAFETY: bfid is NULL or a live fid.
+            let class = unsafe { bfid.as_ref() }.ok_or(FI_EINVAL)?.fclass as u32;
+            match class {
+                FI_CLASS_EP => {
+                    crate::endpoint::inner(bfid.cast()).ok_or(FI_EINVAL)?;
+                    mr.ep_bound.store(true, Ordering::Release);
+                    Ok(())
+                }
+                FI_CLASS_CNTR => {
+                    // SAFETY: bfid is a live fid (checked above).
+                    let c = unsafe { crate::cntr::from_fid(bfid) }.ok_or(FI_EINVAL)?;
+                    let events = (FI_REMOTE_WRITE | FI_REMOTE_READ) as u64;
+                    if flags & events == 0 || flags & !events != 0 {
+                        return Err(FI_EINVAL);
+                    }
+                    mr.domain.regions.bind_counter(mr.fid.key, &c.inner, flags);
+                    // Reading or waiting on the counter progresses the
+                    // endpoints that may serve the region.
+                    for ep in crate::wait::live(&mr.domain.eps) {
+                        c.inner.attach(&ep);
+                    }
+                    Ok(())
+                }
+                _ => Err(FI_EINVAL),
+            }
+        })())
+    })
 }
 
 extern "C" fn mr_control(f: *mut fid, command: c_int, _arg: *mut c_void) -> c_int {
@@ -171,6 +198,10 @@ extern "C" fn mr_control(f: *mut fid, command: c_int, _arg: *mut c_void) -> c_in
         return -(FI_EINVAL as c_int);
     };
     if command == FI_ENABLE as c_int {
+        // FI_MR_ENDPOINT: a region is enabled after its endpoint binding.
+        if mr.domain.regions.endpoint_mode && !mr.ep_bound.load(Ordering::Acquire) {
+            return -(FI_EINVAL as c_int);
+        }
         mr.domain.regions.enable(mr.fid.key);
         0
     } else {

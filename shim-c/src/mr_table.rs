@@ -8,12 +8,14 @@
 
 use std::collections::HashMap;
 use std::os::raw::c_int;
+use std::sync::Arc;
 
 use parking_lot::RwLock;
 use uet::{MemoryRegions, MsgBuffer};
 
 use crate::bindings::*;
 use crate::buffers::IovBuffer;
+use crate::cntr::CntrInner;
 use crate::errors::FiResult;
 
 pub(crate) struct Region {
@@ -23,6 +25,9 @@ pub(crate) struct Region {
     pub(crate) access: u64,
     /// FI_MR_ENDPOINT: usable only once bound to an endpoint and enabled.
     pub(crate) enabled: bool,
+    /// Counters bound with fi_mr_bind (FI_RMA_EVENT), with the
+    /// FI_REMOTE_WRITE / FI_REMOTE_READ events each counts.
+    counters: Vec<(Arc<CntrInner>, u64)>,
 }
 
 pub(crate) struct MrTable {
@@ -63,6 +68,7 @@ impl MrTable {
                 base,
                 access,
                 enabled: !self.endpoint_mode,
+                counters: Vec::new(),
             },
         );
         Ok(())
@@ -75,6 +81,53 @@ impl MrTable {
     pub(crate) fn enable(&self, key: u64) {
         if let Some(r) = self.regions.write().get_mut(&key) {
             r.enabled = true;
+        }
+    }
+
+    /// fi_mr_bind of a counter: it counts peers' accesses to the region in
+    /// the directions of `events` (FI_REMOTE_WRITE, FI_REMOTE_READ).
+    pub(crate) fn bind_counter(&self, key: u64, cntr: &Arc<CntrInner>, events: u64) {
+        if let Some(r) = self.regions.write().get_mut(&key) {
+            match r.counters.iter_mut().find(|(c, _)| Arc::ptr_eq(c, cntr)) {
+                Some((_, ev)) => *ev |= events,
+                None => r.counters.push((Arc::clone(cntr), events)),
+            }
+        }
+    }
+
+    /// Every counter bound to a region.
+    pub(crate) fn counters(&self) -> Vec<Arc<CntrInner>> {
+        let mut all: Vec<Arc<CntrInner>> = Vec::new();
+        for r in self.regions.read().values() {
+            for (c, _) in &r.counters {
+                if !all.iter().any(|a| Arc::ptr_eq(a, c)) {
+                    all.push(Arc::clone(c));
+                }
+            }
+        }
+        all
+    }
+
+    /// A peer's write (or atomic) or read of the region under `key` was
+    /// served: bump the counters bound to it for that direction.
+    pub(crate) fn count_remote(&self, key: u64, write: bool) {
+        let event = if write {
+            FI_REMOTE_WRITE as u64
+        } else {
+            FI_REMOTE_READ as u64
+        };
+        let hit: Vec<Arc<CntrInner>> = match self.regions.read().get(&key) {
+            Some(r) => r
+                .counters
+                .iter()
+                .filter(|(_, ev)| ev & event != 0)
+                .map(|(c, _)| Arc::clone(c))
+                .collect(),
+            None => return,
+        };
+        // Outside the table lock: a counter wakes its waiters.
+        for c in hit {
+            c.completed(true);
         }
     }
 }
@@ -127,5 +180,32 @@ mod tests {
         v.enable(1);
         assert!(v.resolve(1, va + 96, 4, true).is_some());
         assert!(v.resolve(1, 0, 4, true).is_none(), "offset in virtual mode");
+    }
+
+    #[test]
+    fn region_counters_count_their_direction_and_region_only() {
+        let mut mem = vec![0u8; 64];
+        let t = MrTable::new(0);
+        let rw = (FI_REMOTE_READ | FI_REMOTE_WRITE) as u64;
+        let buf = IovBuffer::single(mem.as_mut_ptr().cast(), 64).unwrap();
+        t.insert(5, buf, rw).unwrap();
+        let (writes, reads) = (CntrInner::for_test(), CntrInner::for_test());
+        t.bind_counter(5, &writes, FI_REMOTE_WRITE as u64);
+        t.bind_counter(5, &reads, FI_REMOTE_READ as u64);
+        t.bind_counter(5, &reads, FI_REMOTE_READ as u64);
+        t.count_remote(5, true);
+        t.count_remote(5, true);
+        t.count_remote(5, false);
+        t.count_remote(6, true);
+        assert_eq!((writes.value(), reads.value()), (2, 1));
+        assert_eq!(t.counters().len(), 2);
+        t.remove(5);
+        assert_eq!(
+            Arc::strong_count(&writes),
+            1,
+            "closed region still holds its counter"
+        );
+        t.count_remote(5, true);
+        assert_eq!(writes.value(), 2);
     }
 }

@@ -71,3 +71,72 @@ macro_rules! fid_ops {
     };
 }
 pub(crate) use fid_ops;
+
+/// How many objects opened from a parent (fabric, domain) are still open:
+/// the parent's close answers -FI_EBUSY until they are all closed.
+#[derive(Default)]
+pub(crate) struct OpenChildren(std::sync::Arc<std::sync::atomic::AtomicUsize>);
+
+/// Held by an open child object; dropping it (at the child's close)
+/// releases the parent.
+pub(crate) struct ChildOf(std::sync::Arc<std::sync::atomic::AtomicUsize>);
+
+impl OpenChildren {
+    pub(crate) fn child(&self) -> ChildOf {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        ChildOf(std::sync::Arc::clone(&self.0))
+    }
+
+    pub(crate) fn busy(&self) -> bool {
+        self.0.load(std::sync::atomic::Ordering::Acquire) > 0
+    }
+}
+
+impl Drop for ChildOf {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+    }
+}
+
+/// fi_close: -FI_EBUSY while `busy` says other objects still use it
+/// (fi_cq(3), fi_cntr(3), fi_av(3), fi_eq(3), fi_domain(3), fi_fabric(3)),
+/// else ownership back for the close.
+///
+/// # Safety
+/// As for [`take`].
+pub(crate) unsafe fn take_idle<T>(
+    p: *mut fid,
+    ops: &'static fi_ops,
+    busy: impl Fn(&T) -> bool,
+) -> Result<Box<T>, c_int> {
+    // SAFETY: guaranteed by the caller.
+    let o = unsafe { obj::<T>(p, ops) }.ok_or(-(FI_EINVAL as c_int))?;
+    if busy(o) {
+        return Err(-(FI_EBUSY as c_int));
+    }
+    // SAFETY: as above.
+    unsafe { take::<T>(p, ops) }.ok_or(-(FI_EINVAL as c_int))
+}
+
+/// Someone besides the object itself holds its shared state: an endpoint
+/// bound to it, or a memory region bound to a counter.
+pub(crate) fn shared<I>(inner: &std::sync::Arc<I>) -> bool {
+    std::sync::Arc::strong_count(inner) > 1
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_parent_is_busy_until_every_child_is_closed() {
+        let parent = OpenChildren::default();
+        assert!(!parent.busy());
+        let a = parent.child();
+        let b = parent.child();
+        drop(a);
+        assert!(parent.busy());
+        drop(b);
+        assert!(!parent.busy());
+    }
+}

@@ -141,6 +141,7 @@ pub(crate) fn live(eps: &Mutex<Vec<Weak<EpInner>>>) -> Vec<Arc<EpInner>> {
 /// Add `ep` to a list of weak endpoint references once.
 pub(crate) fn attach(eps: &Mutex<Vec<Weak<EpInner>>>, ep: &Arc<EpInner>) {
     let mut eps = eps.lock();
+    eps.retain(|w| w.strong_count() > 0);
     if !eps
         .iter()
         .any(|w| std::ptr::eq(w.as_ptr(), Arc::as_ptr(ep)))
