@@ -268,9 +268,13 @@ impl Relay {
     }
 
     /// Sleep until a datagram arrives or the model's next event is due.
-    /// The last few microseconds are spun, since sleeps overshoot.
+    /// Only the last few microseconds are spun: a relay at real-time
+    /// priority that spins holds its core, and host processes woken on that
+    /// core then wait for the scheduler to move them (milliseconds), which
+    /// shows up as RTT the fabric did not add. With a 1 us timer slack a
+    /// real-time thread's ppoll overshoots by a few microseconds.
     fn wait(&self) {
-        const SPIN_NS: u64 = 20_000;
+        const SPIN_NS: u64 = 3_000;
         const MAX_SLEEP_NS: u64 = 2_000_000;
         let now = self.now_ns();
         let until_next = self

@@ -77,6 +77,11 @@ pub struct Summary {
     pub retransmits: u64,
     pub kept_up: bool,
     pub crossed_relay: bool,
+    /// Latest a flow without dependencies was posted after its start time
+    /// (host scheduling).
+    pub start_lag_ns: u64,
+    /// 1-minute load average when the run ended (the machine is shared).
+    pub load_average: f64,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -93,6 +98,44 @@ pub struct VariantResult {
     pub relay: RelayReport,
     /// What the run could not measure, said plainly.
     pub notes: Vec<String>,
+}
+
+/// What the hosts' NSCC must know of the emulated fabric, unless the
+/// scenario sets it: the host link rate and the base RTT (left to
+/// measurement, the provider would take its first sample, inflated by host
+/// scheduling, as the base RTT, and 100 Gb/s as the rate, so its window
+/// would never bind) and whether switches trim. The smallest retransmission
+/// timeout is four base RTTs (at least the provider's 1 ms): the first
+/// window of an incast waits in the sender's NIC queue for longer than
+/// one base RTT, and a timeout below that resends it all spuriously.
+pub fn host_defaults(fabric: &Fabric) -> Vec<(String, String)> {
+    let cfg = &fabric.config;
+    let mbps = (cfg.topology.link_gbps * 1000.0).round().max(1.0) as u64;
+    let base_rtt_us = fabric.max_base_rtt_ns().div_ceil(1000).max(1);
+    let mut env = vec![
+        ("FI_UET_BASE_RTT_US".to_string(), base_rtt_us.to_string()),
+        (
+            "FI_UET_RTO_MIN_US".to_string(),
+            (4 * base_rtt_us).max(1000).to_string(),
+        ),
+        (
+            "FI_UET_NSCC_TRIMMING".to_string(),
+            if cfg.switch.trimming { "1" } else { "0" }.to_string(),
+        ),
+    ];
+    if mbps % 1000 == 0 {
+        env.push(("FI_UET_LINK_GBPS".to_string(), (mbps / 1000).to_string()));
+    } else {
+        env.push(("FI_UET_LINK_MBPS".to_string(), mbps.to_string()));
+    }
+    env
+}
+
+fn load_average() -> f64 {
+    fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|t| t.split_whitespace().next().and_then(|x| x.parse().ok()))
+        .unwrap_or(0.0)
 }
 
 fn realtime_ns() -> u64 {
@@ -153,7 +196,9 @@ fn run_variant(
         .unwrap_or(fabric_cfg.switch.mtu);
     fabric_cfg.switch.mtu = mtu;
     let fabric = Fabric::new(fabric_cfg.clone()).map_err(|e| e.to_string())?;
-    let ideal_flows = ideal(&fabric, flows, mtu);
+    for (k, v) in host_defaults(&fabric) {
+        env.entry(k).or_insert(v);
+    }
     let n = fabric.hosts.len();
     let hosts = RelaySettings::loopback_hosts(n, opts.first_host);
     let mut relay = Relay::bind(
@@ -243,6 +288,30 @@ fn run_variant(
             }
         }
     }
+    let mut started = Vec::with_capacity(flows.len());
+    for (i, s) in start.iter().enumerate() {
+        started.push(s.ok_or_else(|| format!("flow {i} has no complete record"))?);
+    }
+    // The ideal of the flows as they really started: a host that posts
+    // late (scheduling) or a dependency that completes late moves the
+    // flow's start, and the FCT is measured from that start.
+    let as_started: Vec<FlowSpec> = flows
+        .iter()
+        .zip(&started)
+        .map(|(f, &a)| FlowSpec {
+            start_us: a as f64 / 1000.0,
+            after: Vec::new(),
+            ..f.clone()
+        })
+        .collect();
+    let ideal_flows = ideal(relay.fabric(), &as_started, mtu);
+    let start_lag_ns = flows
+        .iter()
+        .zip(&started)
+        .filter(|(f, _)| f.after.is_empty())
+        .map(|(f, &a)| a.saturating_sub((f.start_us * 1000.0) as u64))
+        .max()
+        .unwrap_or(0);
     let mut results = Vec::new();
     for (i, f) in flows.iter().enumerate() {
         let (Some(a), Some(sd), Some(rd)) = (start[i], send_done[i], recv_done[i]) else {
@@ -263,7 +332,9 @@ fn run_variant(
             inflation: fct as f64 / id,
         });
     }
-    let summary = summarise(&results, &ideal_flows, &report);
+    let mut summary = summarise(&results, &ideal_flows, &report);
+    summary.start_lag_ns = start_lag_ns;
+    summary.load_average = load_average();
     let mut notes = Vec::new();
     if !summary.crossed_relay {
         notes.push(
@@ -278,9 +349,14 @@ fn run_variant(
             report.problems.join("; ")
         ));
     }
-    notes.push(
-        "cwnd is not plotted: the provider exports no congestion-window statistics yet".into(),
-    );
+    if start_lag_ns > 5 * report.base_rtt_ns.max(1_000_000) {
+        notes.push(format!(
+            "a host posted its flow {:.1} ms after its start time: the machine was busy \
+             (load average {:.1}); the ideal counts from the actual starts",
+            start_lag_ns as f64 / 1e6,
+            summary.load_average
+        ));
+    }
     let result = VariantResult {
         scenario: scenario.name.clone(),
         variant: v.name.clone(),
@@ -296,6 +372,23 @@ fn run_variant(
     };
     write_outputs(&dir, &result)?;
     Ok(result)
+}
+
+/// Niceness of the host processes. A host descheduled for milliseconds
+/// (the machine is shared: builds compete for the cores) turns into RTT
+/// samples and ACKs milliseconds late, i.e. congestion that the fabric did
+/// not have. When the relay runs at SCHED_FIFO priority (root), hosts run
+/// at a raised priority (-10): they sleep between packets, and the relay
+/// still preempts them. Otherwise they run below normal (5) so the relay,
+/// at normal priority then, keeps the clock.
+fn host_niceness(opts: &RunOptions) -> i32 {
+    use std::os::unix::fs::MetadataExt;
+    let root = fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0);
+    if opts.realtime && root {
+        -10
+    } else {
+        5
+    }
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -314,9 +407,8 @@ fn drive_hosts(
         let log =
             fs::File::create(work.join(format!("host.{h}.log"))).map_err(|e| e.to_string())?;
         let log2 = log.try_clone().map_err(|e| e.to_string())?;
-        // Hosts run at a lower priority so the relay keeps the clock.
         let mut cmd = Command::new("nice");
-        cmd.args(["-n", "5"])
+        cmd.args(["-n", &host_niceness(opts).to_string()])
             .arg(&opts.matrix)
             .args(["--host", &h.to_string(), "--hosts", &n.to_string()])
             .arg("--flows")
@@ -327,6 +419,8 @@ fn drive_hosts(
             .env("FI_PROVIDER", "uet")
             .env("FI_UET_SRC_ADDR", ip.to_string())
             .env("FI_UET_FABRIC", relay_addr.to_string())
+            // Per-ACK congestion-control events, for the cwnd plot.
+            .env("FI_UET_TRACE", work.join(format!("trace.{h}.csv")))
             .envs(env)
             .stdin(Stdio::null())
             .stdout(log)
@@ -442,6 +536,8 @@ fn summarise(
         retransmits: report.fabric.retransmissions,
         kept_up: report.kept_up,
         crossed_relay: report.relay.received > 0,
+        start_lag_ns: 0,
+        load_average: 0.0,
     }
 }
 
@@ -509,7 +605,7 @@ pub fn table(results: &[VariantResult]) -> String {
     let ms = |ns: f64| ns / 1e6;
     let _ = writeln!(
         s,
-        "{:<22} {:>5} {:>9} {:>9} {:>9} {:>6} {:>6} {:>6} {:>5} {:>7} {:>7} {:>6} {:>6} {:>6}",
+        "{:<22} {:>5} {:>9} {:>9} {:>9} {:>6} {:>6} {:>6} {:>5} {:>7} {:>7} {:>6} {:>6} {:>6} {:>5} {:>6}",
         "variant",
         "flows",
         "fct_p50",
@@ -523,12 +619,14 @@ pub fn table(results: &[VariantResult]) -> String {
         "trims",
         "drops",
         "retx",
-        "valid"
+        "valid",
+        "late",
+        "load"
     );
     let _ = writeln!(
         s,
-        "{:<22} {:>5} {:>9} {:>9} {:>9} {:>6} {:>6} {:>6} {:>5} {:>7} {:>7} {:>6} {:>6} {:>6}",
-        "", "", "ms", "ms", "ms", "x", "x", "x", "", "", "", "", "", ""
+        "{:<22} {:>5} {:>9} {:>9} {:>9} {:>6} {:>6} {:>6} {:>5} {:>7} {:>7} {:>6} {:>6} {:>6} {:>5} {:>6}",
+        "", "", "ms", "ms", "ms", "x", "x", "x", "", "", "", "", "", "", "ms", ""
     );
     for r in results {
         let m = &r.summary;
@@ -541,7 +639,7 @@ pub fn table(results: &[VariantResult]) -> String {
         };
         let _ = writeln!(
             s,
-            "{:<22} {:>5} {:>9.3} {:>9.3} {:>9.3} {:>6.2} {:>6.2} {:>6.2} {:>5.3} {:>7} {:>7} {:>6} {:>6} {:>6}",
+            "{:<22} {:>5} {:>9.3} {:>9.3} {:>9.3} {:>6.2} {:>6.2} {:>6.2} {:>5.3} {:>7} {:>7} {:>6} {:>6} {:>6} {:>5.1} {:>6.2}",
             r.variant,
             m.flows,
             ms(m.fct_p50_ns as f64),
@@ -555,7 +653,9 @@ pub fn table(results: &[VariantResult]) -> String {
             m.trims,
             m.drops,
             m.retransmits,
-            valid
+            valid,
+            ms(m.start_lag_ns as f64),
+            m.load_average
         );
     }
     // Per flow size, when a scenario mixes sizes (targets are stated per
