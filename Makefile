@@ -59,7 +59,7 @@ T_MATRIX  := 120
 
 TEST_STAGES := test-lint test-rust test-discovery test-functional test-pingpong test-mpi test-big test-matrix
 
-.PHONY: all build rust c-progs deps install test $(TEST_STAGES) demo bench bench-micro lint fmt clean help fuzz
+.PHONY: all build rust c-progs deps install test $(TEST_STAGES) demo demo-all bench bench-micro lint fmt clean help fuzz
 
 all: build ## Default: deps, the Rust workspace (release) and the C test programs
 
@@ -202,6 +202,16 @@ demo: install ## Install, fi_pingpong uet vs tcp, then incast and permutation th
 	  $(RUN_ENV) $(PREFIX)/bin/uet-emu run fabtests/scenarios/$$s.toml --out results/$$s \
 	    --matrix $(PREFIX)/bin/uet_matrix --plot fabtests/scripts/plot_matrix.py || exit 1; done
 	@echo "== make demo: tables in results/*/table.txt, plots in results/*/ (PNG and SVG)"
+
+# Every shipped paper scenario with all its variants (several minutes).
+DEMO_ALL_SCENARIOS ?= incast8 incast15 incast8_sizes permutation16 alltoall8 link_failure asymmetric
+
+demo-all: install ## Install, then every emu-net paper scenario and variant (results/)
+	@for s in $(DEMO_ALL_SCENARIOS); do \
+	  $(RUN_ENV) $(PREFIX)/bin/uet-emu run fabtests/scenarios/$$s.toml --out results/$$s \
+	    --matrix $(PREFIX)/bin/uet_matrix --plot fabtests/scripts/plot_matrix.py || exit 1; done
+	@cat $(patsubst %,results/%/table.txt,$(DEMO_ALL_SCENARIOS))
+	@echo "== make demo-all: tables in results/*/table.txt, plots in results/*/ (PNG and SVG)"
 
 # Debian's python3 carries python3-matplotlib (a pyenv python3 may not).
 BENCH_PY  ?= /usr/bin/python3

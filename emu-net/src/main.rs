@@ -250,7 +250,7 @@ fn run(args: &Args) -> ExitCode {
     }
     if results
         .iter()
-        .any(|r| !r.summary.kept_up || !r.summary.crossed_relay)
+        .any(|r| !r.summary.kept_up || !r.summary.hosts_kept_up || !r.summary.crossed_relay)
     {
         eprintln!("uet-emu: WARNING: some runs are not valid measurements (see the notes above)");
     }

@@ -82,6 +82,10 @@ pub struct Summary {
     pub start_lag_ns: u64,
     /// 1-minute load average when the run ended (the machine is shared).
     pub load_average: f64,
+    /// Largest per-host mean run-queue wait per wake-up, ns.
+    pub host_wait_ns: u64,
+    /// Every host's mean run-queue wait was within the limit.
+    pub hosts_kept_up: bool,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -93,9 +97,13 @@ pub struct VariantResult {
     pub mtu: usize,
     pub payload_efficiency: f64,
     pub go_realtime_ns: u64,
+    /// Host i is 127.0.0.(first_host + i).
+    pub first_host: u8,
     pub summary: Summary,
     pub flows: Vec<FlowResult>,
     pub relay: RelayReport,
+    /// Scheduling of each host process during the run.
+    pub hosts_sched: Vec<HostSched>,
     /// What the run could not measure, said plainly.
     pub notes: Vec<String>,
 }
@@ -104,20 +112,36 @@ pub struct VariantResult {
 /// scenario sets it: the host link rate and the base RTT (left to
 /// measurement, the provider would take its first sample, inflated by host
 /// scheduling, as the base RTT, and 100 Gb/s as the rate, so its window
-/// would never bind) and whether switches trim. The smallest retransmission
-/// timeout is four base RTTs (at least the provider's 1 ms): the first
-/// window of an incast waits in the sender's NIC queue for longer than
-/// one base RTT, and a timeout below that resends it all spuriously.
-pub fn host_defaults(fabric: &Fabric) -> Vec<(String, String)> {
+/// would never bind) and whether switches trim.
+///
+/// The smallest retransmission timeout covers the slowest RTT the fabric
+/// can produce without losing anything, twice: base RTT plus a full switch
+/// buffer plus the sender's whole window waiting in its own NIC queue
+/// (the window is 1.5 BDP, at least 16 packets, under NSCC; FI_UET_WINDOW
+/// packets under `none`). Below that, the first window of an incast times
+/// out while still queued, is resent whole, and the duplicates queue in
+/// turn: a retransmission storm that measures the timer, not the fabric.
+pub fn host_defaults(fabric: &Fabric, env: &BTreeMap<String, String>) -> Vec<(String, String)> {
     let cfg = &fabric.config;
     let mbps = (cfg.topology.link_gbps * 1000.0).round().max(1.0) as u64;
-    let base_rtt_us = fabric.max_base_rtt_ns().div_ceil(1000).max(1);
+    let base_rtt_ns = fabric.max_base_rtt_ns();
+    let base_rtt_us = base_rtt_ns.div_ceil(1000).max(1);
+    let packet = (cfg.switch.mtu + crate::config::FRAME_OVERHEAD) as u64;
+    let window_bytes = if env.get("FI_UET_CC").is_some_and(|c| c == "none") {
+        let packets = env
+            .get("FI_UET_WINDOW")
+            .and_then(|w| w.parse::<u64>().ok())
+            .unwrap_or(256);
+        packets * packet
+    } else {
+        (fabric.bdp_bytes() * 3 / 2).max(16 * packet)
+    };
+    let queued_bytes = fabric.data_buffer_bytes() + window_bytes;
+    let queued_ns = (queued_bytes as f64 * 8.0 / cfg.topology.link_gbps.max(1e-3)) as u64;
+    let rto_min_us = (2 * (base_rtt_ns + queued_ns)).div_ceil(1000).max(1000);
     let mut env = vec![
         ("FI_UET_BASE_RTT_US".to_string(), base_rtt_us.to_string()),
-        (
-            "FI_UET_RTO_MIN_US".to_string(),
-            (4 * base_rtt_us).max(1000).to_string(),
-        ),
+        ("FI_UET_RTO_MIN_US".to_string(), rto_min_us.to_string()),
         (
             "FI_UET_NSCC_TRIMMING".to_string(),
             if cfg.switch.trimming { "1" } else { "0" }.to_string(),
@@ -130,6 +154,10 @@ pub fn host_defaults(fabric: &Fabric) -> Vec<(String, String)> {
     }
     env
 }
+
+/// Hosts kept up when none waited on average more than this fraction of the
+/// base RTT for a CPU each time it woke.
+const HOST_WAIT_DIVISOR: u64 = 10;
 
 fn load_average() -> f64 {
     fs::read_to_string("/proc/loadavg")
@@ -196,7 +224,7 @@ fn run_variant(
         .unwrap_or(fabric_cfg.switch.mtu);
     fabric_cfg.switch.mtu = mtu;
     let fabric = Fabric::new(fabric_cfg.clone()).map_err(|e| e.to_string())?;
-    for (k, v) in host_defaults(&fabric) {
+    for (k, v) in host_defaults(&fabric, &env.clone()) {
         env.entry(k).or_insert(v);
     }
     let n = fabric.hosts.len();
@@ -239,7 +267,7 @@ fn run_variant(
 
     let stop = AtomicBool::new(false);
     let timeout = Duration::from_secs_f64(scenario.timeout_s.max(1.0));
-    let outcome: Result<u64, String> = std::thread::scope(|s| {
+    let outcome: Result<(u64, Vec<HostSched>), String> = std::thread::scope(|s| {
         let relay_thread = s.spawn(|| relay.run(&stop));
         let result = drive_hosts(
             n,
@@ -255,7 +283,7 @@ fn run_variant(
         let _ = relay_thread.join();
         result
     });
-    let go = outcome?;
+    let (go, hosts_sched) = outcome?;
     let report = relay.report();
 
     // Collect the hosts' results.
@@ -335,6 +363,12 @@ fn run_variant(
     let mut summary = summarise(&results, &ideal_flows, &report);
     summary.start_lag_ns = start_lag_ns;
     summary.load_average = load_average();
+    summary.host_wait_ns = hosts_sched
+        .iter()
+        .map(|h| h.mean_wait_ns)
+        .max()
+        .unwrap_or(0);
+    summary.hosts_kept_up = summary.host_wait_ns <= report.base_rtt_ns / HOST_WAIT_DIVISOR;
     let mut notes = Vec::new();
     if !summary.crossed_relay {
         notes.push(
@@ -347,6 +381,16 @@ fn run_variant(
         notes.push(format!(
             "THE RELAY DID NOT KEEP UP; the numbers are not valid: {}",
             report.problems.join("; ")
+        ));
+    }
+    if !summary.hosts_kept_up {
+        notes.push(format!(
+            "THE HOSTS DID NOT KEEP UP; the numbers are not valid: a host process waited \
+             {:.0} us on average for a CPU each time it woke (limit: 1/{HOST_WAIT_DIVISOR} \
+             of the {:.0} us base RTT; load average {:.1})",
+            summary.host_wait_ns as f64 / 1e3,
+            report.base_rtt_ns as f64 / 1e3,
+            summary.load_average
         ));
     }
     if start_lag_ns > 5 * report.base_rtt_ns.max(1_000_000) {
@@ -365,9 +409,11 @@ fn run_variant(
         mtu,
         payload_efficiency: payload_efficiency(mtu),
         go_realtime_ns: go,
+        first_host: opts.first_host,
         summary,
         flows: results,
         relay: report,
+        hosts_sched,
         notes,
     };
     write_outputs(&dir, &result)?;
@@ -401,7 +447,7 @@ fn drive_hosts(
     work: &Path,
     opts: &RunOptions,
     timeout: Duration,
-) -> Result<u64, String> {
+) -> Result<(u64, Vec<HostSched>), String> {
     let mut children = Vec::new();
     for (h, ip) in hosts.iter().enumerate().take(n) {
         let log =
@@ -468,7 +514,19 @@ fn drive_hosts(
         kill_all(&mut children);
         return Err(e.to_string());
     }
+    let sched_before: Vec<Option<SchedStat>> =
+        children.iter().map(|c| SchedStat::of(c.id())).collect();
+    let t_go = Instant::now();
     let done = wait_files("result", &mut children);
+    let elapsed = t_go.elapsed().as_nanos() as u64;
+    let hosts_sched: Vec<HostSched> = children
+        .iter()
+        .zip(&sched_before)
+        .map(|(c, before)| match (before, SchedStat::of(c.id())) {
+            (Some(a), Some(b)) => HostSched::between(a, &b, elapsed),
+            _ => HostSched::default(),
+        })
+        .collect();
     let _ = fs::write(work.join("stop"), "1\n");
     let t1 = Instant::now();
     for c in children.iter_mut() {
@@ -492,7 +550,59 @@ fn drive_hosts(
             return Err(format!("host {h} failed: {log}"));
         }
     }
-    Ok(go)
+    Ok((go, hosts_sched))
+}
+
+/// A process's scheduler statistics (`/proc/PID/schedstat`): time on a
+/// CPU, time runnable but waiting for one, and how many times it ran.
+#[derive(Clone, Copy, Debug, Default)]
+struct SchedStat {
+    run_ns: u64,
+    wait_ns: u64,
+    slices: u64,
+}
+
+impl SchedStat {
+    fn of(pid: u32) -> Option<SchedStat> {
+        let text = fs::read_to_string(format!("/proc/{pid}/schedstat")).ok()?;
+        let mut it = text.split_whitespace().map(|x| x.parse::<u64>().ok());
+        Some(SchedStat {
+            run_ns: it.next()??,
+            wait_ns: it.next()??,
+            slices: it.next()??,
+        })
+    }
+}
+
+/// How one host process was scheduled from the common start to its last
+/// completion: a host waiting for a CPU answers late, which its peers see
+/// as RTT the fabric did not add.
+#[derive(Clone, Copy, Debug, Default, Serialize)]
+pub struct HostSched {
+    /// CPU time used, ns.
+    pub run_ns: u64,
+    /// Time runnable but not running (run-queue wait), ns.
+    pub wait_ns: u64,
+    /// Times it was scheduled in.
+    pub slices: u64,
+    /// Run-queue wait per time scheduled in, ns.
+    pub mean_wait_ns: u64,
+    /// Wall time of the measurement, ns.
+    pub elapsed_ns: u64,
+}
+
+impl HostSched {
+    fn between(a: &SchedStat, b: &SchedStat, elapsed_ns: u64) -> HostSched {
+        let slices = b.slices.saturating_sub(a.slices);
+        let wait_ns = b.wait_ns.saturating_sub(a.wait_ns);
+        HostSched {
+            run_ns: b.run_ns.saturating_sub(a.run_ns),
+            wait_ns,
+            slices,
+            mean_wait_ns: wait_ns / slices.max(1),
+            elapsed_ns,
+        }
+    }
 }
 
 fn summarise(
@@ -538,6 +648,8 @@ fn summarise(
         crossed_relay: report.relay.received > 0,
         start_lag_ns: 0,
         load_average: 0.0,
+        host_wait_ns: 0,
+        hosts_kept_up: true,
     }
 }
 
@@ -605,7 +717,7 @@ pub fn table(results: &[VariantResult]) -> String {
     let ms = |ns: f64| ns / 1e6;
     let _ = writeln!(
         s,
-        "{:<22} {:>5} {:>9} {:>9} {:>9} {:>6} {:>6} {:>6} {:>5} {:>7} {:>7} {:>6} {:>6} {:>6} {:>5} {:>6}",
+        "{:<22} {:>5} {:>9} {:>9} {:>9} {:>6} {:>6} {:>6} {:>5} {:>7} {:>7} {:>6} {:>6} {:>6} {:>5} {:>6} {:>6}",
         "variant",
         "flows",
         "fct_p50",
@@ -621,25 +733,28 @@ pub fn table(results: &[VariantResult]) -> String {
         "retx",
         "valid",
         "late",
+        "hwait",
         "load"
     );
     let _ = writeln!(
         s,
-        "{:<22} {:>5} {:>9} {:>9} {:>9} {:>6} {:>6} {:>6} {:>5} {:>7} {:>7} {:>6} {:>6} {:>6} {:>5} {:>6}",
-        "", "", "ms", "ms", "ms", "x", "x", "x", "", "", "", "", "", "", "ms", ""
+        "{:<22} {:>5} {:>9} {:>9} {:>9} {:>6} {:>6} {:>6} {:>5} {:>7} {:>7} {:>6} {:>6} {:>6} {:>5} {:>6} {:>6}",
+        "", "", "ms", "ms", "ms", "x", "x", "x", "", "", "", "", "", "", "ms", "us", ""
     );
     for r in results {
         let m = &r.summary;
         let valid = if !m.crossed_relay {
             "NO-RLY"
-        } else if m.kept_up {
-            "yes"
-        } else {
+        } else if !m.kept_up {
             "NO"
+        } else if !m.hosts_kept_up {
+            "NO-HST"
+        } else {
+            "yes"
         };
         let _ = writeln!(
             s,
-            "{:<22} {:>5} {:>9.3} {:>9.3} {:>9.3} {:>6.2} {:>6.2} {:>6.2} {:>5.3} {:>7} {:>7} {:>6} {:>6} {:>6} {:>5.1} {:>6.2}",
+            "{:<22} {:>5} {:>9.3} {:>9.3} {:>9.3} {:>6.2} {:>6.2} {:>6.2} {:>5.3} {:>7} {:>7} {:>6} {:>6} {:>6} {:>5.1} {:>6.0} {:>6.2}",
             r.variant,
             m.flows,
             ms(m.fct_p50_ns as f64),
@@ -655,6 +770,7 @@ pub fn table(results: &[VariantResult]) -> String {
             m.retransmits,
             valid,
             ms(m.start_lag_ns as f64),
+            m.host_wait_ns as f64 / 1e3,
             m.load_average
         );
     }

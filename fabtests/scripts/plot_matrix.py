@@ -1,10 +1,12 @@
 #!/usr/bin/python3
-"""Plots of a connection-matrix run (uet-emu run): reads DIR/*/results.json,
-writes per variant throughput.png, queue.png, and one fct_cdf.png comparing
-the variants, each also as SVG.
+"""Plots of a connection-matrix run (uet-emu run): reads DIR/*/results.json
+and the hosts' congestion-control traces (DIR/*/work/trace.H.csv, written
+through FI_UET_TRACE), writes per variant throughput.png, cwnd.png,
+queue.png, and one fct_cdf.png comparing the variants, each also as SVG.
 
 usage: plot_matrix.py DIR
 """
+import csv
 import glob
 import json
 import os
@@ -51,6 +53,49 @@ def throughput(r, out):
     elif len(rel["pairs"]) <= 16:
         ax.legend(fontsize=6, ncol=2)
     save(fig, os.path.join(out, "throughput"))
+
+
+def cwnd(r, out):
+    """Congestion window per sender and peer over time, from the per-ACK
+    trace (ack, nack and timeout events), against the fabric's BDP."""
+    go = r["go_realtime_ns"]
+    lines = []
+    for path in sorted(glob.glob(os.path.join(out, "work", "trace.*.csv"))):
+        host = path.rsplit(".", 2)[-2]
+        per_peer = {}
+        with open(path) as f:
+            for row in csv.DictReader(f):
+                try:
+                    t = (int(row["wall_ns"]) - go) / 1e6
+                    w = int(row["cwnd"]) / 1024
+                except (KeyError, ValueError):
+                    continue
+                per_peer.setdefault(row["peer"], ([], []))
+                per_peer[row["peer"]][0].append(t)
+                per_peer[row["peer"]][1].append(w)
+        for peer, (t, w) in per_peer.items():
+            # Host i is 127.0.0.(first_host + i).
+            try:
+                dst = "h%d" % (int(peer.split(":")[0].split(".")[-1]) - r.get("first_host", 2))
+            except ValueError:
+                dst = peer
+            lines.append(("h%s->%s" % (host, dst), t, w))
+    fig, ax = plt.subplots(figsize=(8, 4))
+    if not lines:
+        ax.text(0.5, 0.5, "no congestion-control trace (FI_UET_TRACE)", ha="center",
+                transform=ax.transAxes)
+    for label, t, w in lines[:16]:
+        ax.step(t, w, where="post", lw=0.8, label=label)
+    bdp = r["relay"]["bdp_bytes"] / 1024
+    ax.axhline(bdp, ls="--", c="black", lw=0.7, label="BDP")
+    ax.set_xlabel("time after the common start (ms)")
+    ax.set_ylabel("cwnd (KiB)")
+    ax.set_title("%s / %s: congestion window (%s)" % (
+        r["scenario"], r["variant"], r["env"].get("FI_UET_CC", "nscc")))
+    ax.set_yscale("log")
+    if lines:
+        ax.legend(fontsize=6, ncol=2)
+    save(fig, os.path.join(out, "cwnd"))
 
 
 def queue(r, out):
@@ -118,6 +163,7 @@ def main():
         results.append(r)
         d = os.path.dirname(path)
         throughput(r, d)
+        cwnd(r, d)
         queue(r, d)
     if results:
         fct_cdf(results, top)
