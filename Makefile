@@ -195,12 +195,15 @@ $(BUILD):
 	@mkdir -p $@
 
 DEMO_SCENARIOS ?= incast8 permutation16
+# Stretch emulated time on a busy machine (uet-emu run --slowdown).
+EMU_SLOWDOWN ?= 1
 
 demo: install ## Install, fi_pingpong uet vs tcp, then incast and permutation through emu-net (results/)
 	DEMO_ITERS=$${DEMO_ITERS:-200} fabtests/scripts/demo.sh $(PREFIX) || true
 	@for s in $(DEMO_SCENARIOS); do \
 	  $(RUN_ENV) $(PREFIX)/bin/uet-emu run fabtests/scenarios/$$s.toml --out results/$$s \
-	    --matrix $(PREFIX)/bin/uet_matrix --plot fabtests/scripts/plot_matrix.py || exit 1; done
+	    --matrix $(PREFIX)/bin/uet_matrix --plot fabtests/scripts/plot_matrix.py \
+	    --slowdown $(EMU_SLOWDOWN) || exit 1; done
 	@echo "== make demo: tables in results/*/table.txt, plots in results/*/ (PNG and SVG)"
 
 # Every shipped paper scenario with all its variants (several minutes).
@@ -209,7 +212,8 @@ DEMO_ALL_SCENARIOS ?= incast8 incast15 incast8_sizes permutation16 alltoall8 lin
 demo-all: install ## Install, then every emu-net paper scenario and variant (results/)
 	@for s in $(DEMO_ALL_SCENARIOS); do \
 	  $(RUN_ENV) $(PREFIX)/bin/uet-emu run fabtests/scenarios/$$s.toml --out results/$$s \
-	    --matrix $(PREFIX)/bin/uet_matrix --plot fabtests/scripts/plot_matrix.py || exit 1; done
+	    --matrix $(PREFIX)/bin/uet_matrix --plot fabtests/scripts/plot_matrix.py \
+	    --slowdown $(EMU_SLOWDOWN) || exit 1; done
 	@cat $(patsubst %,results/%/table.txt,$(DEMO_ALL_SCENARIOS))
 	@echo "== make demo-all: tables in results/*/table.txt, plots in results/*/ (PNG and SVG)"
 

@@ -19,7 +19,7 @@ use serde::Serialize;
 use crate::ideal::{ideal, payload_efficiency};
 use crate::model::Fabric;
 use crate::relay::{Relay, RelayReport, RelaySettings};
-use crate::scenario::{FlowSpec, Scenario, Variant};
+use crate::scenario::{FlowSpec, Pattern, Scenario, Variant};
 
 #[derive(Clone, Debug)]
 pub struct RunOptions {
@@ -36,6 +36,43 @@ pub struct RunOptions {
     pub max_lag_us: u64,
     /// Run the relay thread at SCHED_FIFO priority (see RelaySettings).
     pub realtime: bool,
+    /// Slow the whole scenario down this many times (1 = as written): see
+    /// [`slowed`].
+    pub slowdown: f64,
+}
+
+/// `scenario` with time stretched `k` times: link rates divided by `k`,
+/// link delays, start times, link-event times, the reroute delay, the
+/// sampling period and the timeout multiplied by `k`. Every BDP, buffer
+/// and window in bytes stays the same, so the congestion dynamics are
+/// those of the written scenario at 1/k of the packet rate: for a machine
+/// too busy to run the hosts at the written rate.
+pub fn slowed(scenario: &Scenario, k: f64) -> Scenario {
+    let mut s = scenario.clone();
+    if !(k.is_finite() && k > 0.0) || k == 1.0 {
+        return s;
+    }
+    let t = &mut s.fabric.topology;
+    t.link_gbps /= k;
+    t.link_delay_ns = (t.link_delay_ns as f64 * k).round() as u64;
+    for e in &mut s.fabric.events {
+        e.at_us *= k;
+    }
+    let sw = &mut s.fabric.switch;
+    sw.reroute_us = sw.reroute_us.map(|us| us * k);
+    sw.sample_ns = (sw.sample_ns as f64 * k).round().max(1.0) as u64;
+    s.timeout_s *= k;
+    for f in &mut s.flows {
+        f.start_us *= k;
+    }
+    for p in &mut s.patterns {
+        match p {
+            Pattern::Incast { start_us, .. }
+            | Pattern::Permutation { start_us, .. }
+            | Pattern::AllToAll { start_us, .. } => *start_us *= k,
+        }
+    }
+    s
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -192,6 +229,7 @@ fn kill_all(children: &mut [Child]) {
 
 /// Run every (or the chosen) variant of `scenario`.
 pub fn run(scenario: &Scenario, opts: &RunOptions) -> Result<Vec<VariantResult>, String> {
+    let scenario = &slowed(scenario, opts.slowdown);
     let flows = scenario.expand().map_err(|e| e.to_string())?;
     let mut out = Vec::new();
     for v in scenario.runs() {
@@ -883,6 +921,47 @@ mod tests {
         assert_eq!(s.ideal_makespan_ns, 100.0);
         assert_eq!(s.trims, 3);
         assert!(!s.crossed_relay);
+    }
+
+    #[test]
+    fn slowing_down_stretches_time_and_keeps_bytes() {
+        let text = r#"
+name = "s"
+timeout_s = 10
+[fabric.topology]
+kind = "leaf-spine"
+leaves = 2
+spines = 2
+hosts_per_leaf = 2
+link_gbps = 1.0
+link_delay_ns = 25000
+[fabric.switch]
+reroute_us = 1000.0
+[[fabric.events]]
+at_us = 100.0
+link = ["leaf0", "spine1"]
+action = "down"
+[[patterns]]
+kind = "permutation"
+shift = 2
+bytes = 65536
+start_us = 10.0
+"#;
+        let s = Scenario::from_toml(text).unwrap();
+        let k = slowed(&s, 4.0);
+        assert_eq!(k.fabric.topology.link_gbps, 0.25);
+        assert_eq!(k.fabric.topology.link_delay_ns, 100_000);
+        assert_eq!(k.fabric.events[0].at_us, 400.0);
+        assert_eq!(k.fabric.switch.reroute_us, Some(4000.0));
+        assert_eq!(k.timeout_s, 40.0);
+        assert!(k.expand().unwrap().iter().all(|f| f.start_us == 40.0));
+        let (a, b) = (
+            Fabric::new(s.fabric.clone()).unwrap(),
+            Fabric::new(k.fabric.clone()).unwrap(),
+        );
+        assert!(b.max_base_rtt_ns().abs_diff(4 * a.max_base_rtt_ns()) <= 8);
+        assert!(a.data_buffer_bytes().abs_diff(b.data_buffer_bytes()) <= 2);
+        assert_eq!(slowed(&s, 1.0).fabric.topology.link_gbps, 1.0);
     }
 
     #[test]
