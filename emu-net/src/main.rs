@@ -233,11 +233,15 @@ fn run(args: &Args) -> ExitCode {
         slowdown: 1.0,
         ..opts
     };
-    let results = match runner::run(&scenario, &opts) {
+    let (results, failed) = match runner::run_all(&scenario, &opts) {
         Ok(r) => r,
         Err(e) => return fail(e),
     };
-    let table = runner::table(&results);
+    let mut table = runner::table(&results);
+    for (name, why) in &failed {
+        let line = why.lines().next().unwrap_or("");
+        table.push_str(&format!("  [{name}] FAILED (no measurement): {line}\n"));
+    }
     println!("== {}: {}", scenario.name, scenario.description);
     print!("{table}");
     let _ = std::fs::write(out.join("table.txt"), &table);
@@ -274,6 +278,9 @@ fn run(args: &Args) -> ExitCode {
         .any(|r| !r.summary.kept_up || !r.summary.hosts_kept_up || !r.summary.crossed_relay)
     {
         eprintln!("uet-emu: WARNING: some runs are not valid measurements (see the notes above)");
+    }
+    if !failed.is_empty() {
+        return fail(format!("{} variant(s) failed", failed.len()));
     }
     // --check: the traffic must have crossed the relay (a flow that did not
     // complete already failed the run). Keeping up is not checked: it

@@ -186,7 +186,7 @@ pub fn host_defaults(fabric: &Fabric, env: &BTreeMap<String, String>) -> Vec<(St
             if cfg.switch.trimming { "1" } else { "0" }.to_string(),
         ),
     ];
-    if mbps % 1000 == 0 {
+    if mbps.is_multiple_of(1000) {
         env.push(("FI_UET_LINK_GBPS".to_string(), (mbps / 1000).to_string()));
     } else {
         env.push(("FI_UET_LINK_MBPS".to_string(), mbps.to_string()));
@@ -229,21 +229,42 @@ fn kill_all(children: &mut [Child]) {
 
 /// Run every (or the chosen) variant of `scenario`.
 pub fn run(scenario: &Scenario, opts: &RunOptions) -> Result<Vec<VariantResult>, String> {
+    let (out, failed) = run_all(scenario, opts)?;
+    if let Some((name, why)) = failed.first() {
+        return Err(format!("{name}: {why}"));
+    }
+    Ok(out)
+}
+
+/// Every (or the chosen) variant of `scenario`; a variant that fails (a
+/// host died or timed out) is listed with its reason and the others still
+/// run. Err only when the scenario itself is unusable or no variant matched.
+#[allow(clippy::type_complexity)]
+pub fn run_all(
+    scenario: &Scenario,
+    opts: &RunOptions,
+) -> Result<(Vec<VariantResult>, Vec<(String, String)>), String> {
     let scenario = &slowed(scenario, opts.slowdown);
     let flows = scenario.expand().map_err(|e| e.to_string())?;
     let mut out = Vec::new();
+    let mut failed = Vec::new();
     for v in scenario.runs() {
         if opts.variant.as_ref().is_some_and(|n| *n != v.name) {
             continue;
         }
         eprintln!("== {} / {}", scenario.name, v.name);
-        let r = run_variant(scenario, &v, &flows, opts)?;
-        out.push(r);
+        match run_variant(scenario, &v, &flows, opts) {
+            Ok(r) => out.push(r),
+            Err(e) => {
+                eprintln!("uet-emu: {} / {} FAILED: {e}", scenario.name, v.name);
+                failed.push((v.name.clone(), e));
+            }
+        }
     }
-    if out.is_empty() {
+    if out.is_empty() && failed.is_empty() {
         return Err("no variant matched".into());
     }
-    Ok(out)
+    Ok((out, failed))
 }
 
 fn run_variant(
