@@ -166,7 +166,8 @@ pub fn host_defaults(fabric: &Fabric, env: &BTreeMap<String, String>) -> Vec<(St
     let base_rtt_ns = fabric.max_base_rtt_ns();
     let base_rtt_us = base_rtt_ns.div_ceil(1000).max(1);
     let packet = (cfg.switch.mtu + crate::config::FRAME_OVERHEAD) as u64;
-    let window_bytes = if env.get("FI_UET_CC").is_some_and(|c| c == "none") {
+    let fixed_window = env.get("FI_UET_CC").is_some_and(|c| c == "none");
+    let window_bytes = if fixed_window {
         let packets = env
             .get("FI_UET_WINDOW")
             .and_then(|w| w.parse::<u64>().ok())
@@ -181,6 +182,14 @@ pub fn host_defaults(fabric: &Fabric, env: &BTreeMap<String, String>) -> Vec<(St
     let mut env = vec![
         ("FI_UET_BASE_RTT_US".to_string(), base_rtt_us.to_string()),
         ("FI_UET_RTO_MIN_US".to_string(), rto_min_us.to_string()),
+        // The no-CC baseline keeps a full fixed window per sender: in a
+        // 15:1 incast one packet can be trimmed dozens of times in a row,
+        // and past FI_UET_MAX_RETRIES sends the provider declares the peer
+        // unreachable and the run fails instead of measuring the baseline.
+        (
+            "FI_UET_MAX_RETRIES".to_string(),
+            if fixed_window { "1000" } else { "30" }.to_string(),
+        ),
         (
             "FI_UET_NSCC_TRIMMING".to_string(),
             if cfg.switch.trimming { "1" } else { "0" }.to_string(),
