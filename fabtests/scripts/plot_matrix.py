@@ -33,7 +33,7 @@ def throughput(r, out):
     end = max([b[0] for p in rel["pairs"] for b in p["bytes"]] or [w])
     # About 200 bins over the run, whole multiples of the model's buckets;
     # empty bins are zeros, not gaps.
-    width = w * max(1, int(end / w / 200))
+    width = w * max(1, int((end - max(go_off, 0)) / w / 200))
     fig, ax = plt.subplots(figsize=(8, 4))
     for p in rel["pairs"]:
         if not p["bytes"]:
@@ -44,6 +44,7 @@ def throughput(r, out):
         t = [(i * width - go_off) / 1e6 for i in range(len(bins))]
         gbps = [n * 8 / width for n in bins]
         ax.step(t, gbps, where="post", lw=0.8, label="h%d->h%d" % (p["src"], p["dst"]))
+    ax.set_xlim(left=max(ax.get_xlim()[0], -1.0))
     ax.set_xlabel("time after the common start (ms)")
     ax.set_ylabel("delivered Gb/s (%.1f ms bins)" % (width / 1e6))
     ax.set_title("%s / %s: per-flow throughput" % (r["scenario"], r["variant"]))
@@ -128,6 +129,8 @@ def queue(r, out):
     # with trimming, 1 base RTT without, as bytes at the port's rate.
     target = (0.75 if r["trimming"] else 1.0) * rel["base_rtt_ns"] * top["gbps"] / 8
     ax.axhline(target / 1024, ls="-.", c="red", lw=0.8, label="NSCC target")
+    # Model time starts with the relay, about a second before the hosts.
+    ax.set_xlim(left=max(ax.get_xlim()[0], -1.0))
     ax.set_xlabel("time after the common start (ms)")
     ax.set_ylabel("data queue (KiB, max per bucket)")
     ax.set_title("%s / %s: busiest queues" % (r["scenario"], r["variant"]))
