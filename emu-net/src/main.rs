@@ -22,9 +22,11 @@ const USAGE: &str = "usage:
       FILE is a scenario (its [fabric] table) or a bare fabric description.
   uet-emu run SCENARIO --out DIR [--variant NAME] [--matrix PATH] [--provider-path DIR]
               [--plot SCRIPT] [--max-lag-us N] [--first-host N]
-              [--check]
+              [--slowdown K] [--check]
       Run a connection-matrix scenario end to end and write results to DIR.
       --check fails unless the traffic crossed the relay.
+      --slowdown K stretches time K times (rates / K, delays and times x K;
+      bytes unchanged) for a machine too busy for the written rates.
   uet-emu --version";
 
 struct Args(Vec<String>);
@@ -211,12 +213,35 @@ fn run(args: &Args) -> ExitCode {
             .and_then(|v| v.parse().ok())
             .unwrap_or(100),
         realtime: true,
+        slowdown: args
+            .opt("--slowdown")
+            .and_then(|v| v.parse().ok())
+            .filter(|k: &f64| k.is_finite() && *k >= 1.0)
+            .unwrap_or(1.0),
     };
-    let results = match runner::run(&scenario, &opts) {
+    if opts.slowdown != 1.0 {
+        scenario = runner::slowed(&scenario, opts.slowdown);
+        scenario.description = format!(
+            "{} [slowed down {}x: links at {} Gb/s, {} us]",
+            scenario.description,
+            opts.slowdown,
+            scenario.fabric.topology.link_gbps,
+            scenario.fabric.topology.link_delay_ns as f64 / 1e3
+        );
+    }
+    let opts = RunOptions {
+        slowdown: 1.0,
+        ..opts
+    };
+    let (results, failed) = match runner::run_all(&scenario, &opts) {
         Ok(r) => r,
         Err(e) => return fail(e),
     };
-    let table = runner::table(&results);
+    let mut table = runner::table(&results);
+    for (name, why) in &failed {
+        let line = why.lines().next().unwrap_or("");
+        table.push_str(&format!("  [{name}] FAILED (no measurement): {line}\n"));
+    }
     println!("== {}: {}", scenario.name, scenario.description);
     print!("{table}");
     let _ = std::fs::write(out.join("table.txt"), &table);
@@ -250,9 +275,12 @@ fn run(args: &Args) -> ExitCode {
     }
     if results
         .iter()
-        .any(|r| !r.summary.kept_up || !r.summary.crossed_relay)
+        .any(|r| !r.summary.kept_up || !r.summary.hosts_kept_up || !r.summary.crossed_relay)
     {
         eprintln!("uet-emu: WARNING: some runs are not valid measurements (see the notes above)");
+    }
+    if !failed.is_empty() {
+        return fail(format!("{} variant(s) failed", failed.len()));
     }
     // --check: the traffic must have crossed the relay (a flow that did not
     // complete already failed the run). Keeping up is not checked: it

@@ -655,6 +655,25 @@ impl Fabric {
         &self.totals
     }
 
+    /// Unschedule the configured link events, to schedule them later
+    /// from a start time not known yet (see [`Fabric::schedule_link_events`]).
+    pub fn hold_link_events(&mut self) {
+        let events = std::mem::take(&mut self.events);
+        self.events = events
+            .into_iter()
+            .filter(|e| !matches!(e.kind, EventKind::Link { .. }))
+            .collect();
+    }
+
+    /// Schedule the configured link events relative to `origin_ns` (model
+    /// time): a run's "20 ms in" counts from when its traffic starts.
+    pub fn schedule_link_events(&mut self, origin_ns: u64) {
+        for index in 0..self.config.events.len() {
+            let at = (self.config.events[index].at_us.max(0.0) * 1000.0) as u64;
+            self.push(origin_ns + at, EventKind::Link { index });
+        }
+    }
+
     fn push(&mut self, time: u64, kind: EventKind) {
         self.seq += 1;
         self.events.push(Event {
@@ -779,8 +798,20 @@ impl Fabric {
         } else {
             let hops = &n.routes[packet.dst_host];
             // After routing converged around failed links, hash over the
-            // remaining next hops only (all of them if none remains).
-            let usable = |p: &&usize| !self.ports[**p].routed_around;
+            // remaining next hops only (all of them if none remains). A
+            // next hop whose own routes to the destination all cross a
+            // failed link is withdrawn too (leaf1 stops sending leaf0's
+            // traffic to the spine whose link to leaf0 is down).
+            let dst_host = packet.dst_host;
+            let usable = |p: &&usize| {
+                let port = &self.ports[**p];
+                let next = &self.nodes[port.to];
+                !port.routed_around
+                    && (next.kind == NodeKind::Host
+                        || next.routes[dst_host]
+                            .iter()
+                            .any(|&q| !self.ports[q].routed_around))
+            };
             let k = match hops.iter().filter(usable).count() {
                 0 => hops.len(),
                 k => k,
@@ -1352,6 +1383,53 @@ mod tests {
             "before convergence some hash to the dead link: {early}"
         );
         assert_eq!(late, 64, "after convergence none does");
+    }
+
+    #[test]
+    fn converged_routing_withdraws_a_spine_that_lost_its_link_to_the_destination() {
+        let mut cfg = leaf_spine(2, 2, 1, 8);
+        cfg.switch.reroute_us = Some(100.0);
+        cfg.events = vec![LinkEvent {
+            at_us: 0.0,
+            link: ["leaf0".into(), "spine0".into()],
+            action: LinkAction::Down,
+        }];
+        let mut f = Fabric::new(cfg).unwrap();
+        // Host 1 (leaf1) to host 0 (leaf0): leaf1 must stop hashing onto
+        // spine0, whose only way down to leaf0 is the failed link.
+        for i in 0..64u16 {
+            let t = 200_000 + i as u64 * 10;
+            f.send(t, 1, pkt(1, 30000 + i, 0, data_bytes(200, 0), ECT0, t));
+        }
+        assert_eq!(drain(&mut f).len(), 64);
+    }
+
+    #[test]
+    fn held_link_events_apply_from_the_origin() {
+        let mut cfg = leaf_spine(2, 2, 1, 8);
+        cfg.events = vec![LinkEvent {
+            at_us: 10.0,
+            link: ["leaf0".into(), "spine0".into()],
+            action: LinkAction::Down,
+        }];
+        let mut f = Fabric::new(cfg).unwrap();
+        f.hold_link_events();
+        f.schedule_link_events(1_000_000);
+        // Before origin + 10 us both spines carry traffic; after it the
+        // dead link drops what hashes onto it.
+        for i in 0..64u16 {
+            let t = 500_000 + i as u64 * 10;
+            f.send(t, 0, pkt(0, 30000 + i, 1, data_bytes(200, 0), ECT0, t));
+        }
+        for i in 0..64u16 {
+            let t = 2_000_000 + i as u64 * 10;
+            f.send(t, 0, pkt(0, 30000 + i, 1, data_bytes(200, 0), ECT0, t));
+        }
+        let out = drain(&mut f);
+        let early = out.iter().filter(|d| d.packet.tag < 1_000_000).count();
+        let late = out.iter().filter(|d| d.packet.tag >= 2_000_000).count();
+        assert_eq!(early, 64);
+        assert!(late < 64, "the link is down after origin + 10 us: {late}");
     }
 
     fn run_permutation(seed: u64) -> (Trace, Vec<PortCounters>) {

@@ -20,7 +20,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::io::IoSliceMut;
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::os::fd::{AsFd, AsRawFd};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use nix::sys::socket::{
@@ -223,12 +223,24 @@ impl Relay {
         &self.fabric
     }
 
+    pub fn fabric_mut(&mut self) -> &mut Fabric {
+        &mut self.fabric
+    }
+
     fn now_ns(&self) -> u64 {
         ns_since(self.epoch, SystemTime::now())
     }
 
     /// Relay until `stop` is set. Model time starts now.
     pub fn run(&mut self, stop: &AtomicBool) {
+        self.run_from(stop, &AtomicU64::new(0));
+    }
+
+    /// As [`Relay::run`], and once `origin` holds a CLOCK_REALTIME time
+    /// (ns, non-zero) schedule the fabric's link events relative to it
+    /// (after [`Fabric::hold_link_events`]): the hosts' common start.
+    pub fn run_from(&mut self, stop: &AtomicBool, origin: &AtomicU64) {
+        let mut scheduled = false;
         // Wake-ups within a microsecond of the requested time, not the
         // default 50 us slack.
         let _ = nix::sys::prctl::set_timerslack(1_000);
@@ -239,6 +251,14 @@ impl Relay {
         let mut buf = vec![0u8; MAX_DATAGRAM];
         let mut cmsg = nix::cmsg_space!(u32, nix::sys::time::TimeSpec, i32);
         while !stop.load(Ordering::Relaxed) {
+            if !scheduled {
+                let at = origin.load(Ordering::Acquire);
+                if at != 0 {
+                    scheduled = true;
+                    let t = UNIX_EPOCH + Duration::from_nanos(at);
+                    self.fabric.schedule_link_events(ns_since(self.epoch, t));
+                }
+            }
             let now = self.now_ns();
             for d in self.fabric.advance(now) {
                 self.deliver(d);
@@ -268,9 +288,13 @@ impl Relay {
     }
 
     /// Sleep until a datagram arrives or the model's next event is due.
-    /// The last few microseconds are spun, since sleeps overshoot.
+    /// Only the last few microseconds are spun: a relay at real-time
+    /// priority that spins holds its core, and host processes woken on that
+    /// core then wait for the scheduler to move them (milliseconds), which
+    /// shows up as RTT the fabric did not add. With a 1 us timer slack a
+    /// real-time thread's ppoll overshoots by a few microseconds.
     fn wait(&self) {
-        const SPIN_NS: u64 = 20_000;
+        const SPIN_NS: u64 = 3_000;
         const MAX_SLEEP_NS: u64 = 2_000_000;
         let now = self.now_ns();
         let until_next = self

@@ -11,7 +11,7 @@ use std::fmt::Write as _;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
@@ -19,7 +19,7 @@ use serde::Serialize;
 use crate::ideal::{ideal, payload_efficiency};
 use crate::model::Fabric;
 use crate::relay::{Relay, RelayReport, RelaySettings};
-use crate::scenario::{FlowSpec, Scenario, Variant};
+use crate::scenario::{FlowSpec, Pattern, Scenario, Variant};
 
 #[derive(Clone, Debug)]
 pub struct RunOptions {
@@ -36,6 +36,43 @@ pub struct RunOptions {
     pub max_lag_us: u64,
     /// Run the relay thread at SCHED_FIFO priority (see RelaySettings).
     pub realtime: bool,
+    /// Slow the whole scenario down this many times (1 = as written): see
+    /// [`slowed`].
+    pub slowdown: f64,
+}
+
+/// `scenario` with time stretched `k` times: link rates divided by `k`,
+/// link delays, start times, link-event times, the reroute delay, the
+/// sampling period and the timeout multiplied by `k`. Every BDP, buffer
+/// and window in bytes stays the same, so the congestion dynamics are
+/// those of the written scenario at 1/k of the packet rate: for a machine
+/// too busy to run the hosts at the written rate.
+pub fn slowed(scenario: &Scenario, k: f64) -> Scenario {
+    let mut s = scenario.clone();
+    if !(k.is_finite() && k > 0.0) || k == 1.0 {
+        return s;
+    }
+    let t = &mut s.fabric.topology;
+    t.link_gbps /= k;
+    t.link_delay_ns = (t.link_delay_ns as f64 * k).round() as u64;
+    for e in &mut s.fabric.events {
+        e.at_us *= k;
+    }
+    let sw = &mut s.fabric.switch;
+    sw.reroute_us = sw.reroute_us.map(|us| us * k);
+    sw.sample_ns = (sw.sample_ns as f64 * k).round().max(1.0) as u64;
+    s.timeout_s *= k;
+    for f in &mut s.flows {
+        f.start_us *= k;
+    }
+    for p in &mut s.patterns {
+        match p {
+            Pattern::Incast { start_us, .. }
+            | Pattern::Permutation { start_us, .. }
+            | Pattern::AllToAll { start_us, .. } => *start_us *= k,
+        }
+    }
+    s
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -77,6 +114,17 @@ pub struct Summary {
     pub retransmits: u64,
     pub kept_up: bool,
     pub crossed_relay: bool,
+    /// Latest a flow without dependencies was posted after its start time
+    /// (host scheduling).
+    pub start_lag_ns: u64,
+    /// 1-minute load average when the run ended (the machine is shared).
+    pub load_average: f64,
+    /// Largest per-host mean run-queue wait per wake-up, ns.
+    pub host_wait_ns: u64,
+    /// Largest share of the run a host spent runnable but not running.
+    pub host_wait_share: f64,
+    /// Every host's run-queue wait was within the limit.
+    pub hosts_kept_up: bool,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -88,11 +136,82 @@ pub struct VariantResult {
     pub mtu: usize,
     pub payload_efficiency: f64,
     pub go_realtime_ns: u64,
+    /// Host i is 127.0.0.(first_host + i).
+    pub first_host: u8,
     pub summary: Summary,
     pub flows: Vec<FlowResult>,
     pub relay: RelayReport,
+    /// Scheduling of each host process during the run.
+    pub hosts_sched: Vec<HostSched>,
     /// What the run could not measure, said plainly.
     pub notes: Vec<String>,
+}
+
+/// What the hosts' NSCC must know of the emulated fabric, unless the
+/// scenario sets it: the host link rate and the base RTT (left to
+/// measurement, the provider would take its first sample, inflated by host
+/// scheduling, as the base RTT, and 100 Gb/s as the rate, so its window
+/// would never bind) and whether switches trim.
+///
+/// The smallest retransmission timeout covers the slowest RTT the fabric
+/// can produce without losing anything, twice: base RTT plus a full switch
+/// buffer plus the sender's whole window waiting in its own NIC queue
+/// (the window is 1.5 BDP, at least 16 packets, under NSCC; FI_UET_WINDOW
+/// packets under `none`). Below that, the first window of an incast times
+/// out while still queued, is resent whole, and the duplicates queue in
+/// turn: a retransmission storm that measures the timer, not the fabric.
+pub fn host_defaults(fabric: &Fabric, env: &BTreeMap<String, String>) -> Vec<(String, String)> {
+    let cfg = &fabric.config;
+    let mbps = (cfg.topology.link_gbps * 1000.0).round().max(1.0) as u64;
+    let base_rtt_ns = fabric.max_base_rtt_ns();
+    let base_rtt_us = base_rtt_ns.div_ceil(1000).max(1);
+    let packet = (cfg.switch.mtu + crate::config::FRAME_OVERHEAD) as u64;
+    let fixed_window = env.get("FI_UET_CC").is_some_and(|c| c == "none");
+    let window_bytes = if fixed_window {
+        let packets = env
+            .get("FI_UET_WINDOW")
+            .and_then(|w| w.parse::<u64>().ok())
+            .unwrap_or(256);
+        packets * packet
+    } else {
+        (fabric.bdp_bytes() * 3 / 2).max(16 * packet)
+    };
+    let queued_bytes = fabric.data_buffer_bytes() + window_bytes;
+    let queued_ns = (queued_bytes as f64 * 8.0 / cfg.topology.link_gbps.max(1e-3)) as u64;
+    let rto_min_us = (2 * (base_rtt_ns + queued_ns)).div_ceil(1000).max(1000);
+    let mut env = vec![
+        ("FI_UET_BASE_RTT_US".to_string(), base_rtt_us.to_string()),
+        ("FI_UET_RTO_MIN_US".to_string(), rto_min_us.to_string()),
+        // The no-CC baseline keeps a full fixed window per sender: in a
+        // 15:1 incast one packet can be trimmed dozens of times in a row,
+        // and past FI_UET_MAX_RETRIES sends the provider declares the peer
+        // unreachable and the run fails instead of measuring the baseline.
+        (
+            "FI_UET_MAX_RETRIES".to_string(),
+            if fixed_window { "1000" } else { "30" }.to_string(),
+        ),
+        (
+            "FI_UET_NSCC_TRIMMING".to_string(),
+            if cfg.switch.trimming { "1" } else { "0" }.to_string(),
+        ),
+    ];
+    if mbps.is_multiple_of(1000) {
+        env.push(("FI_UET_LINK_GBPS".to_string(), (mbps / 1000).to_string()));
+    } else {
+        env.push(("FI_UET_LINK_MBPS".to_string(), mbps.to_string()));
+    }
+    env
+}
+
+/// Hosts kept up when none spent more than this share of the run runnable
+/// but waiting for a CPU (on an idle machine it is a few percent).
+const HOST_WAIT_LIMIT: f64 = 0.10;
+
+fn load_average() -> f64 {
+    fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|t| t.split_whitespace().next().and_then(|x| x.parse().ok()))
+        .unwrap_or(0.0)
 }
 
 fn realtime_ns() -> u64 {
@@ -119,20 +238,42 @@ fn kill_all(children: &mut [Child]) {
 
 /// Run every (or the chosen) variant of `scenario`.
 pub fn run(scenario: &Scenario, opts: &RunOptions) -> Result<Vec<VariantResult>, String> {
+    let (out, failed) = run_all(scenario, opts)?;
+    if let Some((name, why)) = failed.first() {
+        return Err(format!("{name}: {why}"));
+    }
+    Ok(out)
+}
+
+/// Every (or the chosen) variant of `scenario`; a variant that fails (a
+/// host died or timed out) is listed with its reason and the others still
+/// run. Err only when the scenario itself is unusable or no variant matched.
+#[allow(clippy::type_complexity)]
+pub fn run_all(
+    scenario: &Scenario,
+    opts: &RunOptions,
+) -> Result<(Vec<VariantResult>, Vec<(String, String)>), String> {
+    let scenario = &slowed(scenario, opts.slowdown);
     let flows = scenario.expand().map_err(|e| e.to_string())?;
     let mut out = Vec::new();
+    let mut failed = Vec::new();
     for v in scenario.runs() {
         if opts.variant.as_ref().is_some_and(|n| *n != v.name) {
             continue;
         }
         eprintln!("== {} / {}", scenario.name, v.name);
-        let r = run_variant(scenario, &v, &flows, opts)?;
-        out.push(r);
+        match run_variant(scenario, &v, &flows, opts) {
+            Ok(r) => out.push(r),
+            Err(e) => {
+                eprintln!("uet-emu: {} / {} FAILED: {e}", scenario.name, v.name);
+                failed.push((v.name.clone(), e));
+            }
+        }
     }
-    if out.is_empty() {
+    if out.is_empty() && failed.is_empty() {
         return Err("no variant matched".into());
     }
-    Ok(out)
+    Ok((out, failed))
 }
 
 fn run_variant(
@@ -153,7 +294,9 @@ fn run_variant(
         .unwrap_or(fabric_cfg.switch.mtu);
     fabric_cfg.switch.mtu = mtu;
     let fabric = Fabric::new(fabric_cfg.clone()).map_err(|e| e.to_string())?;
-    let ideal_flows = ideal(&fabric, flows, mtu);
+    for (k, v) in host_defaults(&fabric, &env.clone()) {
+        env.entry(k).or_insert(v);
+    }
     let n = fabric.hosts.len();
     let hosts = RelaySettings::loopback_hosts(n, opts.first_host);
     let mut relay = Relay::bind(
@@ -168,6 +311,9 @@ fn run_variant(
     )
     .map_err(|e| e.to_string())?;
     let relay_addr = relay.local_addr().map_err(|e| e.to_string())?;
+    // Link events count from the hosts' common start, not the relay's.
+    relay.fabric_mut().hold_link_events();
+    let origin = AtomicU64::new(0);
 
     let dir = opts.out.join(&v.name);
     let work = dir.join("work");
@@ -194,8 +340,8 @@ fn run_variant(
 
     let stop = AtomicBool::new(false);
     let timeout = Duration::from_secs_f64(scenario.timeout_s.max(1.0));
-    let outcome: Result<u64, String> = std::thread::scope(|s| {
-        let relay_thread = s.spawn(|| relay.run(&stop));
+    let outcome: Result<(u64, Vec<HostSched>), String> = std::thread::scope(|s| {
+        let relay_thread = s.spawn(|| relay.run_from(&stop, &origin));
         let result = drive_hosts(
             n,
             &hosts,
@@ -205,12 +351,13 @@ fn run_variant(
             &work,
             opts,
             timeout,
+            &origin,
         );
         stop.store(true, Ordering::Relaxed);
         let _ = relay_thread.join();
         result
     });
-    let go = outcome?;
+    let (go, hosts_sched) = outcome?;
     let report = relay.report();
 
     // Collect the hosts' results.
@@ -243,6 +390,30 @@ fn run_variant(
             }
         }
     }
+    let mut started = Vec::with_capacity(flows.len());
+    for (i, s) in start.iter().enumerate() {
+        started.push(s.ok_or_else(|| format!("flow {i} has no complete record"))?);
+    }
+    // The ideal of the flows as they really started: a host that posts
+    // late (scheduling) or a dependency that completes late moves the
+    // flow's start, and the FCT is measured from that start.
+    let as_started: Vec<FlowSpec> = flows
+        .iter()
+        .zip(&started)
+        .map(|(f, &a)| FlowSpec {
+            start_us: a as f64 / 1000.0,
+            after: Vec::new(),
+            ..f.clone()
+        })
+        .collect();
+    let ideal_flows = ideal(relay.fabric(), &as_started, mtu);
+    let start_lag_ns = flows
+        .iter()
+        .zip(&started)
+        .filter(|(f, _)| f.after.is_empty())
+        .map(|(f, &a)| a.saturating_sub((f.start_us * 1000.0) as u64))
+        .max()
+        .unwrap_or(0);
     let mut results = Vec::new();
     for (i, f) in flows.iter().enumerate() {
         let (Some(a), Some(sd), Some(rd)) = (start[i], send_done[i], recv_done[i]) else {
@@ -263,7 +434,19 @@ fn run_variant(
             inflation: fct as f64 / id,
         });
     }
-    let summary = summarise(&results, &ideal_flows, &report);
+    let mut summary = summarise(&results, &ideal_flows, &report);
+    summary.start_lag_ns = start_lag_ns;
+    summary.load_average = load_average();
+    summary.host_wait_ns = hosts_sched
+        .iter()
+        .map(|h| h.mean_wait_ns)
+        .max()
+        .unwrap_or(0);
+    summary.host_wait_share = hosts_sched
+        .iter()
+        .map(|h| h.wait_ns as f64 / h.elapsed_ns.max(1) as f64)
+        .fold(0.0, f64::max);
+    summary.hosts_kept_up = summary.host_wait_share <= HOST_WAIT_LIMIT;
     let mut notes = Vec::new();
     if !summary.crossed_relay {
         notes.push(
@@ -278,9 +461,25 @@ fn run_variant(
             report.problems.join("; ")
         ));
     }
-    notes.push(
-        "cwnd is not plotted: the provider exports no congestion-window statistics yet".into(),
-    );
+    if !summary.hosts_kept_up {
+        notes.push(format!(
+            "THE HOSTS DID NOT KEEP UP; the numbers are not valid: a host process spent \
+             {:.0}% of the run runnable but waiting for a CPU ({:.0} us per wake-up; \
+             limit {:.0}%; load average {:.1}): its ACKs and sends left late",
+            summary.host_wait_share * 100.0,
+            summary.host_wait_ns as f64 / 1e3,
+            HOST_WAIT_LIMIT * 100.0,
+            summary.load_average
+        ));
+    }
+    if start_lag_ns > 5 * report.base_rtt_ns.max(1_000_000) {
+        notes.push(format!(
+            "a host posted its flow {:.1} ms after its start time: the machine was busy \
+             (load average {:.1}); the ideal counts from the actual starts",
+            start_lag_ns as f64 / 1e6,
+            summary.load_average
+        ));
+    }
     let result = VariantResult {
         scenario: scenario.name.clone(),
         variant: v.name.clone(),
@@ -289,13 +488,32 @@ fn run_variant(
         mtu,
         payload_efficiency: payload_efficiency(mtu),
         go_realtime_ns: go,
+        first_host: opts.first_host,
         summary,
         flows: results,
         relay: report,
+        hosts_sched,
         notes,
     };
     write_outputs(&dir, &result)?;
     Ok(result)
+}
+
+/// Niceness of the host processes. A host descheduled for milliseconds
+/// (the machine is shared: builds compete for the cores) turns into RTT
+/// samples and ACKs milliseconds late, i.e. congestion that the fabric did
+/// not have. When the relay runs at SCHED_FIFO priority (root), hosts run
+/// at a raised priority (-10): they sleep between packets, and the relay
+/// still preempts them. Otherwise they run below normal (5) so the relay,
+/// at normal priority then, keeps the clock.
+fn host_niceness(opts: &RunOptions) -> i32 {
+    use std::os::unix::fs::MetadataExt;
+    let root = fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0);
+    if opts.realtime && root {
+        -10
+    } else {
+        5
+    }
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -308,15 +526,15 @@ fn drive_hosts(
     work: &Path,
     opts: &RunOptions,
     timeout: Duration,
-) -> Result<u64, String> {
+    origin: &AtomicU64,
+) -> Result<(u64, Vec<HostSched>), String> {
     let mut children = Vec::new();
     for (h, ip) in hosts.iter().enumerate().take(n) {
         let log =
             fs::File::create(work.join(format!("host.{h}.log"))).map_err(|e| e.to_string())?;
         let log2 = log.try_clone().map_err(|e| e.to_string())?;
-        // Hosts run at a lower priority so the relay keeps the clock.
         let mut cmd = Command::new("nice");
-        cmd.args(["-n", "5"])
+        cmd.args(["-n", &host_niceness(opts).to_string()])
             .arg(&opts.matrix)
             .args(["--host", &h.to_string(), "--hosts", &n.to_string()])
             .arg("--flows")
@@ -327,6 +545,8 @@ fn drive_hosts(
             .env("FI_PROVIDER", "uet")
             .env("FI_UET_SRC_ADDR", ip.to_string())
             .env("FI_UET_FABRIC", relay_addr.to_string())
+            // Per-ACK congestion-control events, for the cwnd plot.
+            .env("FI_UET_TRACE", work.join(format!("trace.{h}.csv")))
             .envs(env)
             .stdin(Stdio::null())
             .stdout(log)
@@ -368,13 +588,26 @@ fn drive_hosts(
         return Err(e);
     }
     let go = realtime_ns() + 50_000_000;
+    origin.store(go, Ordering::Release);
     let written = fs::write(work.join("go.tmp"), format!("{go}\n"))
         .and_then(|_| fs::rename(work.join("go.tmp"), work.join("go")));
     if let Err(e) = written {
         kill_all(&mut children);
         return Err(e.to_string());
     }
+    let sched_before: Vec<Option<SchedStat>> =
+        children.iter().map(|c| SchedStat::of(c.id())).collect();
+    let t_go = Instant::now();
     let done = wait_files("result", &mut children);
+    let elapsed = t_go.elapsed().as_nanos() as u64;
+    let hosts_sched: Vec<HostSched> = children
+        .iter()
+        .zip(&sched_before)
+        .map(|(c, before)| match (before, SchedStat::of(c.id())) {
+            (Some(a), Some(b)) => HostSched::between(a, &b, elapsed),
+            _ => HostSched::default(),
+        })
+        .collect();
     let _ = fs::write(work.join("stop"), "1\n");
     let t1 = Instant::now();
     for c in children.iter_mut() {
@@ -398,7 +631,59 @@ fn drive_hosts(
             return Err(format!("host {h} failed: {log}"));
         }
     }
-    Ok(go)
+    Ok((go, hosts_sched))
+}
+
+/// A process's scheduler statistics (`/proc/PID/schedstat`): time on a
+/// CPU, time runnable but waiting for one, and how many times it ran.
+#[derive(Clone, Copy, Debug, Default)]
+struct SchedStat {
+    run_ns: u64,
+    wait_ns: u64,
+    slices: u64,
+}
+
+impl SchedStat {
+    fn of(pid: u32) -> Option<SchedStat> {
+        let text = fs::read_to_string(format!("/proc/{pid}/schedstat")).ok()?;
+        let mut it = text.split_whitespace().map(|x| x.parse::<u64>().ok());
+        Some(SchedStat {
+            run_ns: it.next()??,
+            wait_ns: it.next()??,
+            slices: it.next()??,
+        })
+    }
+}
+
+/// How one host process was scheduled from the common start to its last
+/// completion: a host waiting for a CPU answers late, which its peers see
+/// as RTT the fabric did not add.
+#[derive(Clone, Copy, Debug, Default, Serialize)]
+pub struct HostSched {
+    /// CPU time used, ns.
+    pub run_ns: u64,
+    /// Time runnable but not running (run-queue wait), ns.
+    pub wait_ns: u64,
+    /// Times it was scheduled in.
+    pub slices: u64,
+    /// Run-queue wait per time scheduled in, ns.
+    pub mean_wait_ns: u64,
+    /// Wall time of the measurement, ns.
+    pub elapsed_ns: u64,
+}
+
+impl HostSched {
+    fn between(a: &SchedStat, b: &SchedStat, elapsed_ns: u64) -> HostSched {
+        let slices = b.slices.saturating_sub(a.slices);
+        let wait_ns = b.wait_ns.saturating_sub(a.wait_ns);
+        HostSched {
+            run_ns: b.run_ns.saturating_sub(a.run_ns),
+            wait_ns,
+            slices,
+            mean_wait_ns: wait_ns / slices.max(1),
+            elapsed_ns,
+        }
+    }
 }
 
 fn summarise(
@@ -442,6 +727,11 @@ fn summarise(
         retransmits: report.fabric.retransmissions,
         kept_up: report.kept_up,
         crossed_relay: report.relay.received > 0,
+        start_lag_ns: 0,
+        load_average: 0.0,
+        host_wait_ns: 0,
+        host_wait_share: 0.0,
+        hosts_kept_up: true,
     }
 }
 
@@ -509,7 +799,7 @@ pub fn table(results: &[VariantResult]) -> String {
     let ms = |ns: f64| ns / 1e6;
     let _ = writeln!(
         s,
-        "{:<22} {:>5} {:>9} {:>9} {:>9} {:>6} {:>6} {:>6} {:>5} {:>7} {:>7} {:>6} {:>6} {:>6}",
+        "{:<22} {:>5} {:>9} {:>9} {:>9} {:>6} {:>6} {:>6} {:>5} {:>7} {:>7} {:>6} {:>6} {:>6} {:>5} {:>6} {:>6}",
         "variant",
         "flows",
         "fct_p50",
@@ -523,25 +813,30 @@ pub fn table(results: &[VariantResult]) -> String {
         "trims",
         "drops",
         "retx",
-        "valid"
+        "valid",
+        "late",
+        "hwait",
+        "load"
     );
     let _ = writeln!(
         s,
-        "{:<22} {:>5} {:>9} {:>9} {:>9} {:>6} {:>6} {:>6} {:>5} {:>7} {:>7} {:>6} {:>6} {:>6}",
-        "", "", "ms", "ms", "ms", "x", "x", "x", "", "", "", "", "", ""
+        "{:<22} {:>5} {:>9} {:>9} {:>9} {:>6} {:>6} {:>6} {:>5} {:>7} {:>7} {:>6} {:>6} {:>6} {:>5} {:>6} {:>6}",
+        "", "", "ms", "ms", "ms", "x", "x", "x", "", "", "", "", "", "", "ms", "%", ""
     );
     for r in results {
         let m = &r.summary;
         let valid = if !m.crossed_relay {
             "NO-RLY"
-        } else if m.kept_up {
-            "yes"
-        } else {
+        } else if !m.kept_up {
             "NO"
+        } else if !m.hosts_kept_up {
+            "NO-HST"
+        } else {
+            "yes"
         };
         let _ = writeln!(
             s,
-            "{:<22} {:>5} {:>9.3} {:>9.3} {:>9.3} {:>6.2} {:>6.2} {:>6.2} {:>5.3} {:>7} {:>7} {:>6} {:>6} {:>6}",
+            "{:<22} {:>5} {:>9.3} {:>9.3} {:>9.3} {:>6.2} {:>6.2} {:>6.2} {:>5.3} {:>7} {:>7} {:>6} {:>6} {:>6} {:>5.1} {:>6.0} {:>6.2}",
             r.variant,
             m.flows,
             ms(m.fct_p50_ns as f64),
@@ -555,7 +850,10 @@ pub fn table(results: &[VariantResult]) -> String {
             m.trims,
             m.drops,
             m.retransmits,
-            valid
+            valid,
+            ms(m.start_lag_ns as f64),
+            m.host_wait_share * 100.0,
+            m.load_average
         );
     }
     // Per flow size, when a scenario mixes sizes (targets are stated per
@@ -653,6 +951,47 @@ mod tests {
         assert_eq!(s.ideal_makespan_ns, 100.0);
         assert_eq!(s.trims, 3);
         assert!(!s.crossed_relay);
+    }
+
+    #[test]
+    fn slowing_down_stretches_time_and_keeps_bytes() {
+        let text = r#"
+name = "s"
+timeout_s = 10
+[fabric.topology]
+kind = "leaf-spine"
+leaves = 2
+spines = 2
+hosts_per_leaf = 2
+link_gbps = 1.0
+link_delay_ns = 25000
+[fabric.switch]
+reroute_us = 1000.0
+[[fabric.events]]
+at_us = 100.0
+link = ["leaf0", "spine1"]
+action = "down"
+[[patterns]]
+kind = "permutation"
+shift = 2
+bytes = 65536
+start_us = 10.0
+"#;
+        let s = Scenario::from_toml(text).unwrap();
+        let k = slowed(&s, 4.0);
+        assert_eq!(k.fabric.topology.link_gbps, 0.25);
+        assert_eq!(k.fabric.topology.link_delay_ns, 100_000);
+        assert_eq!(k.fabric.events[0].at_us, 400.0);
+        assert_eq!(k.fabric.switch.reroute_us, Some(4000.0));
+        assert_eq!(k.timeout_s, 40.0);
+        assert!(k.expand().unwrap().iter().all(|f| f.start_us == 40.0));
+        let (a, b) = (
+            Fabric::new(s.fabric.clone()).unwrap(),
+            Fabric::new(k.fabric.clone()).unwrap(),
+        );
+        assert!(b.max_base_rtt_ns().abs_diff(4 * a.max_base_rtt_ns()) <= 8);
+        assert!(a.data_buffer_bytes().abs_diff(b.data_buffer_bytes()) <= 2);
+        assert_eq!(slowed(&s, 1.0).fabric.topology.link_gbps, 1.0);
     }
 
     #[test]

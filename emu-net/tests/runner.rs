@@ -49,6 +49,7 @@ fn incast_scenario_runs_through_the_relay() {
         first_host: 70,
         max_lag_us: 100,
         realtime: false,
+        slowdown: 1.0,
     };
     let results = run(&scenario, &opts).unwrap();
     assert_eq!(results.len(), 1);

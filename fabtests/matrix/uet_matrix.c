@@ -170,15 +170,19 @@ static void read_flows(const char *file)
 
 static struct fid_cq *cq;
 
-/* Drain the CQ; mark flows done. Returns the number of completions. */
-static int progress(void)
+/* Drain the CQ; mark flows done. Returns the number of completions. While
+ * none has come, wait up to timeout_ms for one (0: do not wait). */
+static int progress_wait(int timeout_ms)
 {
 	struct fi_cq_tagged_entry e[16];
 	ssize_t n;
 	int total = 0;
 
 	for (;;) {
-		n = fi_cq_read(cq, e, 16);
+		if (timeout_ms > 0 && !total)
+			n = fi_cq_sread(cq, e, 16, NULL, timeout_ms);
+		else
+			n = fi_cq_read(cq, e, 16);
 		if (n == -FI_EAGAIN)
 			return total;
 		if (n == -FI_EAVAIL) {
@@ -203,6 +207,11 @@ static int progress(void)
 		}
 		total += (int)n;
 	}
+}
+
+static int progress(void)
+{
+	return progress_wait(0);
 }
 
 int main(int argc, char **argv)
@@ -260,8 +269,11 @@ int main(int argc, char **argv)
 	CHECK(fi_fabric(info->fabric_attr, &fabric, NULL));
 	CHECK(fi_domain(fabric, info, &domain, NULL));
 	{
+		/* A wait object: between packets a host sleeps in fi_cq_sread
+		 * instead of spinning, so a dozen hosts on two cores leave the
+		 * CPU to whichever host (or the relay) has work. */
 		struct fi_cq_attr ca = { .size = 1024, .format = FI_CQ_FORMAT_TAGGED,
-					 .wait_obj = FI_WAIT_NONE };
+					 .wait_obj = FI_WAIT_UNSPEC };
 		struct fi_av_attr aa = { .type = FI_AV_TABLE, .count = (size_t)nhosts };
 
 		CHECK(fi_cq_open(domain, &ca, &cq, NULL));
@@ -330,7 +342,8 @@ int main(int argc, char **argv)
 	deadline = go + (uint64_t)(timeout_s * 1e9);
 	for (;;) {
 		int pending = 0;
-		uint64_t t = now_ns();
+		uint64_t t = now_ns(), next_start = UINT64_MAX;
+		int refused = 0;
 
 		for (size_t k = 0; k < nflows; k++) {
 			struct flow *fl = &flows[k];
@@ -341,8 +354,13 @@ int main(int argc, char **argv)
 				continue;
 			if (!fl->done)
 				pending++;
-			if (fl->src != me || fl->posted || t < go + fl->start_ns)
+			if (fl->src != me || fl->posted)
 				continue;
+			if (t < go + fl->start_ns) {
+				if (go + fl->start_ns < next_start)
+					next_start = go + fl->start_ns;
+				continue;
+			}
 			for (int d = 0; d < fl->ndeps; d++)
 				if (!flows[fl->deps[d]].done)
 					ready = 0;
@@ -350,17 +368,33 @@ int main(int argc, char **argv)
 				continue;
 			fl->t_start = now_ns();
 			rc = fi_tsend(ep, sbuf, fl->bytes, NULL, peer[fl->dst], fl->id, &fl->ctx);
-			if (rc == -FI_EAGAIN)
+			if (rc == -FI_EAGAIN) {
+				refused = 1;
 				continue;
+			}
 			if (rc)
 				die("fi_tsend flow %zu: %s", k, fi_strerror((int)-rc));
 			fl->posted = 1;
 		}
 		if (!pending)
 			break;
-		/* Share the cores with the relay and the other hosts. */
-		if (!progress())
-			sched_yield();
+		/* Sleep until a completion, a packet or a timer (fi_cq_sread
+		 * waits in whole milliseconds, so the last one before a
+		 * flow's start time is spent polling). */
+		{
+			uint64_t t2 = now_ns();
+			int ms = 10;
+
+			if (next_start != UINT64_MAX)
+				ms = next_start > t2 + 2000000 ?
+					     (int)((next_start - t2) / 1000000) - 1 : 0;
+			if (ms > 10)
+				ms = 10;
+			if (refused)
+				ms = 0;
+			if (!progress_wait(ms) && !ms)
+				sched_yield();
+		}
 		if (now_ns() > deadline)
 			die("timed out with %d flows pending", pending);
 	}

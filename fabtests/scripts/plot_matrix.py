@@ -1,10 +1,12 @@
 #!/usr/bin/python3
-"""Plots of a connection-matrix run (uet-emu run): reads DIR/*/results.json,
-writes per variant throughput.png, queue.png, and one fct_cdf.png comparing
-the variants, each also as SVG.
+"""Plots of a connection-matrix run (uet-emu run): reads DIR/*/results.json
+and the hosts' congestion-control traces (DIR/*/work/trace.H.csv, written
+through FI_UET_TRACE), writes per variant throughput.png, cwnd.png,
+queue.png, and one fct_cdf.png comparing the variants, each also as SVG.
 
 usage: plot_matrix.py DIR
 """
+import csv
 import glob
 import json
 import os
@@ -31,7 +33,7 @@ def throughput(r, out):
     end = max([b[0] for p in rel["pairs"] for b in p["bytes"]] or [w])
     # About 200 bins over the run, whole multiples of the model's buckets;
     # empty bins are zeros, not gaps.
-    width = w * max(1, int(end / w / 200))
+    width = w * max(1, int((end - max(go_off, 0)) / w / 200))
     fig, ax = plt.subplots(figsize=(8, 4))
     for p in rel["pairs"]:
         if not p["bytes"]:
@@ -42,6 +44,7 @@ def throughput(r, out):
         t = [(i * width - go_off) / 1e6 for i in range(len(bins))]
         gbps = [n * 8 / width for n in bins]
         ax.step(t, gbps, where="post", lw=0.8, label="h%d->h%d" % (p["src"], p["dst"]))
+    ax.set_xlim(left=max(ax.get_xlim()[0], -1.0))
     ax.set_xlabel("time after the common start (ms)")
     ax.set_ylabel("delivered Gb/s (%.1f ms bins)" % (width / 1e6))
     ax.set_title("%s / %s: per-flow throughput" % (r["scenario"], r["variant"]))
@@ -51,6 +54,49 @@ def throughput(r, out):
     elif len(rel["pairs"]) <= 16:
         ax.legend(fontsize=6, ncol=2)
     save(fig, os.path.join(out, "throughput"))
+
+
+def cwnd(r, out):
+    """Congestion window per sender and peer over time, from the per-ACK
+    trace (ack, nack and timeout events), against the fabric's BDP."""
+    go = r["go_realtime_ns"]
+    lines = []
+    for path in sorted(glob.glob(os.path.join(out, "work", "trace.*.csv"))):
+        host = path.rsplit(".", 2)[-2]
+        per_peer = {}
+        with open(path) as f:
+            for row in csv.DictReader(f):
+                try:
+                    t = (int(row["wall_ns"]) - go) / 1e6
+                    w = int(row["cwnd"]) / 1024
+                except (KeyError, ValueError):
+                    continue
+                per_peer.setdefault(row["peer"], ([], []))
+                per_peer[row["peer"]][0].append(t)
+                per_peer[row["peer"]][1].append(w)
+        for peer, (t, w) in per_peer.items():
+            # Host i is 127.0.0.(first_host + i).
+            try:
+                dst = "h%d" % (int(peer.split(":")[0].split(".")[-1]) - r.get("first_host", 2))
+            except ValueError:
+                dst = peer
+            lines.append(("h%s->%s" % (host, dst), t, w))
+    fig, ax = plt.subplots(figsize=(8, 4))
+    if not lines:
+        ax.text(0.5, 0.5, "no congestion-control trace (FI_UET_TRACE)", ha="center",
+                transform=ax.transAxes)
+    for label, t, w in lines[:16]:
+        ax.step(t, w, where="post", lw=0.8, label=label)
+    bdp = r["relay"]["bdp_bytes"] / 1024
+    ax.axhline(bdp, ls="--", c="black", lw=0.7, label="BDP")
+    ax.set_xlabel("time after the common start (ms)")
+    ax.set_ylabel("cwnd (KiB)")
+    ax.set_title("%s / %s: congestion window (%s)" % (
+        r["scenario"], r["variant"], r["env"].get("FI_UET_CC", "nscc")))
+    ax.set_yscale("log")
+    if lines:
+        ax.legend(fontsize=6, ncol=2)
+    save(fig, os.path.join(out, "cwnd"))
 
 
 def queue(r, out):
@@ -83,6 +129,8 @@ def queue(r, out):
     # with trimming, 1 base RTT without, as bytes at the port's rate.
     target = (0.75 if r["trimming"] else 1.0) * rel["base_rtt_ns"] * top["gbps"] / 8
     ax.axhline(target / 1024, ls="-.", c="red", lw=0.8, label="NSCC target")
+    # Model time starts with the relay, about a second before the hosts.
+    ax.set_xlim(left=max(ax.get_xlim()[0], -1.0))
     ax.set_xlabel("time after the common start (ms)")
     ax.set_ylabel("data queue (KiB, max per bucket)")
     ax.set_title("%s / %s: busiest queues" % (r["scenario"], r["variant"]))
@@ -118,6 +166,7 @@ def main():
         results.append(r)
         d = os.path.dirname(path)
         throughput(r, d)
+        cwnd(r, d)
         queue(r, d)
     if results:
         fct_cdf(results, top)

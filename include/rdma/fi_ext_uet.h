@@ -68,6 +68,7 @@ extern "C" {
 #define FI_UET_PARAM_DELIVERY          "FI_UET_DELIVERY"          /* send contexts: rud (unordered, sprayed) | rod (ordered, one path) [rud] */
 #define FI_UET_PARAM_CC                "FI_UET_CC"                /* congestion control: nscc | none (fixed window) [nscc] */
 #define FI_UET_PARAM_LINK_GBPS         "FI_UET_LINK_GBPS"         /* link rate NSCC scales with, Gb/s [100] */
+#define FI_UET_PARAM_LINK_MBPS         "FI_UET_LINK_MBPS"         /* link rate in Mb/s, replaces LINK_GBPS when set [0] */
 #define FI_UET_PARAM_BASE_RTT_US       "FI_UET_BASE_RTT_US"       /* base RTT seed, us [0 = measure] */
 #define FI_UET_PARAM_LB                "FI_UET_LB"                /* load balancer: reps | reps_paper | bitmap | oblivious | single [reps] */
 #define FI_UET_PARAM_NSCC_VARIANT      "FI_UET_NSCC_VARIANT"      /* sim | paper | list of target,maxwnd,wtd,qa_scaling,fast_increase,md_rtt [sim] */

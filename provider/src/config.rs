@@ -116,6 +116,11 @@ pub const PARAMS: &[ParamSpec] = &[
         help: "Link rate in Gb/s that NSCC scales its window and gains with (bdp = rate * base RTT; default 100, a rate loopback sustains with 64 KB datagrams; 1..3200).",
     },
     ParamSpec {
+        name: "link_mbps",
+        kind: ParamKind::Int,
+        help: "Link rate in Mb/s; when set it replaces FI_UET_LINK_GBPS, for emulated links below 1 Gb/s or between whole Gb/s (default 0 = use FI_UET_LINK_GBPS; 0..3200000).",
+    },
+    ParamSpec {
         name: "base_rtt_us",
         kind: ParamKind::Int,
         help: "Base (unloaded) round-trip time in microseconds NSCC starts from (default 0 = measure it: the smallest valid RTT sample; a seed is still lowered by smaller samples).",
@@ -225,6 +230,8 @@ pub struct Config {
     pub ordered: bool,
     pub cc: CcAlgorithm,
     pub link_gbps: u32,
+    /// 0 = use `link_gbps`.
+    pub link_mbps: u32,
     /// 0 = measure.
     pub base_rtt_us: u64,
     pub lb: LbAlgorithm,
@@ -269,6 +276,7 @@ impl Default for Config {
             ordered: false,
             cc: CcAlgorithm::Nscc,
             link_gbps: 100,
+            link_mbps: 0,
             base_rtt_us: 0,
             lb: LbAlgorithm::Reps,
             nscc_variant: PaperFeatures::default(),
@@ -313,6 +321,15 @@ impl Config {
     /// Most operations an endpoint holds per direction: sends not yet
     /// complete, and posted receives. Beyond it posting returns `Again`.
     pub const QUEUE_DEPTH: usize = 8192;
+
+    /// The link rate NSCC and the load balancer scale with, Gb/s:
+    /// `link_mbps` when set, else `link_gbps`.
+    pub fn link_rate_gbps(&self) -> f64 {
+        match self.link_mbps {
+            0 => self.link_gbps as f64,
+            mbps => mbps as f64 / 1000.0,
+        }
+    }
 
     /// MTU on loopback, where the kernel carries 64 KiB datagrams cheaply.
     pub const LOOPBACK_MTU: usize = 65000;
@@ -360,6 +377,7 @@ impl Config {
             "pdc_idle_us" => self.pdc_idle_us as i64,
             "unexpected_bytes" => self.unexpected_bytes as i64,
             "link_gbps" => self.link_gbps as i64,
+            "link_mbps" => self.link_mbps as i64,
             "base_rtt_us" => self.base_rtt_us as i64,
             "nscc_target_pct" => self.nscc_target_pct as i64,
             "nscc_fast_increase_mtus" => self.nscc_fast_increase_mtus as i64,
@@ -456,6 +474,7 @@ impl Config {
                 _ => return Err(err("expects a boolean".into())),
             },
             "link_gbps" => self.link_gbps = int(1, 3200)? as u32,
+            "link_mbps" => self.link_mbps = int(0, 3_200_000)? as u32,
             "base_rtt_us" => self.base_rtt_us = int(0, 1_000_000)? as u64,
             "nscc_target_pct" => self.nscc_target_pct = int(0, 1000)? as u32,
             "nscc_fast_increase_mtus" => self.nscc_fast_increase_mtus = int(1, 64)? as u32,
@@ -530,6 +549,9 @@ mod tests {
             (c.link_gbps, c.base_rtt_us, c.entropies, c.trimming),
             (800, 12, 256, false)
         );
+        assert_eq!(c.link_rate_gbps(), 800.0);
+        c.set("link_mbps", ParamValue::Int(250)).unwrap();
+        assert_eq!(c.link_rate_gbps(), 0.25);
         let before = c.clone();
         assert!(c.set("cc", ParamValue::Str("cubic".into())).is_err());
         assert!(c.set("lb", ParamValue::Int(1)).is_err());

@@ -84,7 +84,7 @@ impl LbConfig {
             0 => super::REFERENCE_RTT_NS,
             us => us.saturating_mul(1000),
         };
-        let bdp = rtt_ns as f64 * cfg.link_gbps as f64 / 8.0;
+        let bdp = rtt_ns as f64 * cfg.link_rate_gbps() / 8.0;
         LbConfig {
             algorithm: cfg.lb,
             entropies: cfg.entropies,

@@ -268,7 +268,7 @@ impl CcConfig {
             fast_increase_mtus: cfg.nscc_fast_increase_mtus,
             fixed_window: (cfg.window as u64 * mtu as u64).min(u32::MAX as u64) as u32,
             min_maxwnd_packets: cfg.nscc_min_maxwnd_packets,
-            ..CcConfig::nscc(cfg.link_gbps as f64, mtu, mss)
+            ..CcConfig::nscc(cfg.link_rate_gbps(), mtu, mss)
         }
     }
 }
