@@ -88,6 +88,8 @@ pub struct Stats {
     pub sleek_retransmits: u64,
     /// Probes sent after three base RTTs of silence.
     pub probes_sent: u64,
+    /// Packets whose retransmission timer expired (each is resent).
+    pub timeouts: u64,
     /// Ordered delivery: packets the receiver dropped because an earlier
     /// PSN was missing.
     pub rod_out_of_order: u64,
@@ -287,6 +289,8 @@ pub struct Engine {
     trace: Option<Vec<TraceEvent>>,
     /// Reused by every ACK (no allocation per ACK).
     ack_scratch: AckOutcome,
+    /// Entropies of packets that just timed out (reused, for the trace).
+    timeout_scratch: Vec<u16>,
     stats: Stats,
     /// Our canonical address (the driver's socket 0). Data packets name its
     /// port in the SES `initiator` field, because they may leave from
@@ -334,6 +338,7 @@ impl Engine {
             stage_budget: config.unexpected_bytes,
             trace: None,
             ack_scratch: AckOutcome::default(),
+            timeout_scratch: Vec::new(),
             stats: Stats::default(),
             local,
             regions: None,

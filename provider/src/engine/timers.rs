@@ -44,12 +44,19 @@ impl Engine {
             }
             let peer = &mut self.peers[p];
             let (cc, lb) = (&mut peer.cc, &mut peer.lb);
+            let mut expired = std::mem::take(&mut self.timeout_scratch);
             let worst =
                 peer.tx
                     .on_timeout_with(now, self.rto_min, self.rto_max, |bytes, entropy| {
                         cc.on_timeout(now, bytes as u64);
                         lb.on_feedback(now, entropy, PathFeedback::Timeout);
+                        expired.push(entropy);
                     });
+            self.stats.timeouts += expired.len() as u64;
+            for entropy in expired.drain(..) {
+                self.record(p, now, TraceKind::Timeout, entropy, 0, false);
+            }
+            self.timeout_scratch = expired;
             if worst > self.max_retries {
                 self.fail_peer(p);
             } else {

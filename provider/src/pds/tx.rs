@@ -21,6 +21,10 @@ pub struct TxSlot {
     pub kind: SlotKind,
     pub sent_at: u64,
     pub retries: u32,
+    /// Times its timer expired: drives the backoff and declares the peer
+    /// dead. Resends after a NACK (trimming) or SLEEK do not count, so a
+    /// fabric that trims a lot never fails a live peer.
+    pub timeouts: u16,
     /// Bytes on the wire (headers included), for congestion control.
     pub bytes: u32,
     /// Entropy (source-port index) of the latest transmission.
@@ -148,6 +152,7 @@ impl TxPdc {
             kind,
             sent_at: now,
             retries: 0,
+            timeouts: 0,
             bytes,
             entropy,
             acked: false,
@@ -235,7 +240,7 @@ impl TxPdc {
         if let Some(slot) = self.slot_mut(psn) {
             if !slot.acked && slot.sent_at <= now {
                 slot.sent_at = now;
-                slot.retries = 0;
+                slot.timeouts = 0;
             }
         }
     }
@@ -517,13 +522,14 @@ impl TxPdc {
             if s.acked || s.queued {
                 continue;
             }
-            let due = s.sent_at + rto(s.retries);
+            let due = s.sent_at + rto(s.timeouts as u32);
             if due <= now {
                 s.queued = true;
                 expired(s.bytes, s.entropy);
-                worst = worst.max(s.retries + 1);
+                s.timeouts = s.timeouts.saturating_add(1);
+                worst = worst.max(s.timeouts as u32);
                 self.retransmit.push_back(self.base.wrapping_add(i as u32));
-                next_due = next_due.min(now + rto(s.retries + 1));
+                next_due = next_due.min(now + rto(s.timeouts as u32));
             } else {
                 next_due = next_due.min(due);
             }
@@ -702,6 +708,23 @@ mod tests {
         tx.on_ack(&ack(7, 0), 400);
         assert_eq!(tx.sleek(4, 8), 0);
         assert!(!tx.in_recovery());
+    }
+
+    #[test]
+    fn resends_after_nacks_do_not_count_towards_failure() {
+        let mut tx = TxPdc::new(1, 0);
+        tx.push(data(0), 0, 1000, 100, 0);
+        let mut now = 0;
+        for _ in 0..50 {
+            now += 10;
+            assert!(tx.nack(0, now));
+            tx.retransmit.clear();
+            tx.resend(0, now, 0);
+        }
+        assert_eq!(tx.slot(0).unwrap().retries, 50);
+        // The first timeout after all that is the first strike.
+        let worst = tx.on_timeout(now + 1_000_000, 100, 1000);
+        assert_eq!(worst, 1);
     }
 
     #[test]
