@@ -117,8 +117,8 @@ impl Engine {
                     return None;
                 };
                 let offset = m.next_offset;
-                let len = (m.wire_len() - offset)
-                    .min((max_payload - extension_len(m, offset)) as u64);
+                let len =
+                    (m.wire_len() - offset).min((max_payload - extension_len(m, offset)) as u64);
                 m.next_offset += len;
                 m.started = true;
                 m.unacked_packets += 1;
@@ -264,7 +264,9 @@ fn build_packet(
             match m.rma {
                 // Pulled data comes from the rendezvous send's payload.
                 Some(RmaTx::PullData {
-                    send_id, offset: base, ..
+                    send_id,
+                    offset: base,
+                    ..
                 }) => match peer.messages.get(&send_id) {
                     Some(send) => send.payload.read_at((base + offset) as usize, out),
                     None => return RequestRepr::LEN,

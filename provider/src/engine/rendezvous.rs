@@ -99,8 +99,7 @@ impl Engine {
     /// send: one packet's worth, the extension header included.
     pub(super) fn rendezvous_eager(&self, len: usize) -> Option<u64> {
         let t = self.rdv.threshold;
-        (t > 0 && len > t)
-            .then(|| t.min(self.max_payload() - RendezvousRepr::LEN) as u64)
+        (t > 0 && len > t).then(|| t.min(self.max_payload() - RendezvousRepr::LEN) as u64)
     }
 
     /// The description of a new rendezvous send with message ID `id`.
@@ -398,10 +397,7 @@ impl Engine {
 
     fn watch_peer(&mut self, p: usize) {
         let due = self.rdv.clock + self.rto_max;
-        self.rdv
-            .watch
-            .entry(p)
-            .or_insert(Watch { due, probes: 0 });
+        self.rdv.watch.entry(p).or_insert(Watch { due, probes: 0 });
     }
 
     /// A packet from peer `p` arrived: it is alive.
