@@ -472,7 +472,7 @@ impl Engine {
 mod tests {
     use super::*;
 
-    /// The per-peer figures documented in provider/README.md section 2.4.
+    /// The per-peer figures documented in provider/README.md section 2.5.
     #[test]
     fn per_peer_state_stays_small() {
         let sizes = [
