@@ -434,7 +434,9 @@ impl Engine {
             // The receiver does not know our context (it restarted, or
             // closed it): what was in flight is lost with it.
             NackCode::InvalidDpdcid | NackCode::Closing | NackCode::InvalidSyn => {
-                if self.peers[p].tx.in_flight() > 0 {
+                // Messages still held (a rendezvous send not pulled yet)
+                // belong to the lost context as much as packets in flight.
+                if self.peers[p].tx.in_flight() > 0 || !self.peers[p].messages.is_empty() {
                     self.fail_peer(p);
                 } else {
                     self.reset_tx_pdc(p);

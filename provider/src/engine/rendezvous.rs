@@ -403,6 +403,9 @@ impl Engine {
     /// A packet from peer `p` arrived: it is alive.
     pub(super) fn heard_from(&mut self, p: usize, now: u64) {
         self.rdv.clock = self.rdv.clock.max(now);
+        if self.rdv.watch.is_empty() {
+            return;
+        }
         if let Some(w) = self.rdv.watch.get_mut(&p) {
             w.probes = 0;
             w.due = now + self.rto_max;
