@@ -113,7 +113,7 @@ impl Engine {
         }
     }
 
-    /// Pull statistics for tests: pulls in flight over all peers.
+    /// Pulls this endpoint waits for, over all peers (diagnostics, tests).
     pub fn pulls_pending(&self) -> usize {
         self.rdv.pulls.len()
     }
@@ -124,7 +124,6 @@ impl Engine {
     /// what the receive buffer has room for past the eager part, or tell it
     /// none is wanted. Its bytes not pulled count as received.
     pub(super) fn start_pull(&mut self, p: usize, msg_id: u16) {
-        let number = self.rdv.number();
         let peer = &mut self.peers[p];
         let Some(inb) = peer.inbound.get_mut(&msg_id) else {
             return;
@@ -137,6 +136,7 @@ impl Engine {
         }
         r.requested = true;
         self.stats.rendezvous_pulls += 1;
+        let number = self.rdv.number();
         let (key, addr, eager) = (r.key, r.addr, r.eager);
         let cap = match &inb.state {
             InboundState::Posted(recv) => recv.buffer.len() as u64,
@@ -302,8 +302,7 @@ impl Engine {
                 error: Some(CompletionError::PeerUnreachable),
             });
         }
-        // Later messages may have waited for this one's turn.
-        self.match_in_order(p);
+        // It was matched already: its turn in the matching order is past.
     }
 
     // ----- sender -----------------------------------------------------------------
