@@ -20,9 +20,8 @@ use uet::{
 
 const THRESHOLD: usize = 64 * 1024;
 const MTU: usize = 9000;
-/// Payload of the eager packet: one packet less the PDS, SES and
-/// rendezvous headers.
-const EAGER: usize = MTU - 12 - 44 - 28;
+/// Bytes a rendezvous send carries itself.
+const EAGER: usize = THRESHOLD;
 
 struct Pair {
     eng: [Engine; 2],

@@ -173,9 +173,9 @@ impl Engine {
         }
     }
 
-    /// `rdv` is the rendezvous header of a rendezvous send's packet: it
-    /// must describe the whole message, carried in that one packet from
-    /// offset 0 (a rendezvous packet without it was trimmed: no payload).
+    /// `rdv` is the rendezvous header of a rendezvous send's first packet:
+    /// it must describe the whole message, its eager part starting with
+    /// this packet (a first packet without it was trimmed: no payload).
     pub(super) fn request_is_sane(
         &self,
         s: &SesRequestRepr,
@@ -184,14 +184,14 @@ impl Engine {
     ) -> bool {
         let payload_len = payload.len();
         let rendezvous = s.opcode().is_ok_and(SesOpcode::is_rendezvous);
+        let som = s.flags & sflags::SOM != 0;
         let rendezvous_ok = match rdv {
             Some(r) => {
-                r.eager_length as usize == payload_len
+                r.eager_length as usize >= payload_len
                     && r.total_length() == s.request_length as u64
                     && s.buffer_offset == 0
-                    && s.flags & sflags::SOM != 0
             }
-            None => !rendezvous || payload_len == 0,
+            None => !(rendezvous && som) || payload_len == 0,
         };
         rendezvous_ok
             && Self::carries_known_opcode(s)
@@ -247,7 +247,11 @@ impl Engine {
     fn ensure_inbound(&mut self, p: usize, s: &SesRequestRepr, rdv: Option<&RendezvousRepr>) {
         let peer = &mut self.peers[p];
         let id = s.message_id;
-        if peer.inbound.contains_key(&id) {
+        if let Some(inb) = peer.inbound.get_mut(&id) {
+            // A rendezvous send's first packet may come after others.
+            if let (Some(r), None) = (rdv, &inb.rendezvous) {
+                inb.rendezvous = Some(RendezvousRx::from(r));
+            }
             return;
         }
         // Message IDs are consecutive per peer; the distance from the next
@@ -269,12 +273,7 @@ impl Engine {
                 },
                 received: 0,
                 state: InboundState::Staged(Vec::new()),
-                rendezvous: rdv.map(|r| RendezvousRx {
-                    key: r.read_key,
-                    addr: r.read_address,
-                    eager: r.eager_length as u64,
-                    requested: false,
-                }),
+                rendezvous: rdv.map(RendezvousRx::from),
             },
         );
     }
@@ -333,6 +332,10 @@ impl Engine {
             self.mark_ready(p);
         }
         self.match_in_order(p);
+        if rdv.is_some() {
+            // Matched before its first packet came: pull now.
+            self.start_pull(p, id);
+        }
         self.finish_if_complete(p, id);
     }
 
@@ -680,17 +683,16 @@ fn is_send(s: &SesRequestRepr) -> bool {
     )
 }
 
-/// The rendezvous header (rendezvous sends) and the payload after the SES
-/// header. A rendezvous packet too short for its header has lost it to
-/// trimming (no header, no payload); `None` when it is malformed.
+/// The rendezvous header (first packet of a rendezvous send) and the
+/// payload after the SES header. A first packet too short for its header
+/// has lost it to trimming (no header, no payload); `None` when it is
+/// malformed.
 fn split_rendezvous<'a>(
     s: &SesRequestRepr,
     rest: &'a [u8],
 ) -> Option<(Option<RendezvousRepr>, &'a [u8])> {
-    if !s.opcode().is_ok_and(SesOpcode::is_rendezvous) {
-        return Some((None, rest));
-    }
-    if rest.is_empty() {
+    let first = s.flags & sflags::SOM != 0;
+    if !s.opcode().is_ok_and(SesOpcode::is_rendezvous) || !first || rest.is_empty() {
         return Some((None, rest));
     }
     let r = RendezvousRepr::parse(rest).ok()?;
@@ -718,7 +720,8 @@ fn trimmed(tos: u8, ses: &Ses, payload_len: usize) -> Option<Trim> {
     };
     // Only sends and read data promise payload in every packet (a read
     // request has none); a rendezvous send's packet its header as well.
-    if s.opcode().is_ok_and(SesOpcode::is_rendezvous) && rdv.is_none() {
+    let first = s.flags & sflags::SOM != 0;
+    if s.opcode().is_ok_and(SesOpcode::is_rendezvous) && first && rdv.is_none() {
         return Some(Trim::Fabric);
     }
     if !is_send(s) && s.opcode() != Ok(SesOpcode::ReadResponse) {

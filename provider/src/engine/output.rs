@@ -249,7 +249,7 @@ fn build_packet(
             }
             ses.emit(body);
             let mut start = SesRequestRepr::LEN;
-            if let Some(RmaTx::Rendezvous { key, eager, .. }) = m.rma {
+            if let (Some(RmaTx::Rendezvous { key, eager, .. }), true) = (m.rma, som) {
                 RendezvousRepr {
                     eager_length: eager as u32,
                     read_address: eager,

@@ -1,8 +1,9 @@
 //! Rendezvous sends: the receiver pulls large messages once they match.
 //!
 //! A send longer than `FI_UET_RENDEZVOUS_BYTES` travels as a rendezvous send
-//! (SES opcode 6, or 0x0A tagged): one packet carrying the first `eager`
-//! bytes and the rendezvous extension header ([`RendezvousRepr`]), whose
+//! (SES opcode 6, or 0x0A tagged): packets carrying its first `eager` =
+//! `FI_UET_RENDEZVOUS_BYTES` bytes, the first of them with the rendezvous
+//! extension header ([`crate::wire::RendezvousRepr`]), whose
 //! `read_key` names the send (`(unique number << 16) | message ID`: no
 //! application memory registration is involved; the engine keeps the send's
 //! payload until the pull is over) and whose `read_address` is the message
@@ -10,7 +11,8 @@
 //! the eager bytes (staged and budgeted like any unexpected payload).
 //!
 //! Once the message is matched (on arrival, or when the application posts
-//! or claims a receive), the receiver sends a pull: an SES read (opcode 2)
+//! or claims a receive) and its first packet is in, the receiver sends a
+//! pull, so its round trip overlaps the rest of the eager part: an SES read (opcode 2)
 //! with resource index [`RENDEZVOUS_RESOURCE`], `match_bits` = the key,
 //! `buffer_offset` = the address, `request_length` = the bytes it wants
 //! (what fits its buffer; 0 when it discards the message or its buffer
@@ -37,7 +39,6 @@
 use super::rma::ACCESS_DENIED;
 use super::*;
 use crate::ses::{PullState, RmaTx};
-use crate::wire::RendezvousRepr;
 
 /// The resource index that marks an SES read as a rendezvous pull (the
 /// highest 12-bit index; RMA reads use index 0).
@@ -96,10 +97,11 @@ struct Watch {
 
 impl Engine {
     /// The eager part of a send of `len` bytes when it goes as a rendezvous
-    /// send: one packet's worth, the extension header included.
+    /// send: the first `FI_UET_RENDEZVOUS_BYTES`, which travel while the
+    /// receiver's pull makes its round trip.
     pub(super) fn rendezvous_eager(&self, len: usize) -> Option<u64> {
         let t = self.rdv.threshold;
-        (t > 0 && len > t).then(|| t.min(self.max_payload() - RendezvousRepr::LEN) as u64)
+        (t > 0 && len > t).then_some(t as u64)
     }
 
     /// The description of a new rendezvous send with message ID `id`.
@@ -128,6 +130,11 @@ impl Engine {
         let Some(inb) = peer.inbound.get_mut(&msg_id) else {
             return;
         };
+        // Only a matched or discarded message whose first packet (with the
+        // extension header) is in.
+        if !matches!(inb.state, InboundState::Posted(_) | InboundState::Discard) {
+            return;
+        }
         let Some(r) = inb.rendezvous.as_mut() else {
             return;
         };

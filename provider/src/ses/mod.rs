@@ -171,6 +171,17 @@ pub struct Inbound {
     pub rendezvous: Option<RendezvousRx>,
 }
 
+impl From<&crate::wire::RendezvousRepr> for RendezvousRx {
+    fn from(r: &crate::wire::RendezvousRepr) -> Self {
+        RendezvousRx {
+            key: r.read_key,
+            addr: r.read_address,
+            eager: r.eager_length as u64,
+            requested: false,
+        }
+    }
+}
+
 /// The receiver's view of a rendezvous send (from its extension header).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RendezvousRx {
