@@ -78,7 +78,7 @@ pub const PARAMS: &[ParamSpec] = &[
     ParamSpec {
         name: "rendezvous_bytes",
         kind: ParamKind::Int,
-        help: "Sends longer than this many bytes go as rendezvous sends (default 262144; 0 = never): one packet of the message travels eagerly and the receiver pulls the rest straight into its receive buffer once the message is matched, so an unmatched large message costs it at most one packet of memory.",
+        help: "Sends longer than this many bytes go as rendezvous sends (default 262144; 0 = never): their first this-many bytes travel eagerly and the receiver pulls the rest straight into its receive buffer once the message is matched, so an unmatched large message costs it at most this much memory. The send completes once the pull is over.",
     },
     ParamSpec {
         name: "trace",
