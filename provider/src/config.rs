@@ -81,6 +81,11 @@ pub const PARAMS: &[ParamSpec] = &[
         help: "Most payload bytes an endpoint holds for messages that arrived before a matching receive was posted (default 67108864). Past it, further packets of unmatched messages are refused with NACK 0x07 and resent by the sender later, so memory stays bounded whatever the senders claim.",
     },
     ParamSpec {
+        name: "rendezvous_bytes",
+        kind: ParamKind::Int,
+        help: "Sends longer than this many bytes go as rendezvous sends (default 262144; 0 = never): their first this-many bytes travel eagerly and the receiver pulls the rest straight into its receive buffer once the message is matched, so an unmatched large message costs it at most this much memory. The send completes once the pull is over.",
+    },
+    ParamSpec {
         name: "trace",
         kind: ParamKind::Str,
         help: "File to write a CSV trace of congestion-control events to (one line per ACK, NACK and timeout: time, peer, entropy, RTT, ECN, cwnd, in flight, base RTT, average delay); \"%p\" in the name becomes the process ID, \"%e\" the endpoint's port (default empty: no trace).",
@@ -222,6 +227,8 @@ pub struct Config {
     pub port: u16,
     pub pdc_idle_us: u64,
     pub unexpected_bytes: usize,
+    /// 0 = every send is eager.
+    pub rendezvous_bytes: usize,
     /// Empty = no congestion-control trace.
     pub trace: String,
     /// Empty = loopback.
@@ -271,6 +278,7 @@ impl Default for Config {
             port: 0,
             pdc_idle_us: 1_000_000,
             unexpected_bytes: 64 << 20,
+            rendezvous_bytes: 256 << 10,
             trace: String::new(),
             src_addr: String::new(),
             ordered: false,
@@ -376,6 +384,7 @@ impl Config {
             "port" => self.port as i64,
             "pdc_idle_us" => self.pdc_idle_us as i64,
             "unexpected_bytes" => self.unexpected_bytes as i64,
+            "rendezvous_bytes" => self.rendezvous_bytes as i64,
             "link_gbps" => self.link_gbps as i64,
             "link_mbps" => self.link_mbps as i64,
             "base_rtt_us" => self.base_rtt_us as i64,
@@ -433,6 +442,7 @@ impl Config {
             "port" => self.port = int(0, 65535)? as u16,
             "pdc_idle_us" => self.pdc_idle_us = int(0, 1 << 40)? as u64,
             "unexpected_bytes" => self.unexpected_bytes = int(0, 1 << 40)? as usize,
+            "rendezvous_bytes" => self.rendezvous_bytes = int(0, 1 << 40)? as usize,
             "trace" => match value {
                 ParamValue::Str(s) => self.trace = s,
                 _ => return Err(err("expects a file name".into())),

@@ -36,6 +36,9 @@ struct Impairments {
     idle_close_us: Option<u64>,
     /// The receiver's budget for unmatched messages (FI_UET_UNEXPECTED_BYTES).
     unexpected_bytes: Option<usize>,
+    /// Sends longer than this are pulled by the receiver
+    /// (FI_UET_RENDEZVOUS_BYTES; `None` = the default).
+    rendezvous_bytes: Option<usize>,
     /// Reliable ordered delivery (FI_UET_DELIVERY=rod).
     ordered: bool,
 }
@@ -98,6 +101,9 @@ fn run(seed: u64, imp: Impairments, sizes: &[usize], tagged: bool) -> (u64, [Sta
         pdc_idle_us: imp.idle_close_us.unwrap_or(0),
         unexpected_bytes: imp.unexpected_bytes.unwrap_or(64 << 20),
         ordered: imp.ordered,
+        rendezvous_bytes: imp
+            .rendezvous_bytes
+            .unwrap_or(Config::default().rendezvous_bytes),
         ..Config::default()
     };
     let addrs: [SocketAddr; 2] = [
@@ -258,6 +264,8 @@ fn run(seed: u64, imp: Impairments, sizes: &[usize], tagged: bool) -> (u64, [Sta
         }
     }
     assert_eq!(eng[1].staged_bytes(), 0, "staging not released");
+    assert_eq!(eng[1].pulls_pending(), 0, "pulls left behind");
+    assert_eq!(eng[1].inbound_len(), 0, "inbound state left behind");
     for (i, b) in bufs.iter().enumerate() {
         assert_eq!(sends_done[i], 1, "send {i} completions");
         assert_eq!(recvs_done[i], 1, "recv {i} completions");
@@ -399,6 +407,45 @@ fn ordered_delivery_places_data_in_order() {
 }
 
 #[test]
+fn rendezvous_sends_are_pulled_exactly_once_under_loss() {
+    for seed in 0..6 {
+        let (_, [tx, rx]) = run(
+            seed,
+            Impairments {
+                drop: 0.1,
+                duplicate: 0.05,
+                jitter: 10_000,
+                trim: 0.05,
+                rendezvous_bytes: Some(3000),
+                ..Impairments::default()
+            },
+            &[200_000, 3000, 3001, 0, 64_000, 10, 9000],
+            seed % 2 == 0,
+        );
+        assert!(tx.retransmits > 0, "{tx:?}");
+        assert_eq!(rx.rendezvous_pulls, 4, "{rx:?}");
+    }
+}
+
+#[test]
+fn unexpected_rendezvous_messages_fit_a_small_budget() {
+    // Five unexpected 100 KB messages with a budget of 20 KB: eager sends
+    // would need backpressure, rendezvous sends stage one packet each.
+    let (_, [_, rx]) = run(
+        2,
+        Impairments {
+            unexpected_bytes: Some(20_000),
+            rendezvous_bytes: Some(2000),
+            ..Impairments::default()
+        },
+        &[100_000; 10],
+        true,
+    );
+    assert_eq!(rx.backpressure, 0, "{rx:?}");
+    assert_eq!(rx.rendezvous_pulls, 10, "{rx:?}");
+}
+
+#[test]
 fn idle_context_closes_and_reopens() {
     for seed in 0..4 {
         run(
@@ -429,10 +476,12 @@ proptest! {
         sizes in proptest::collection::vec(0usize..40_000, 1..12),
         tagged in any::<bool>(),
         ordered in any::<bool>(),
+        rendezvous in proptest::option::of(1000usize..20_000),
     ) {
         let imp = Impairments {
             drop, duplicate, jitter, trim, ce, idle_close_us: idle_close, unexpected_bytes: None,
             ordered,
+            rendezvous_bytes: rendezvous,
         };
         let (took, _) = run(seed, imp, &sizes, tagged);
         // Bounded: every message through within a bounded number of

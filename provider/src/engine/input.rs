@@ -1,6 +1,8 @@
 //! Datagram input: requests, SES payload and responses, ACKs.
 
 use super::*;
+use crate::ses::{RendezvousRx, RmaTx};
+use crate::wire::RendezvousRepr;
 
 impl Engine {
     // ----- datagram input -------------------------------------------------------------
@@ -34,9 +36,15 @@ impl Engine {
         // fails a check leaves no trace.
         let ses = match req.next {
             NextHeader::SesRequest => match SesRequestRepr::parse(body) {
-                Ok(s) if self.request_is_sane(&s, body.len() - SesRequestRepr::LEN) => {
-                    Ses::Request(s)
-                }
+                Ok(s) => match split_rendezvous(&s, &body[SesRequestRepr::LEN..]) {
+                    Some((rdv, payload)) if self.request_is_sane(&s, rdv.as_ref(), payload) => {
+                        Ses::Request(s, rdv)
+                    }
+                    _ => {
+                        self.stats.malformed += 1;
+                        return;
+                    }
+                },
                 _ => {
                     self.stats.malformed += 1;
                     return;
@@ -98,31 +106,33 @@ impl Engine {
             return;
         }
         let Some(p) = p else { return };
-        let payload_len = body.len().saturating_sub(match ses {
-            Ses::Request(_) => SesRequestRepr::LEN,
+        self.heard_from(p, now);
+        let payload_at = match ses {
+            Ses::Request(_, None) => SesRequestRepr::LEN,
+            Ses::Request(_, Some(_)) => SesRequestRepr::LEN + RendezvousRepr::LEN,
             Ses::Response(_) => SesResponseRepr::LEN,
-        });
+        };
+        let payload_len = body.len().saturating_sub(payload_at);
         if let Some(trim) = trimmed(tos, &ses, payload_len) {
             self.on_trimmed(p, &req, trim);
             return;
         }
-        if let Ses::Request(s) = &ses {
+        if let Ses::Request(s, _) = &ses {
             // Later packets must agree with the length the first one set.
             if let Some(inb) = self.peers[p].inbound.get(&s.message_id) {
-                let payload_len = (body.len() - SesRequestRepr::LEN) as u64;
-                if Self::message_offset(s) + payload_len > inb.header.len {
+                if Self::message_offset(s) + payload_len as u64 > inb.header.len {
                     self.stats.malformed += 1;
                     return;
                 }
             }
         }
-        if let Ses::Request(s) = &ses {
+        if let Ses::Request(s, rdv) = &ses {
             let new = self.peers[p]
                 .rx
                 .as_ref()
                 .is_some_and(|rx| rx.classify(req.psn) == Arrival::New);
-            let send = matches!(s.opcode(), Ok(SesOpcode::Send | SesOpcode::TaggedSend));
-            if new && send && payload_len > 0 && !self.stage_has_room(p, s, payload_len) {
+            let send = is_send(s);
+            if new && send && payload_len > 0 && !self.stage_has_room(p, s, rdv, payload_len) {
                 // Backpressure: the sender resends later, without counting
                 // it against the peer (NACK 0x07).
                 self.stats.backpressure += 1;
@@ -192,13 +202,33 @@ impl Engine {
             }
         }
         match ses {
-            Ses::Request(s) => self.on_ses_request(p, &s, &body[SesRequestRepr::LEN..]),
+            Ses::Request(s, rdv) => self.on_ses_request(p, &s, rdv.as_ref(), &body[payload_at..]),
             Ses::Response(r) => self.on_ses_response(p, &r),
         }
     }
 
-    pub(super) fn request_is_sane(&self, s: &SesRequestRepr, payload_len: usize) -> bool {
-        Self::carries_known_opcode(s)
+    /// `rdv` is the rendezvous header of a rendezvous send's first packet:
+    /// it must describe the whole message, its eager part starting with
+    /// this packet (a first packet without it was trimmed: no payload).
+    pub(super) fn request_is_sane(
+        &self,
+        s: &SesRequestRepr,
+        rdv: Option<&RendezvousRepr>,
+        payload: &[u8],
+    ) -> bool {
+        let payload_len = payload.len();
+        let rendezvous = s.opcode().is_ok_and(SesOpcode::is_rendezvous);
+        let som = s.flags & sflags::SOM != 0;
+        let rendezvous_ok = match rdv {
+            Some(r) => {
+                r.eager_length as usize >= payload_len
+                    && r.total_length() == s.request_length as u64
+                    && s.buffer_offset == 0
+            }
+            None => !(rendezvous && som) || payload_len == 0,
+        };
+        rendezvous_ok
+            && Self::carries_known_opcode(s)
             && Self::message_offset(s)
                 .checked_add(payload_len as u64)
                 .is_some_and(|end| end <= s.request_length as u64)
@@ -231,6 +261,9 @@ impl Engine {
                 } else {
                     rx
                 });
+                // Pulls from the old context will not be answered.
+                self.fail_pulls(p);
+                let peer = &mut self.peers[p];
                 self.staged_bytes -= peer
                     .inbound
                     .values()
@@ -257,10 +290,14 @@ impl Engine {
 
     /// Create the receive state of a message on its first packet (any of
     /// them: each carries the header).
-    fn ensure_inbound(&mut self, p: usize, s: &SesRequestRepr) {
+    fn ensure_inbound(&mut self, p: usize, s: &SesRequestRepr, rdv: Option<&RendezvousRepr>) {
         let peer = &mut self.peers[p];
         let id = s.message_id;
-        if peer.inbound.contains_key(&id) {
+        if let Some(inb) = peer.inbound.get_mut(&id) {
+            // A rendezvous send's first packet may come after others.
+            if let (Some(r), None) = (rdv, &inb.rendezvous) {
+                inb.rendezvous = Some(RendezvousRx::from(r));
+            }
             return;
         }
         // Message IDs are consecutive per peer; the distance from the next
@@ -271,7 +308,10 @@ impl Engine {
             Inbound {
                 seq: peer.next_match_seq + ahead,
                 header: MsgHeader {
-                    tagged: s.opcode == SesOpcode::TaggedSend as u8,
+                    tagged: matches!(
+                        s.opcode(),
+                        Ok(SesOpcode::TaggedSend | SesOpcode::RendezvousTaggedSend)
+                    ),
                     tag: s.match_bits,
                     len: s.request_length as u64,
                     cq_data: None,
@@ -279,6 +319,7 @@ impl Engine {
                 },
                 received: 0,
                 state: InboundState::Staged(Vec::new()),
+                rendezvous: rdv.map(RendezvousRx::from),
             },
         );
     }
@@ -288,8 +329,14 @@ impl Engine {
     /// only while staged data of unmatched messages stays within the
     /// endpoint's budget. Matching runs first, so a posted receive absorbs
     /// the message instead of the stage.
-    fn stage_has_room(&mut self, p: usize, s: &SesRequestRepr, len: usize) -> bool {
-        self.ensure_inbound(p, s);
+    fn stage_has_room(
+        &mut self,
+        p: usize,
+        s: &SesRequestRepr,
+        rdv: &Option<RendezvousRepr>,
+        len: usize,
+    ) -> bool {
+        self.ensure_inbound(p, s, rdv.as_ref());
         self.match_in_order(p);
         let growth = self.peers[p]
             .inbound
@@ -298,11 +345,17 @@ impl Engine {
         growth == 0 || self.staged_bytes + growth <= self.stage_budget
     }
 
-    pub(super) fn on_ses_request(&mut self, p: usize, s: &SesRequestRepr, payload: &[u8]) {
+    pub(super) fn on_ses_request(
+        &mut self,
+        p: usize,
+        s: &SesRequestRepr,
+        rdv: Option<&RendezvousRepr>,
+        payload: &[u8],
+    ) {
         if self.on_rma_request(p, s, payload) {
             return;
         }
-        self.ensure_inbound(p, s);
+        self.ensure_inbound(p, s, rdv);
         let peer = &mut self.peers[p];
         let id = s.message_id;
         let Some(inb) = peer.inbound.get_mut(&id) else {
@@ -325,6 +378,10 @@ impl Engine {
             self.mark_ready(p);
         }
         self.match_in_order(p);
+        if rdv.is_some() {
+            // Matched before its first packet came: pull now.
+            self.start_pull(p, id);
+        }
         self.finish_if_complete(p, id);
     }
 
@@ -340,6 +397,10 @@ impl Engine {
             return;
         }
         m.delivered = true;
+        if m.pull_pending() {
+            // Completes once the pulled data is acknowledged too.
+            return;
+        }
         if !m.completed {
             m.completed = true;
             self.completions
@@ -422,7 +483,9 @@ impl Engine {
             // The receiver does not know our context (it restarted, or
             // closed it): what was in flight is lost with it.
             NackCode::InvalidDpdcid | NackCode::Closing | NackCode::InvalidSyn => {
-                if self.peers[p].tx.in_flight() > 0 {
+                // Messages still held (a rendezvous send not pulled yet)
+                // belong to the lost context as much as packets in flight.
+                if self.peers[p].tx.in_flight() > 0 || !self.peers[p].messages.is_empty() {
                     self.fail_peer(p);
                 } else {
                     self.reset_tx_pdc(p);
@@ -538,6 +601,7 @@ impl Engine {
             return;
         }
         self.stats.acks_received += 1;
+        self.heard_from(p, now);
         if ack.flags & pflags::ACK_M != 0 {
             self.stats.ecn_echoes_received += 1;
         }
@@ -618,10 +682,32 @@ impl Engine {
             return;
         };
         m.unacked_packets = m.unacked_packets.saturating_sub(1);
+        let pulled_from = match m.rma {
+            Some(RmaTx::PullData { send_id, .. }) if m.fully_acked() => Some(send_id),
+            _ => None,
+        };
+        self.settle_message(p, msg_id);
+        if let Some(send_id) = pulled_from {
+            self.on_pull_data_acked(p, send_id);
+        }
+    }
+
+    /// Complete (at transmit level, or at delivery level once the response
+    /// came) and retire a message whose packets are all acknowledged.
+    pub(super) fn settle_message(&mut self, p: usize, msg_id: u16) {
+        let peer = &mut self.peers[p];
+        let Some(m) = peer.messages.get_mut(&msg_id) else {
+            return;
+        };
         if !m.fully_acked() {
             return;
         }
-        if m.level == CompletionLevel::Transmit && !m.completed {
+        let due = match m.level {
+            CompletionLevel::Transmit => true,
+            CompletionLevel::Delivery => m.delivered,
+            CompletionLevel::Inject => false,
+        };
+        if due && !m.completed {
             m.completed = true;
             self.completions
                 .push_back(Completion::send(m.context, m.tagged, m.len() as usize));
@@ -647,8 +733,36 @@ impl Engine {
 }
 
 enum Ses {
-    Request(SesRequestRepr),
+    /// With the rendezvous header of a rendezvous send's packet.
+    Request(SesRequestRepr, Option<RendezvousRepr>),
     Response(SesResponseRepr),
+}
+
+/// Message payload that matches a receive (eager or rendezvous send).
+fn is_send(s: &SesRequestRepr) -> bool {
+    matches!(
+        s.opcode(),
+        Ok(SesOpcode::Send
+            | SesOpcode::TaggedSend
+            | SesOpcode::RendezvousSend
+            | SesOpcode::RendezvousTaggedSend)
+    )
+}
+
+/// The rendezvous header (first packet of a rendezvous send) and the
+/// payload after the SES header. A first packet too short for its header
+/// has lost it to trimming (no header, no payload); `None` when it is
+/// malformed.
+fn split_rendezvous<'a>(
+    s: &SesRequestRepr,
+    rest: &'a [u8],
+) -> Option<(Option<RendezvousRepr>, &'a [u8])> {
+    let first = s.flags & sflags::SOM != 0;
+    if !s.opcode().is_ok_and(SesOpcode::is_rendezvous) || !first || rest.is_empty() {
+        return Some((None, rest));
+    }
+    let r = RendezvousRepr::parse(rest).ok()?;
+    Some((Some(r), &rest[RendezvousRepr::LEN..]))
 }
 
 /// Control flag of a close that answers one (receiver -> sender).
@@ -667,11 +781,16 @@ fn trimmed(tos: u8, ses: &Ses, payload_len: usize) -> Option<Trim> {
     if let Some(t) = crate::wire::ip::trim_of(tos) {
         return Some(t);
     }
-    let Ses::Request(s) = ses else {
+    let Ses::Request(s, rdv) = ses else {
         return None;
     };
-    // Only sends promise payload in every packet (a read request has none).
-    if !matches!(s.opcode(), Ok(SesOpcode::Send | SesOpcode::TaggedSend)) {
+    // Only sends and read data promise payload in every packet (a read
+    // request has none); a rendezvous send's packet its header as well.
+    let first = s.flags & sflags::SOM != 0;
+    if s.opcode().is_ok_and(SesOpcode::is_rendezvous) && first && rdv.is_none() {
+        return Some(Trim::Fabric);
+    }
+    if !is_send(s) && s.opcode() != Ok(SesOpcode::ReadResponse) {
         return None;
     }
     let remaining = (s.request_length as u64).saturating_sub(s.buffer_offset);
@@ -693,7 +812,7 @@ fn trimmed(tos: u8, ses: &Ses, payload_len: usize) -> Option<Trim> {
 /// fill it) also means the source address as is.
 fn canonical_source(from: SocketAddr, ses: &Ses) -> SocketAddr {
     match ses {
-        Ses::Request(s) if s.initiator != 0 && s.initiator <= u16::MAX as u32 => {
+        Ses::Request(s, _) if s.initiator != 0 && s.initiator <= u16::MAX as u32 => {
             SocketAddr::new(from.ip(), s.initiator as u16)
         }
         _ => from,

@@ -20,6 +20,8 @@ impl Engine {
             }
         }
         inb.state = InboundState::Posted(recv);
+        // A rendezvous message pulls its remainder into the buffer now.
+        self.start_pull(p, msg_id);
         self.finish_if_complete(p, msg_id);
     }
 
@@ -28,6 +30,8 @@ impl Engine {
             self.staged_bytes = self.staged_bytes.saturating_sub(inb.staged_bytes());
             inb.state = InboundState::Discard;
         }
+        // A rendezvous sender learns that nothing will be pulled.
+        self.start_pull(p, msg_id);
         self.finish_if_complete(p, msg_id);
     }
 

@@ -22,8 +22,11 @@ mod input;
 mod matching;
 mod output;
 mod post;
+mod rendezvous;
 mod rma;
 mod timers;
+
+pub use rendezvous::RENDEZVOUS_RESOURCE;
 
 use std::sync::Arc;
 
@@ -110,6 +113,9 @@ pub struct Stats {
     /// Packets of unmatched messages refused (NACK 0x07) because the
     /// staging budget was spent.
     pub backpressure: u64,
+    /// Rendezvous messages this endpoint asked the sender for (pulls,
+    /// including the empty ones of discarded or truncated messages).
+    pub rendezvous_pulls: u64,
 }
 
 /// The send side's view of one peer: congestion state, resends and path use.
@@ -300,6 +306,8 @@ pub struct Engine {
     regions: Option<std::sync::Arc<dyn MemoryRegions>>,
     /// Reads this endpoint initiated, by (peer, read request message ID).
     reads: HashMap<(usize, u16), rma::PendingRead>,
+    /// Rendezvous sends and pulls (engine/rendezvous.rs).
+    rdv: rendezvous::RendezvousState,
 }
 
 impl Engine {
@@ -343,6 +351,7 @@ impl Engine {
             local,
             regions: None,
             reads: HashMap::new(),
+            rdv: rendezvous::RendezvousState::new(config),
         }
     }
 

@@ -1,6 +1,8 @@
 //! Datagram output: ACKs ahead of data, peers taking turns, packet building.
 
 use super::*;
+use crate::ses::RmaTx;
+use crate::wire::RendezvousRepr;
 
 impl Engine {
     // ----- datagram output --------------------------------------------------------------
@@ -102,7 +104,9 @@ impl Engine {
         let next_bytes = match *peer.queue.front()? {
             TxItem::Response { .. } => (RequestRepr::LEN + SesResponseRepr::LEN) as u64,
             TxItem::Message(id) => peer.messages.get(&id).map_or(0, |m| {
-                DATA_HEADERS as u64 + (m.len() - m.next_offset).min(max_payload as u64)
+                DATA_HEADERS as u64
+                    + extension_len(m, m.next_offset) as u64
+                    + (m.wire_len() - m.next_offset).min(max_payload as u64)
             }),
         };
         if !peer.cc.can_send(peer.in_flight_bytes, next_bytes) {
@@ -118,7 +122,8 @@ impl Engine {
                     return None;
                 };
                 let offset = m.next_offset;
-                let len = (m.len() - offset).min(max_payload as u64);
+                let len =
+                    (m.wire_len() - offset).min((max_payload - extension_len(m, offset)) as u64);
                 m.next_offset += len;
                 m.started = true;
                 m.unacked_packets += 1;
@@ -157,6 +162,15 @@ impl Engine {
             entropy,
             ecn: Ecn::Ect0,
         })
+    }
+}
+
+/// Bytes of extension header in front of the payload of the packet at
+/// `offset` of `m` (the rendezvous header on a rendezvous send's first).
+fn extension_len(m: &TxMessage, offset: u64) -> usize {
+    match m.rma {
+        Some(RmaTx::Rendezvous { .. }) if offset == 0 => RendezvousRepr::LEN,
+        _ => 0,
     }
 }
 
@@ -245,10 +259,32 @@ fn build_packet(
                 r.describe(&mut ses, offset);
             }
             ses.emit(body);
-            let start = SesRequestRepr::LEN;
-            m.payload
-                .read_at(offset as usize, &mut body[start..start + len as usize]);
-            DATA_HEADERS + len as usize
+            let mut start = SesRequestRepr::LEN;
+            if let (Some(RmaTx::Rendezvous { key, eager, .. }), true) = (m.rma, som) {
+                RendezvousRepr {
+                    eager_length: eager as u32,
+                    read_address: eager,
+                    read_key: key,
+                    read_length: (m.len() - eager) as u32,
+                    ..RendezvousRepr::default()
+                }
+                .emit(&mut body[start..]);
+                start += RendezvousRepr::LEN;
+            }
+            let out = &mut body[start..start + len as usize];
+            match m.rma {
+                // Pulled data comes from the rendezvous send's payload.
+                Some(RmaTx::PullData {
+                    send_id,
+                    offset: base,
+                    ..
+                }) => match peer.messages.get(&send_id) {
+                    Some(send) => send.payload.read_at((base + offset) as usize, out),
+                    None => return RequestRepr::LEN,
+                },
+                _ => m.payload.read_at(offset as usize, out),
+            }
+            RequestRepr::LEN + start + len as usize
         }
         SlotKind::Response { msg_id, len, code } => {
             SesResponseRepr {

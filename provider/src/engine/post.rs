@@ -40,6 +40,11 @@ impl Engine {
         peer.tx_active_at = now;
         let id = peer.next_msg_id;
         peer.next_msg_id = id.wrapping_add(1);
+        // Large sends are pulled by the receiver once matched.
+        let rma = self
+            .rendezvous_eager(len)
+            .map(|eager| self.new_rendezvous(p, id, eager, now));
+        let peer = &mut self.peers[p];
         peer.messages.insert(
             id,
             TxMessage {
@@ -55,7 +60,7 @@ impl Engine {
                 unacked_packets: 0,
                 completed,
                 delivered: false,
-                rma: None,
+                rma,
             },
         );
         peer.queue.push_back(TxItem::Message(id));

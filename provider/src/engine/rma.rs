@@ -88,6 +88,32 @@ impl RmaTx {
                 ses.match_bits = read_id as u64;
                 ses.flags &= !(sflags::DC | sflags::HD);
             }
+            RmaTx::Rendezvous { .. } => {
+                ses.opcode = if ses.opcode == SesOpcode::TaggedSend as u8 {
+                    SesOpcode::RendezvousTaggedSend as u8
+                } else {
+                    SesOpcode::RendezvousSend as u8
+                };
+            }
+            RmaTx::Pull {
+                key,
+                addr,
+                len,
+                token,
+            } => {
+                ses.opcode = SesOpcode::Read as u8;
+                ses.resource_index = super::RENDEZVOUS_RESOURCE;
+                ses.buffer_offset = addr;
+                ses.match_bits = key;
+                ses.request_length = len as u32;
+                ses.header_data = token;
+                ses.flags &= !(sflags::DC | sflags::HD);
+            }
+            RmaTx::PullData { token, .. } => {
+                ses.opcode = SesOpcode::ReadResponse as u8;
+                ses.match_bits = token;
+                ses.flags &= !(sflags::DC | sflags::HD);
+            }
         }
     }
 }
@@ -110,6 +136,8 @@ impl Engine {
             s.opcode(),
             Ok(SesOpcode::Send
                 | SesOpcode::TaggedSend
+                | SesOpcode::RendezvousSend
+                | SesOpcode::RendezvousTaggedSend
                 | SesOpcode::Write
                 | SesOpcode::Read
                 | SesOpcode::Atomic
@@ -281,7 +309,7 @@ impl Engine {
 
     /// Register an RMA operation's place in the sender's message order;
     /// `len` is the payload bytes it carries in all.
-    fn rma_inbound(
+    pub(super) fn rma_inbound(
         &mut self,
         p: usize,
         s: &SesRequestRepr,
@@ -307,6 +335,7 @@ impl Engine {
                 },
                 received: 0,
                 state,
+                rendezvous: None,
             },
         );
         true
@@ -361,6 +390,12 @@ impl Engine {
     }
 
     fn on_read_request(&mut self, p: usize, s: &SesRequestRepr) {
+        if s.resource_index == super::RENDEZVOUS_RESOURCE {
+            self.rma_inbound(p, s, 0, |_| None);
+            self.retire_rma_inbound(p, s.message_id);
+            self.on_pull_request(p, s);
+            return;
+        }
         let (key, addr, len) = (s.match_bits, s.buffer_offset, s.request_length as u64);
         let memory = self
             .regions
@@ -518,6 +553,10 @@ impl Engine {
     }
 
     fn on_read_data(&mut self, p: usize, s: &SesRequestRepr, payload: &[u8]) {
+        if s.match_bits > u16::MAX as u64 {
+            self.on_pull_data(p, s, payload);
+            return;
+        }
         let read_id = s.match_bits as u16;
         let expected = self.reads.get(&(p, read_id)).map(|r| r.len as u64);
         let len = s.request_length as u64;
@@ -576,8 +615,9 @@ impl Engine {
         c
     }
 
-    /// The peer failed: its outstanding reads fail too.
+    /// The peer failed: its outstanding reads and pulls fail too.
     pub(super) fn fail_reads(&mut self, p: usize) {
+        self.fail_pulls(p);
         let mut ids: Vec<u16> = self
             .reads
             .keys()
@@ -593,7 +633,7 @@ impl Engine {
     }
 
     /// Drop a finished RMA inbound entry once the matcher has passed it.
-    fn retire_rma_inbound(&mut self, p: usize, id: u16) {
+    pub(super) fn retire_rma_inbound(&mut self, p: usize, id: u16) {
         let peer = &mut self.peers[p];
         let passed = peer
             .inbound
@@ -610,6 +650,9 @@ impl Engine {
     /// An SES response for one of our RMA operations. False when it is a
     /// message's delivery response.
     pub(super) fn on_rma_response(&mut self, p: usize, r: &SesResponseRepr) -> bool {
+        if self.on_pull_refused(p, r) {
+            return true;
+        }
         // A read is only ever answered with a response when it was refused
         // (its data is the success answer).
         if let Some(read) = self.reads.remove(&(p, r.message_id)) {

@@ -13,6 +13,10 @@ impl Engine {
             .filter(|&t| t != 0)
             .min();
         let ack = (self.ack_timer != 0).then_some(self.ack_timer);
+        let ack = match (ack, self.rendezvous_deadline()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
         match (rto, ack) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -20,6 +24,7 @@ impl Engine {
     }
 
     pub fn handle_timeout(&mut self, now: u64) {
+        self.rendezvous_timer(now);
         if self.ack_timer != 0 && self.ack_timer <= now {
             self.ack_timer = 0;
             for p in 0..self.peers.len() {

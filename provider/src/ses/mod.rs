@@ -44,11 +44,13 @@ pub struct TxMessage {
     pub completed: bool,
     /// The peer's SES response arrived (delivery complete).
     pub delivered: bool,
-    /// RMA write, read request or read data (`None` for messages).
+    /// RMA write, read request or read data, or a rendezvous send and its
+    /// pulls (`None` for eager messages).
     pub rma: Option<RmaTx>,
 }
 
-/// How an RMA packet differs from a message packet (see `engine/rma.rs`).
+/// How an RMA or rendezvous packet differs from a message packet (see
+/// `engine/rma.rs` and `engine/rendezvous.rs`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RmaTx {
     /// Write to `addr` under `key`.
@@ -65,11 +67,63 @@ pub enum RmaTx {
         code: u16,
         fetch: bool,
     },
+    /// A rendezvous send: its packets carry the first `eager` bytes; the
+    /// receiver pulls the rest with a read naming `key`.
+    Rendezvous {
+        key: u64,
+        eager: u64,
+        pull: PullState,
+    },
+    /// A rendezvous receiver's read of `len` bytes at message offset `addr`
+    /// of the send named by `key`; `token` comes back in the data.
+    Pull {
+        key: u64,
+        addr: u64,
+        len: u64,
+        token: u64,
+    },
+    /// Data answering a pull: `len` bytes of the rendezvous send `send_id`
+    /// from message offset `offset` (read from that send's payload).
+    PullData {
+        token: u64,
+        send_id: u16,
+        offset: u64,
+        len: u64,
+    },
+}
+
+/// Where the remainder of a rendezvous send stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PullState {
+    /// The receiver has not asked for it yet (unmatched).
+    Waiting,
+    /// Its data is on the way.
+    Pulling,
+    /// Pulled and acknowledged, or the receiver wants no more.
+    Done,
 }
 
 impl TxMessage {
+    /// The operation's length: the whole message, or a pull's bytes.
     pub fn len(&self) -> u64 {
-        self.payload.len() as u64
+        match self.rma {
+            Some(RmaTx::PullData { len, .. }) => len,
+            _ => self.payload.len() as u64,
+        }
+    }
+
+    /// Bytes this message's own packets carry (a rendezvous send only its
+    /// eager part).
+    pub fn wire_len(&self) -> u64 {
+        match self.rma {
+            Some(RmaTx::Rendezvous { eager, .. }) => eager,
+            _ => self.len(),
+        }
+    }
+
+    /// A rendezvous send whose receiver has not finished pulling.
+    pub fn pull_pending(&self) -> bool {
+        matches!(self.rma, Some(RmaTx::Rendezvous { pull, .. }) if pull != PullState::Done)
     }
 
     pub fn is_empty(&self) -> bool {
@@ -77,11 +131,13 @@ impl TxMessage {
     }
 
     pub fn fully_sent(&self) -> bool {
-        self.started && self.next_offset >= self.len()
+        self.started && self.next_offset >= self.wire_len()
     }
 
+    /// Every packet acknowledged and, for a rendezvous send, the rest
+    /// pulled: the payload is no longer needed.
     pub fn fully_acked(&self) -> bool {
-        self.fully_sent() && self.unacked_packets == 0
+        self.fully_sent() && self.unacked_packets == 0 && !self.pull_pending()
     }
 }
 
@@ -107,9 +163,35 @@ pub struct Inbound {
     /// Position in the sender's message order.
     pub seq: u64,
     pub header: MsgHeader,
-    /// Payload bytes received so far (each packet counted once).
+    /// Payload bytes received so far (each packet counted once), plus
+    /// those of a rendezvous remainder that will not be pulled.
     pub received: u64,
     pub state: InboundState,
+    /// A rendezvous send: where its remainder is to be pulled from.
+    pub rendezvous: Option<RendezvousRx>,
+}
+
+impl From<&crate::wire::RendezvousRepr> for RendezvousRx {
+    fn from(r: &crate::wire::RendezvousRepr) -> Self {
+        RendezvousRx {
+            key: r.read_key,
+            addr: r.read_address,
+            eager: r.eager_length as u64,
+            requested: false,
+        }
+    }
+}
+
+/// The receiver's view of a rendezvous send (from its extension header).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RendezvousRx {
+    pub key: u64,
+    /// Sender's address of the remainder's first byte.
+    pub addr: u64,
+    /// Message bytes carried by the send itself; the pull lands after them.
+    pub eager: u64,
+    /// The pull (or the word that none is wanted) was requested.
+    pub requested: bool,
 }
 
 impl Inbound {

@@ -1,0 +1,490 @@
+//! Rendezvous sends: the receiver pulls large messages once they match.
+//!
+//! A send longer than `FI_UET_RENDEZVOUS_BYTES` travels as a rendezvous send
+//! (SES opcode 6, or 0x0A tagged): packets carrying its first `eager` =
+//! `FI_UET_RENDEZVOUS_BYTES` bytes, the first of them with the rendezvous
+//! extension header ([`crate::wire::RendezvousRepr`]), whose
+//! `read_key` names the send (`(unique number << 16) | message ID`: no
+//! application memory registration is involved; the engine keeps the send's
+//! payload until the pull is over) and whose `read_address` is the message
+//! offset of the remainder. Unmatched, the message costs the receiver only
+//! the eager bytes (staged and budgeted like any unexpected payload).
+//!
+//! Once the message is matched (on arrival, or when the application posts
+//! or claims a receive) and its first packet is in, the receiver sends a
+//! pull, so its round trip overlaps the rest of the eager part: an SES read (opcode 2)
+//! with resource index [`RENDEZVOUS_RESOURCE`], `match_bits` = the key,
+//! `buffer_offset` = the address, `request_length` = the bytes it wants
+//! (what fits its buffer; 0 when it discards the message or its buffer
+//! holds no more than the eager part) and `header_data` = a token of its
+//! own. The sender answers on its own delivery context with read-response
+//! data (opcode 0x11, `match_bits` = the token, `buffer_offset` = offset in
+//! the pull), which the receiver writes straight into the receive buffer.
+//! The pulled data rides the PDS like any message (retransmission, NSCC,
+//! spraying); it takes a message ID in the sender's order and is skipped by
+//! matching like RMA data.
+//!
+//! The send completes, and its payload is released, once its eager packet
+//! is acknowledged and the pull's data is acknowledged (or a zero-length
+//! pull said none is wanted). A key that names no waiting send gets an SES
+//! response with [`ACCESS_DENIED`]; the receive then fails.
+//!
+//! Liveness: while an endpoint waits on a peer for a rendezvous (a send not
+//! yet pulled, or a pull not yet in) and has nothing in flight to it, a peer
+//! that dies would go unnoticed. So when nothing was heard from such a peer
+//! for `FI_UET_RTO_MAX_US`, an ACK request probes it, with the usual
+//! backoff; after `FI_UET_MAX_RETRIES` unanswered probes the peer is failed
+//! like one that stopped acknowledging (`FI_EIO`).
+
+use super::rma::ACCESS_DENIED;
+use super::*;
+use crate::ses::{PullState, RmaTx};
+
+/// The resource index that marks an SES read as a rendezvous pull (the
+/// highest 12-bit index; RMA reads use index 0).
+pub const RENDEZVOUS_RESOURCE: u16 = 0xfff;
+
+/// Rendezvous bookkeeping of an endpoint.
+pub(super) struct RendezvousState {
+    /// Sends longer than this go as rendezvous sends (0 = never).
+    threshold: usize,
+    /// Source of send keys and pull tokens; tokens start above the 16-bit
+    /// read IDs that RMA read data carries in the same field.
+    next_number: u64,
+    /// Pulls this endpoint asked for, by (peer, token).
+    pulls: FastMap<(usize, u64), PendingPull>,
+    /// Peers waited on, with their probe state.
+    watch: FastMap<usize, Watch>,
+    /// The latest `now` the engine was given (arms watches from paths
+    /// without a clock of their own).
+    clock: u64,
+}
+
+impl RendezvousState {
+    pub(super) fn new(config: &Config) -> Self {
+        RendezvousState {
+            threshold: config.rendezvous_bytes,
+            next_number: 1 << 16,
+            pulls: FastMap::default(),
+            watch: FastMap::default(),
+            clock: 0,
+        }
+    }
+
+    fn number(&mut self) -> u64 {
+        let n = self.next_number;
+        self.next_number += 1;
+        n
+    }
+}
+
+/// A pull on its way: its data lands in inbound message `msg_id` at
+/// message offset `offset` + its own offset.
+#[derive(Clone, Copy, Debug)]
+struct PendingPull {
+    msg_id: u16,
+    offset: u64,
+    len: u64,
+    /// Message ID of the pull request (a refusal names it).
+    request_id: u16,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Watch {
+    due: u64,
+    probes: u32,
+}
+
+impl Engine {
+    /// The eager part of a send of `len` bytes when it goes as a rendezvous
+    /// send: the first `FI_UET_RENDEZVOUS_BYTES`, which travel while the
+    /// receiver's pull makes its round trip.
+    pub(super) fn rendezvous_eager(&self, len: usize) -> Option<u64> {
+        let t = self.rdv.threshold;
+        (t > 0 && len > t).then_some(t as u64)
+    }
+
+    /// The description of a new rendezvous send with message ID `id`.
+    pub(super) fn new_rendezvous(&mut self, p: usize, id: u16, eager: u64, now: u64) -> RmaTx {
+        self.rdv.clock = self.rdv.clock.max(now);
+        self.watch_peer(p);
+        RmaTx::Rendezvous {
+            key: self.rdv.number() << 16 | id as u64,
+            eager,
+            pull: PullState::Waiting,
+        }
+    }
+
+    /// Pulls this endpoint waits for, over all peers (diagnostics, tests).
+    pub fn pulls_pending(&self) -> usize {
+        self.rdv.pulls.len()
+    }
+
+    // ----- receiver ---------------------------------------------------------------
+
+    /// A rendezvous message was matched (or discarded): ask the sender for
+    /// what the receive buffer has room for past the eager part, or tell it
+    /// none is wanted. Its bytes not pulled count as received.
+    pub(super) fn start_pull(&mut self, p: usize, msg_id: u16) {
+        let peer = &mut self.peers[p];
+        let Some(inb) = peer.inbound.get_mut(&msg_id) else {
+            return;
+        };
+        // Only a matched or discarded message whose first packet (with the
+        // extension header) is in.
+        if !matches!(inb.state, InboundState::Posted(_) | InboundState::Discard) {
+            return;
+        }
+        let Some(r) = inb.rendezvous.as_mut() else {
+            return;
+        };
+        if r.requested {
+            return;
+        }
+        r.requested = true;
+        self.stats.rendezvous_pulls += 1;
+        let number = self.rdv.number();
+        let (key, addr, eager) = (r.key, r.addr, r.eager);
+        let cap = match &inb.state {
+            InboundState::Posted(recv) => recv.buffer.len() as u64,
+            _ => 0,
+        };
+        let rest = inb.header.len.saturating_sub(eager);
+        let want = rest.min(cap.saturating_sub(eager));
+        let was_complete = inb.complete();
+        inb.received += rest - want;
+        let completed = !was_complete && inb.complete();
+        let id = peer.next_msg_id;
+        peer.next_msg_id = id.wrapping_add(1);
+        peer.messages.insert(
+            id,
+            TxMessage {
+                tagged: false,
+                tag: 0,
+                cq_data: None,
+                payload: Payload::Owned(Vec::new()),
+                context: 0,
+                level: CompletionLevel::Transmit,
+                signal: false,
+                next_offset: 0,
+                started: false,
+                unacked_packets: 0,
+                completed: true,
+                delivered: false,
+                rma: Some(RmaTx::Pull {
+                    key,
+                    addr,
+                    len: want,
+                    token: number,
+                }),
+            },
+        );
+        peer.queue.push_back(TxItem::Message(id));
+        self.sends_outstanding += 1;
+        if want > 0 {
+            self.rdv.pulls.insert(
+                (p, number),
+                PendingPull {
+                    msg_id,
+                    offset: eager,
+                    len: want,
+                    request_id: id,
+                },
+            );
+            self.watch_peer(p);
+        }
+        self.mark_ready(p);
+        if completed {
+            self.rendezvous_complete(p, msg_id);
+        }
+    }
+
+    /// Read-response data of one of our pulls (the token is above the
+    /// 16-bit RMA read IDs). Data for no known pull is dropped.
+    pub(super) fn on_pull_data(&mut self, p: usize, s: &SesRequestRepr, payload: &[u8]) {
+        let token = s.match_bits;
+        let len = s.request_length as u64;
+        let pull = self
+            .rdv
+            .pulls
+            .get(&(p, token))
+            .copied()
+            .filter(|q| q.len == len);
+        self.rma_inbound(p, s, len, |_| None);
+        let id = s.message_id;
+        let peer = &mut self.peers[p];
+        let Some(inb) = peer.inbound.get_mut(&id) else {
+            return;
+        };
+        inb.place(s.buffer_offset, payload);
+        let pulled = inb.complete();
+        let mut landed = false;
+        if let Some(q) = pull {
+            if let Some(target) = peer.inbound.get_mut(&q.msg_id) {
+                if matches!(target.state, InboundState::Posted(_)) {
+                    let was_complete = target.complete();
+                    target.place(q.offset + s.buffer_offset, payload);
+                    landed = !was_complete && target.complete();
+                }
+            }
+        }
+        if pulled {
+            self.retire_rma_inbound(p, id);
+            self.rdv.pulls.remove(&(p, token));
+        }
+        if let (Some(q), true) = (pull, landed) {
+            self.rendezvous_complete(p, q.msg_id);
+        }
+    }
+
+    /// All bytes of a rendezvous message are in (or will not come): answer
+    /// a delivery-complete request and complete the receive.
+    fn rendezvous_complete(&mut self, p: usize, msg_id: u16) {
+        let peer = &mut self.peers[p];
+        if let Some(inb) = peer.inbound.get(&msg_id) {
+            if inb.header.want_response {
+                peer.queue.push_back(TxItem::Response {
+                    msg_id,
+                    len: inb.header.len.min(u32::MAX as u64) as u32,
+                    code: 0,
+                });
+                self.mark_ready(p);
+            }
+        }
+        self.finish_if_complete(p, msg_id);
+    }
+
+    /// An SES response refusing one of our pulls (the sender no longer has
+    /// the message): the receive fails. False when it is about no pull.
+    pub(super) fn on_pull_refused(&mut self, p: usize, r: &SesResponseRepr) -> bool {
+        if r.return_code == 0 {
+            return false;
+        }
+        let found = self
+            .rdv
+            .pulls
+            .iter()
+            .find(|(&(q, _), pull)| q == p && pull.request_id == r.message_id)
+            .map(|(&k, pull)| (k, *pull));
+        let Some((k, pull)) = found else {
+            return false;
+        };
+        self.rdv.pulls.remove(&k);
+        self.fail_pulled_receive(p, pull.msg_id);
+        true
+    }
+
+    /// The peer is gone (or its context restarted): every pull from it
+    /// fails, and so do their receives.
+    pub(super) fn fail_pulls(&mut self, p: usize) {
+        let mut ids: Vec<((usize, u64), u16)> = self
+            .rdv
+            .pulls
+            .iter()
+            .filter(|((q, _), _)| *q == p)
+            .map(|(&k, pull)| (k, pull.msg_id))
+            .collect();
+        ids.sort_unstable();
+        for (k, msg_id) in ids {
+            self.rdv.pulls.remove(&k);
+            self.fail_pulled_receive(p, msg_id);
+        }
+    }
+
+    fn fail_pulled_receive(&mut self, p: usize, msg_id: u16) {
+        let peer = &mut self.peers[p];
+        let Some(inb) = peer.inbound.remove(&msg_id) else {
+            return;
+        };
+        if let InboundState::Posted(recv) = inb.state {
+            self.completions.push_back(Completion {
+                kind: CompletionKind::Recv,
+                context: recv.context,
+                tagged: inb.header.tagged,
+                len: 0,
+                buf: recv.buffer.base_addr(),
+                tag: inb.header.tag,
+                data: inb.header.cq_data,
+                src: Some(peer.addr),
+                error: Some(CompletionError::PeerUnreachable),
+            });
+        }
+        // It was matched already: its turn in the matching order is past.
+    }
+
+    // ----- sender -----------------------------------------------------------------
+
+    /// A peer's pull of one of our rendezvous sends.
+    pub(super) fn on_pull_request(&mut self, p: usize, s: &SesRequestRepr) {
+        let (key, addr, len, token) = (
+            s.match_bits,
+            s.buffer_offset,
+            s.request_length as u64,
+            s.header_data,
+        );
+        let send_id = key as u16;
+        let peer = &mut self.peers[p];
+        let accepted = peer.messages.get_mut(&send_id).is_some_and(|m| {
+            let total = m.len();
+            match &mut m.rma {
+                Some(RmaTx::Rendezvous {
+                    key: k,
+                    eager,
+                    pull,
+                }) if *k == key
+                    && *pull == PullState::Waiting
+                    && addr >= *eager
+                    && addr.checked_add(len).is_some_and(|end| end <= total) =>
+                {
+                    *pull = if len == 0 {
+                        PullState::Done
+                    } else {
+                        PullState::Pulling
+                    };
+                    true
+                }
+                _ => false,
+            }
+        });
+        if !accepted {
+            peer.queue.push_back(TxItem::Response {
+                msg_id: s.message_id,
+                len: 0,
+                code: ACCESS_DENIED,
+            });
+            self.mark_ready(p);
+            return;
+        }
+        if len == 0 {
+            self.settle_message(p, send_id);
+            return;
+        }
+        let id = peer.next_msg_id;
+        peer.next_msg_id = id.wrapping_add(1);
+        peer.messages.insert(
+            id,
+            TxMessage {
+                tagged: false,
+                tag: 0,
+                cq_data: None,
+                payload: Payload::Owned(Vec::new()),
+                context: 0,
+                level: CompletionLevel::Transmit,
+                signal: false,
+                next_offset: 0,
+                started: false,
+                unacked_packets: 0,
+                completed: true,
+                delivered: false,
+                rma: Some(RmaTx::PullData {
+                    token,
+                    send_id,
+                    offset: addr,
+                    len,
+                }),
+            },
+        );
+        peer.queue.push_back(TxItem::Message(id));
+        self.sends_outstanding += 1;
+        self.mark_ready(p);
+    }
+
+    /// The data of a pull is acknowledged: its send is done.
+    pub(super) fn on_pull_data_acked(&mut self, p: usize, send_id: u16) {
+        if let Some(m) = self.peers[p].messages.get_mut(&send_id) {
+            if let Some(RmaTx::Rendezvous { pull, .. }) = &mut m.rma {
+                *pull = PullState::Done;
+            }
+        }
+        self.settle_message(p, send_id);
+    }
+
+    // ----- liveness ---------------------------------------------------------------
+
+    fn watch_peer(&mut self, p: usize) {
+        let due = self.rdv.clock + self.rto_max;
+        self.rdv.watch.entry(p).or_insert(Watch { due, probes: 0 });
+    }
+
+    /// A packet from peer `p` arrived: it is alive.
+    pub(super) fn heard_from(&mut self, p: usize, now: u64) {
+        self.rdv.clock = self.rdv.clock.max(now);
+        if self.rdv.watch.is_empty() {
+            return;
+        }
+        if let Some(w) = self.rdv.watch.get_mut(&p) {
+            w.probes = 0;
+            w.due = now + self.rto_max;
+        }
+    }
+
+    pub(super) fn rendezvous_deadline(&self) -> Option<u64> {
+        self.rdv.watch.values().map(|w| w.due).min()
+    }
+
+    /// Whether this endpoint waits on peer `p` for a rendezvous.
+    fn waits_on(&self, p: usize) -> bool {
+        self.rdv.pulls.keys().any(|&(q, _)| q == p)
+            || self.peers[p].messages.values().any(TxMessage::pull_pending)
+    }
+
+    pub(super) fn rendezvous_timer(&mut self, now: u64) {
+        self.rdv.clock = self.rdv.clock.max(now);
+        let mut due: Vec<usize> = self
+            .rdv
+            .watch
+            .iter()
+            .filter(|(_, w)| w.due <= now)
+            .map(|(&p, _)| p)
+            .collect();
+        due.sort_unstable();
+        for p in due {
+            if !self.waits_on(p) {
+                self.rdv.watch.remove(&p);
+                continue;
+            }
+            let Some(w) = self.rdv.watch.get(&p).copied() else {
+                continue;
+            };
+            let peer = &self.peers[p];
+            if peer.tx.in_flight() > 0 {
+                // Retransmission timers watch the peer already.
+                self.rdv.watch.insert(
+                    p,
+                    Watch {
+                        due: now + self.rto_max,
+                        probes: w.probes,
+                    },
+                );
+                continue;
+            }
+            if w.probes >= self.max_retries {
+                self.rdv.watch.remove(&p);
+                self.fail_peer(p);
+                continue;
+            }
+            if let Some(remote) = peer.tx.remote_id {
+                let probe = ControlRepr {
+                    ctl_type: ControlType::AckRequest,
+                    flags: 0,
+                    probe_opaque: 0,
+                    psn: peer.tx.next_psn(),
+                    spdcid: peer.tx.local_id,
+                    dpdcid: remote,
+                    payload: 0,
+                };
+                self.control_queue
+                    .push_back((peer.addr, ControlOut::Control(probe)));
+            }
+            let probes = w.probes + 1;
+            let wait = peer.tx.rto(self.rto_min, self.rto_max, probes);
+            self.rdv.watch.insert(
+                p,
+                Watch {
+                    due: now + wait,
+                    probes,
+                },
+            );
+        }
+    }
+}

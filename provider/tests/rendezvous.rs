@@ -1,0 +1,468 @@
+//! Rendezvous sends between two sans-IO engines over an in-memory channel
+//! that reorders datagrams: the receiver pulls a large message's remainder
+//! once it is matched (straight into the receive buffer), holds only the
+//! eager part while it is not, and the sender completes only once the pull
+//! is over. Peek, claim, discard, truncation and peer failure keep working.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+
+use common::{pattern, send, Shared};
+use uet::{
+    Completion, CompletionError, CompletionKind, CompletionLevel, Config, Engine, ProbeFlags,
+    RecvOp,
+};
+
+const THRESHOLD: usize = 64 * 1024;
+const MTU: usize = 9000;
+/// Bytes a rendezvous send carries itself.
+const EAGER: usize = THRESHOLD;
+
+struct Pair {
+    eng: [Engine; 2],
+    addrs: [SocketAddr; 2],
+    now: u64,
+    rng: SmallRng,
+    done: [Vec<Completion>; 2],
+    /// An engine that is dead: it neither sends nor receives any more.
+    dead: [bool; 2],
+    /// Most staged bytes seen at the receiver.
+    max_staged: usize,
+}
+
+impl Pair {
+    fn new(seed: u64) -> Pair {
+        Pair::with(seed, |_| {})
+    }
+
+    fn with(seed: u64, tweak: impl Fn(&mut Config)) -> Pair {
+        let mut cfg = Config {
+            mtu: MTU,
+            window: 64,
+            rto_min_us: 100,
+            rto_max_us: 2000,
+            max_retries: 8,
+            rendezvous_bytes: THRESHOLD,
+            ..Config::default()
+        };
+        tweak(&mut cfg);
+        let addrs: [SocketAddr; 2] = [
+            "10.0.0.1:4793".parse().unwrap(),
+            "10.0.0.2:4793".parse().unwrap(),
+        ];
+        Pair {
+            eng: [
+                Engine::new(&cfg, addrs[0], seed),
+                Engine::new(&cfg, addrs[1], seed ^ 0x55),
+            ],
+            addrs,
+            now: 0,
+            rng: SmallRng::seed_from_u64(seed),
+            done: [Vec::new(), Vec::new()],
+            dead: [false; 2],
+            max_staged: 0,
+        }
+    }
+
+    /// Move datagrams (shuffled batches) until `until` holds; panics when
+    /// it does not within a simulated minute.
+    fn run(&mut self, until: impl Fn(&Pair) -> bool) {
+        let mut buf = vec![0u8; 65536];
+        for _ in 0..1_000_000 {
+            if until(self) {
+                return;
+            }
+            let mut batch = Vec::new();
+            for i in 0..2 {
+                if self.dead[i] {
+                    continue;
+                }
+                while let Some(t) = self.eng[i].poll_transmit(self.now, &mut buf) {
+                    batch.push((1 - i, self.addrs[i], buf[..t.len].to_vec()));
+                }
+            }
+            for k in (1..batch.len()).rev() {
+                let j = self.rng.gen_range(0..=k);
+                batch.swap(k, j);
+            }
+            let idle = batch.is_empty();
+            for (to, from, data) in batch {
+                if !self.dead[to] {
+                    self.eng[to].handle_datagram(self.now, from, 0, &data);
+                }
+            }
+            self.max_staged = self.max_staged.max(self.eng[1].staged_bytes());
+            self.now += if idle { 100_000 } else { 1_000 };
+            for i in 0..2 {
+                if self.dead[i] {
+                    continue;
+                }
+                if self.eng[i].next_timeout().is_some_and(|t| t <= self.now) {
+                    self.eng[i].handle_timeout(self.now);
+                }
+                while let Some(c) = self.eng[i].poll_completion() {
+                    self.done[i].push(c);
+                }
+            }
+            if self.now > 60_000_000_000 {
+                break;
+            }
+        }
+        panic!("condition not reached: {:?}", self.done);
+    }
+
+    /// Let the engines exchange everything they have (a simulated 50 ms).
+    fn settle(&mut self) {
+        let until = self.now + 50_000_000;
+        self.run(|p| p.now >= until);
+    }
+
+    fn send(&mut self, len: usize, tag: u64, context: u64) {
+        let now = self.now;
+        let dest = self.addrs[1];
+        self.eng[0]
+            .post_send(now, send(dest, pattern(context, len), Some(tag), context))
+            .unwrap();
+    }
+
+    fn recv(&mut self, len: usize, tag: u64, context: u64, probe: ProbeFlags) -> Shared {
+        let buf = Shared(Arc::new(Mutex::new(vec![0u8; len])));
+        let op = RecvOp {
+            src: None,
+            tagged: true,
+            tag,
+            ignore: 0,
+            buffer: Box::new(buf.clone()),
+            context,
+            signal: true,
+            probe,
+        };
+        let now = self.now;
+        self.eng[1].post_recv(now, op).unwrap();
+        buf
+    }
+
+    fn completion(&self, side: usize, context: u64) -> Option<&Completion> {
+        self.done[side].iter().find(|c| c.context == context)
+    }
+
+    /// Nothing left behind at either end.
+    fn assert_clean(&self) {
+        assert_eq!(self.eng[1].staged_bytes(), 0);
+        assert_eq!(self.eng[1].pulls_pending(), 0);
+        assert_eq!(self.eng[1].inbound_len(), 0);
+        assert_eq!(self.eng[0].inbound_len(), 0);
+    }
+}
+
+fn plain() -> ProbeFlags {
+    ProbeFlags::default()
+}
+
+#[test]
+fn expected_large_message_is_pulled_into_the_posted_buffer() {
+    let mut p = Pair::new(1);
+    let len = 1 << 20;
+    let buf = p.recv(len, 5, 100, plain());
+    p.send(len, 5, 1);
+    p.run(|p| p.completion(1, 100).is_some() && p.completion(0, 1).is_some());
+    let r = p.completion(1, 100).unwrap().clone();
+    assert_eq!((r.error, r.len, r.tag), (None, len, 5));
+    assert_eq!(p.completion(0, 1).unwrap().error, None);
+    assert!(*buf.0.lock().unwrap() == pattern(1, len), "payload differs");
+    assert_eq!(p.eng[1].stats().rendezvous_pulls, 1);
+    assert_eq!(p.max_staged, 0, "an expected message staged nothing");
+    p.settle();
+    p.assert_clean();
+}
+
+#[test]
+fn sends_up_to_the_threshold_stay_eager() {
+    let mut p = Pair::new(2);
+    let buf = p.recv(THRESHOLD, 5, 100, plain());
+    p.send(THRESHOLD, 5, 1);
+    p.run(|p| p.completion(1, 100).is_some() && p.completion(0, 1).is_some());
+    assert!(*buf.0.lock().unwrap() == pattern(1, THRESHOLD));
+    assert_eq!(p.eng[1].stats().rendezvous_pulls, 0);
+}
+
+#[test]
+fn unexpected_large_message_waits_then_is_pulled() {
+    let mut p = Pair::new(3);
+    let len = 16 << 20;
+    p.send(len, 9, 1);
+    p.settle();
+    // Unmatched: only the eager packet is held, and the sender waits.
+    assert!(
+        p.max_staged > 0 && p.max_staged <= EAGER,
+        "{}",
+        p.max_staged
+    );
+    assert_eq!(p.eng[1].staged_bytes(), EAGER);
+    assert!(
+        p.completion(0, 1).is_none(),
+        "send completed before the pull"
+    );
+    let buf = p.recv(len, 9, 100, plain());
+    p.run(|p| p.completion(1, 100).is_some() && p.completion(0, 1).is_some());
+    let r = p.completion(1, 100).unwrap().clone();
+    assert_eq!((r.error, r.len), (None, len));
+    assert_eq!(p.completion(0, 1).unwrap().error, None);
+    assert!(*buf.0.lock().unwrap() == pattern(1, len), "payload differs");
+    assert!(p.max_staged <= EAGER, "staged {} bytes", p.max_staged);
+    p.settle();
+    p.assert_clean();
+}
+
+#[test]
+fn matching_order_holds_across_eager_and_rendezvous_sends() {
+    let mut p = Pair::new(4);
+    let sizes = [200_000, 10, 300_000, 70_000, 0, 1 << 20];
+    for (i, &len) in sizes.iter().enumerate() {
+        p.send(len, 7, i as u64);
+    }
+    p.settle();
+    let bufs: Vec<Shared> = sizes
+        .iter()
+        .enumerate()
+        .map(|(i, &len)| p.recv(len, 7, 100 + i as u64, plain()))
+        .collect();
+    p.run(|p| p.done[1].len() == sizes.len() && p.done[0].len() == sizes.len());
+    for (i, b) in bufs.iter().enumerate() {
+        let r = p.completion(1, 100 + i as u64).unwrap();
+        assert_eq!((r.error, r.len), (None, sizes[i]));
+        assert!(*b.0.lock().unwrap() == pattern(i as u64, sizes[i]), "{i}");
+    }
+    p.settle();
+    p.assert_clean();
+}
+
+#[test]
+fn peek_then_claim_pulls_into_the_claiming_buffer() {
+    let mut p = Pair::new(5);
+    let len = 500_000;
+    p.send(len, 11, 1);
+    p.settle();
+    let peek = ProbeFlags {
+        peek: true,
+        claim: true,
+        discard: false,
+    };
+    p.recv(0, 11, 100, peek);
+    p.settle();
+    let c = p.completion(1, 100).unwrap().clone();
+    assert_eq!((c.error, c.len, c.tag), (None, len, 11));
+    // Reserved: a plain receive does not take it, nothing is pulled yet.
+    p.recv(len, 11, 101, plain());
+    p.settle();
+    assert!(p.completion(1, 101).is_none());
+    assert_eq!(p.eng[1].stats().rendezvous_pulls, 0);
+    assert!(p.completion(0, 1).is_none());
+    let claim = ProbeFlags {
+        peek: false,
+        claim: true,
+        discard: false,
+    };
+    let buf = p.recv(len, 11, 100, claim);
+    p.run(|p| p.done[1].len() == 2 && p.completion(0, 1).is_some());
+    let r = p.done[1][1].clone();
+    assert_eq!((r.context, r.error, r.len), (100, None, len));
+    assert!(*buf.0.lock().unwrap() == pattern(1, len));
+    // The plain receive is still posted for the next message.
+    let buf2 = {
+        p.send(len, 11, 2);
+        p.run(|p| p.completion(1, 101).is_some());
+        p.completion(1, 101).unwrap().clone()
+    };
+    assert_eq!((buf2.error, buf2.len), (None, len));
+    p.settle();
+    p.assert_clean();
+}
+
+#[test]
+fn discard_releases_the_sender_without_pulling() {
+    let mut p = Pair::new(6);
+    let len = 2 << 20;
+    p.send(len, 3, 1);
+    p.settle();
+    let sent_before = p.eng[0].stats().packets_sent;
+    let discard = ProbeFlags {
+        peek: true,
+        claim: false,
+        discard: true,
+    };
+    p.recv(0, 3, 100, discard);
+    p.run(|p| p.completion(0, 1).is_some());
+    assert_eq!(p.completion(0, 1).unwrap().error, None);
+    assert_eq!(p.completion(1, 100).unwrap().len, len);
+    assert_eq!(p.eng[1].stats().rendezvous_pulls, 1);
+    p.settle();
+    // No data went out after the eager packet (only ACKs and such).
+    let sent = p.eng[0].stats().packets_sent - sent_before;
+    assert!(sent < 5, "{sent} packets sent for a discarded message");
+    p.assert_clean();
+}
+
+#[test]
+fn claimed_then_discarded_message_releases_the_sender() {
+    let mut p = Pair::new(7);
+    let len = 300_000;
+    p.send(len, 3, 1);
+    p.settle();
+    let peek_claim = ProbeFlags {
+        peek: true,
+        claim: true,
+        discard: false,
+    };
+    p.recv(0, 3, 100, peek_claim);
+    p.settle();
+    let claim_discard = ProbeFlags {
+        peek: false,
+        claim: true,
+        discard: true,
+    };
+    p.recv(0, 3, 100, claim_discard);
+    p.run(|p| p.completion(0, 1).is_some());
+    assert_eq!(p.completion(0, 1).unwrap().error, None);
+    p.settle();
+    p.assert_clean();
+}
+
+#[test]
+fn truncated_receive_pulls_only_what_fits() {
+    let mut p = Pair::new(8);
+    let len = 1 << 20;
+    let cap = 200_000;
+    for (context, posted_first) in [(1u64, true), (2, false)] {
+        let buf = if posted_first {
+            let b = p.recv(cap, 4, 100 + context, plain());
+            p.send(len, 4, context);
+            b
+        } else {
+            p.send(len, 4, context);
+            p.settle();
+            p.recv(cap, 4, 100 + context, plain())
+        };
+        let sent_before = p.eng[0].stats().packets_sent;
+        p.run(|p| p.completion(1, 100 + context).is_some() && p.completion(0, context).is_some());
+        let r = p.completion(1, 100 + context).unwrap().clone();
+        assert_eq!(r.len, cap);
+        assert_eq!(
+            r.error,
+            Some(CompletionError::Truncated {
+                overflow: len - cap
+            })
+        );
+        assert!(*buf.0.lock().unwrap() == pattern(context, len)[..cap]);
+        assert_eq!(p.completion(0, context).unwrap().error, None);
+        // About the buffer's worth of data packets, not the message's.
+        let sent = p.eng[0].stats().packets_sent - sent_before;
+        assert!(
+            sent < (len / MTU) as u64 / 2,
+            "{sent} packets for {cap} bytes"
+        );
+    }
+    // A buffer no longer than the eager part pulls nothing.
+    let buf = p.recv(100, 4, 200, plain());
+    p.send(len, 4, 3);
+    p.run(|p| p.completion(1, 200).is_some() && p.completion(0, 3).is_some());
+    assert_eq!(p.completion(1, 200).unwrap().len, 100);
+    assert!(*buf.0.lock().unwrap() == pattern(3, len)[..100]);
+    p.settle();
+    p.assert_clean();
+}
+
+#[test]
+fn delivery_complete_waits_for_the_pull() {
+    let mut p = Pair::new(9);
+    let len = 400_000;
+    let dest = p.addrs[1];
+    let mut op = send(dest, pattern(1, len), Some(2), 1);
+    op.level = CompletionLevel::Delivery;
+    p.eng[0].post_send(0, op).unwrap();
+    p.settle();
+    assert!(p.completion(0, 1).is_none(), "delivered before the pull");
+    let buf = p.recv(len, 2, 100, plain());
+    p.run(|p| p.completion(0, 1).is_some());
+    assert_eq!(p.completion(0, 1).unwrap().error, None);
+    assert!(*buf.0.lock().unwrap() == pattern(1, len));
+    p.settle();
+    p.assert_clean();
+}
+
+#[test]
+fn receiver_killed_mid_pull_fails_the_send() {
+    let mut p = Pair::with(10, |c| c.window = 8);
+    let len = 4 << 20;
+    p.recv(len, 1, 100, plain());
+    p.send(len, 1, 1);
+    // Kill the receiver once some of the pulled data is in.
+    p.run(|p| p.eng[1].pulls_pending() > 0 && p.eng[0].stats().packets_sent > 40);
+    p.dead[1] = true;
+    p.run(|p| p.completion(0, 1).is_some());
+    let c = p.completion(0, 1).unwrap();
+    assert_eq!(c.kind, CompletionKind::Send);
+    assert_eq!(c.error, Some(CompletionError::PeerUnreachable));
+    assert_eq!(p.eng[0].stats().peers_failed, 1);
+}
+
+#[test]
+fn sender_killed_mid_pull_fails_the_receive() {
+    let mut p = Pair::with(11, |c| c.window = 8);
+    let len = 4 << 20;
+    p.recv(len, 1, 100, plain());
+    p.send(len, 1, 1);
+    p.run(|p| p.eng[1].pulls_pending() > 0 && p.eng[0].stats().packets_sent > 40);
+    p.dead[0] = true;
+    p.run(|p| p.completion(1, 100).is_some());
+    let c = p.completion(1, 100).unwrap();
+    assert_eq!(c.error, Some(CompletionError::PeerUnreachable));
+    assert_eq!(p.eng[1].pulls_pending(), 0);
+    assert_eq!(p.eng[1].stats().peers_failed, 1);
+}
+
+#[test]
+fn receiver_killed_before_matching_fails_the_waiting_send() {
+    let mut p = Pair::new(12);
+    p.send(1 << 20, 1, 1);
+    p.settle();
+    assert!(p.completion(0, 1).is_none());
+    p.dead[1] = true;
+    p.run(|p| p.completion(0, 1).is_some());
+    assert_eq!(
+        p.completion(0, 1).unwrap().error,
+        Some(CompletionError::PeerUnreachable)
+    );
+}
+
+#[test]
+fn a_live_receiver_that_posts_late_keeps_the_send_alive() {
+    let mut p = Pair::new(13);
+    let len = 1 << 20;
+    p.send(len, 1, 1);
+    // Far longer than the probe budget (8 retries of at most 2 ms).
+    for _ in 0..20 {
+        p.settle();
+    }
+    assert!(p.completion(0, 1).is_none());
+    let buf = p.recv(len, 1, 100, plain());
+    p.run(|p| p.completion(0, 1).is_some() && p.completion(1, 100).is_some());
+    assert_eq!(p.completion(0, 1).unwrap().error, None);
+    assert!(*buf.0.lock().unwrap() == pattern(1, len));
+    assert_eq!(p.eng[0].stats().peers_failed, 0);
+}
+
+#[test]
+fn zero_threshold_means_every_send_is_eager() {
+    let mut p = Pair::with(14, |c| c.rendezvous_bytes = 0);
+    let len = 1 << 20;
+    p.send(len, 1, 1);
+    p.run(|p| p.completion(0, 1).is_some());
+    assert!(p.eng[1].staged_bytes() == len);
+    assert_eq!(p.eng[1].stats().rendezvous_pulls, 0);
+}
