@@ -8,6 +8,38 @@ impl Engine {
     /// Write the next datagram to send into `buf` (at least `mtu` bytes).
     /// Control (ACKs) goes ahead of data; peers with data take turns.
     pub fn poll_transmit(&mut self, now: u64, buf: &mut [u8]) -> Option<Transmit> {
+        self.next_transmit(now, buf, false).map(|(t, _)| t)
+    }
+
+    /// [`poll_transmit`](Self::poll_transmit) for a driver that sends with
+    /// a gather list: when a data packet's payload lies in one piece of the
+    /// message's memory, `buf` receives only the headers (the first
+    /// `t.len - payload.len()` bytes) and the payload comes back by
+    /// reference, to follow them on the wire without a copy.
+    pub fn poll_transmit_gather(
+        &mut self,
+        now: u64,
+        buf: &mut [u8],
+    ) -> Option<(Transmit, Option<&[u8]>)> {
+        let (t, gathered) = self.next_transmit(now, buf, true)?;
+        let Some((p, msg_id, offset, len)) = gathered else {
+            return Some((t, None));
+        };
+        let payload = self.peers[p]
+            .messages
+            .get(&msg_id)
+            .and_then(|m| m.payload.slice_at(offset as usize, len as usize));
+        Some((t, payload))
+    }
+
+    /// The next datagram; with `gather`, also (peer, message, offset, length)
+    /// of a payload left out of `buf` (see `poll_transmit_gather`).
+    fn next_transmit(
+        &mut self,
+        now: u64,
+        buf: &mut [u8],
+        gather: bool,
+    ) -> Option<(Transmit, Option<Gathered>)> {
         if let Some((dest, pkt)) = self.control_queue.pop_front() {
             let len = match pkt {
                 ControlOut::Nack(n) => {
@@ -19,12 +51,15 @@ impl Engine {
                     ControlRepr::LEN
                 }
             };
-            return Some(Transmit {
-                dest,
-                len,
-                entropy: 0,
-                ecn: Ecn::NotEct,
-            });
+            return Some((
+                Transmit {
+                    dest,
+                    len,
+                    entropy: 0,
+                    ecn: Ecn::NotEct,
+                },
+                None,
+            ));
         }
         while let Some(p) = self.ack_queue.pop_front() {
             let peer = &mut self.peers[p];
@@ -33,12 +68,15 @@ impl Engine {
                 let ack = rx.build_ack();
                 ack.emit(buf);
                 self.stats.acks_sent += 1;
-                return Some(Transmit {
-                    dest: peer.addr,
-                    len: AckRepr::LEN,
-                    entropy: 0,
-                    ecn: Ecn::NotEct,
-                });
+                return Some((
+                    Transmit {
+                        dest: peer.addr,
+                        len: AckRepr::LEN,
+                        entropy: 0,
+                        ecn: Ecn::NotEct,
+                    },
+                    None,
+                ));
             }
         }
         // Each ready peer gets at most one turn per call, so a peer that
@@ -48,16 +86,22 @@ impl Engine {
                 break;
             };
             self.peers[p].in_send_ring = false;
-            let sent = self.next_packet(p, now, buf);
+            let sent = self.next_packet(p, now, buf, gather);
             self.mark_ready(p);
-            if sent.is_some() {
-                return sent;
+            if let Some((t, g)) = sent {
+                return Some((t, g.map(|(msg_id, offset, len)| (p, msg_id, offset, len))));
             }
         }
         None
     }
 
-    pub(super) fn next_packet(&mut self, p: usize, now: u64, buf: &mut [u8]) -> Option<Transmit> {
+    pub(super) fn next_packet(
+        &mut self,
+        p: usize,
+        now: u64,
+        buf: &mut [u8],
+        gather: bool,
+    ) -> Option<(Transmit, Option<(u16, u64, u32)>)> {
         let max_payload = self.max_payload();
         let window = self.window;
         let rto = self.peers[p].tx.rto(self.rto_min, self.rto_max, 0);
@@ -82,13 +126,16 @@ impl Engine {
             peer.retransmits += 1;
             self.stats.packets_sent += 1;
             let flags = pflags::RETX | pflags::AR;
-            let len = build_packet(peer, psn, slot.kind, flags, initiator, buf);
-            return Some(Transmit {
-                dest: peer.addr,
-                len,
-                entropy,
-                ecn: Ecn::Ect0,
-            });
+            let (len, gathered) = build_packet(peer, psn, slot.kind, flags, initiator, buf, gather);
+            return Some((
+                Transmit {
+                    dest: peer.addr,
+                    len,
+                    entropy,
+                    ecn: Ecn::Ect0,
+                },
+                gathered,
+            ));
         }
         if peer.tx.in_flight() >= window {
             return None;
@@ -143,18 +190,27 @@ impl Engine {
             || peer.tx.in_flight() >= window
             || !peer.cc.can_send(peer.in_flight_bytes, next_bytes);
         let flags = if ar { pflags::AR } else { 0 };
-        let len = build_packet(peer, psn, kind, flags, initiator, buf);
+        let (len, gathered) = build_packet(peer, psn, kind, flags, initiator, buf, gather);
         self.stats.packets_sent += 1;
-        Some(Transmit {
-            dest: peer.addr,
-            len,
-            entropy,
-            ecn: Ecn::Ect0,
-        })
+        Some((
+            Transmit {
+                dest: peer.addr,
+                len,
+                entropy,
+                ecn: Ecn::Ect0,
+            },
+            gathered,
+        ))
     }
 }
 
-/// Serialise the packet a PSN carries (first send or retransmission).
+/// A payload left out of the packet buffer: (peer, message, offset, length).
+type Gathered = (usize, u16, u64, u32);
+
+/// Serialise the packet a PSN carries (first send or retransmission) and
+/// return its length. With `gather`, a payload the message holds in one
+/// piece is left out of `buf` and named instead (message, offset, length);
+/// the returned length still counts it.
 fn build_packet(
     peer: &Peer,
     psn: u32,
@@ -162,7 +218,8 @@ fn build_packet(
     flags: u8,
     initiator: u16,
     buf: &mut [u8],
-) -> usize {
+    gather: bool,
+) -> (usize, Option<(u16, u64, u32)>) {
     let (dpdcid, syn) = match peer.tx.remote_id {
         Some(id) => (id, 0),
         // Until the first ACK names the receiver's context, SYN carries the
@@ -193,7 +250,7 @@ fn build_packet(
             let Some(m) = peer.messages.get(&msg_id) else {
                 // The message was failed or retired; send an empty shell so
                 // the PSN is still consumed at the receiver.
-                return RequestRepr::LEN;
+                return (RequestRepr::LEN, None);
             };
             let som = offset == 0;
             let eom = offset + len as u64 >= m.len();
@@ -234,10 +291,14 @@ fn build_packet(
                 r.describe(&mut ses, offset);
             }
             ses.emit(body);
+            let total = DATA_HEADERS + len as usize;
+            if gather && len > 0 && m.payload.slice_at(offset as usize, len as usize).is_some() {
+                return (total, Some((msg_id, offset, len)));
+            }
             let start = SesRequestRepr::LEN;
             m.payload
                 .read_at(offset as usize, &mut body[start..start + len as usize]);
-            DATA_HEADERS + len as usize
+            (total, None)
         }
         SlotKind::Response { msg_id, len, code } => {
             SesResponseRepr {
@@ -248,7 +309,7 @@ fn build_packet(
                 modified_length: len,
             }
             .emit(body);
-            RequestRepr::LEN + SesResponseRepr::LEN
+            (RequestRepr::LEN + SesResponseRepr::LEN, None)
         }
     }
 }

@@ -419,6 +419,9 @@ impl Endpoint {
             }
             sent = true;
         }
+        if self.impairer.is_none() {
+            return self.flush_gather(now) || sent;
+        }
         while let Some(t) = self.engine.poll_transmit(now, &mut self.tx_buf[HEADROOM..]) {
             sent = true;
             let Some(mut out) = self.prepare(&t, now) else {
@@ -430,6 +433,56 @@ impl Endpoint {
                 // the engine until this datagram is out.
                 self.stalled = Some(out);
                 break;
+            }
+        }
+        sent
+    }
+
+    /// The transmit loop without fault injection: headers are built in
+    /// `tx_buf` and a payload that lies in one piece of the message's memory
+    /// goes out from there by a gather list, so large messages are copied
+    /// once (by the kernel) instead of twice. Stops at the first EAGAIN,
+    /// keeping that datagram whole in `tx_buf`.
+    fn flush_gather(&mut self, now: u64) -> bool {
+        let mut sent = false;
+        while let Some((t, payload)) = self
+            .engine
+            .poll_transmit_gather(now, &mut self.tx_buf[HEADROOM..])
+        {
+            sent = true;
+            let payload = payload.unwrap_or(&[]);
+            let head_end = HEADROOM + t.len - payload.len();
+            let (start, to) = match self.fabric {
+                None => (HEADROOM, t.dest),
+                Some(relay) => {
+                    RelayHeader { addr: t.dest }.emit(&mut self.tx_buf[..HEADROOM]);
+                    (0, relay)
+                }
+            };
+            let socket = t.entropy as usize % self.sockets.len();
+            let tos = ip::tos(0, t.ecn);
+            let head = &self.tx_buf[start..head_end];
+            let parts: &[&[u8]] = if payload.is_empty() {
+                &[head]
+            } else {
+                &[head, payload]
+            };
+            match sys::send_parts(&self.sockets[socket], to, tos, parts) {
+                Ok(()) => self.stats.sent[socket] += 1,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                    self.tx_buf[head_end..HEADROOM + t.len].copy_from_slice(payload);
+                    self.stalled = Some(Outgoing {
+                        socket,
+                        to,
+                        tos,
+                        start,
+                        end: HEADROOM + t.len,
+                        copies: 1,
+                    });
+                    break;
+                }
+                // Lost like any datagram the network drops (see `emit`).
+                Err(_) => {}
             }
         }
         sent

@@ -50,8 +50,33 @@ pub fn enable_recv_tos(socket: &UdpSocket, ipv6: bool) -> io::Result<()> {
 /// without being told otherwise (the driver never sets IP_TOS as a socket
 /// option), so it goes without a control message the kernel would parse.
 pub fn send_with_tos(socket: &UdpSocket, dest: SocketAddr, tos: u8, data: &[u8]) -> io::Result<()> {
-    if tos == 0 {
-        return socket.send_to(data, dest).map(|_| ());
+    send_parts(socket, dest, tos, &[data])
+}
+
+/// Most pieces [`send_parts`] gathers into one datagram.
+pub const MAX_PARTS: usize = 2;
+
+/// [`send_with_tos`] for a datagram in pieces (headers, then payload left in
+/// the application's memory): one `sendmsg` with a gather list, so the
+/// payload is copied once, by the kernel. At most [`MAX_PARTS`] pieces
+/// (further ones are an error).
+pub fn send_parts(
+    socket: &UdpSocket,
+    dest: SocketAddr,
+    tos: u8,
+    parts: &[&[u8]],
+) -> io::Result<()> {
+    if parts.len() > MAX_PARTS {
+        return Err(io::Error::from(io::ErrorKind::InvalidInput));
+    }
+    if tos == 0 && parts.len() == 1 {
+        return socket.send_to(parts[0], dest).map(|_| ());
+    }
+    // SAFETY: an all-zero iovec is valid (null pointer, zero length).
+    let mut iovs: [libc::iovec; MAX_PARTS] = unsafe { MaybeUninit::zeroed().assume_init() };
+    for (iov, part) in iovs.iter_mut().zip(parts) {
+        iov.iov_base = part.as_ptr() as *mut libc::c_void;
+        iov.iov_len = part.len();
     }
     let addr = SockAddr::from(dest);
     let (level, kind) = if dest.is_ipv6() {
@@ -61,30 +86,29 @@ pub fn send_with_tos(socket: &UdpSocket, dest: SocketAddr, tos: u8, data: &[u8])
     };
     let mut control = [0u64; CMSG_WORDS];
     let value = libc::c_int::from(tos);
-    let mut iov = libc::iovec {
-        iov_base: data.as_ptr() as *mut libc::c_void,
-        iov_len: data.len(),
-    };
     // SAFETY: an all-zero msghdr is valid (null pointers, zero lengths).
     let mut msg: libc::msghdr = unsafe { MaybeUninit::zeroed().assume_init() };
     msg.msg_name = addr.as_ptr() as *mut libc::c_void;
     msg.msg_namelen = addr.len();
-    msg.msg_iov = &mut iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control.as_mut_ptr().cast();
-    // SAFETY: CMSG_SPACE only computes a size.
-    msg.msg_controllen = unsafe { libc::CMSG_SPACE(size_of::<libc::c_int>() as u32) } as _;
-    // SAFETY: msg_control points at `control`, aligned and larger than
-    // CMSG_SPACE(int), so the first header and its int payload fit inside it.
-    unsafe {
-        let cmsg = libc::CMSG_FIRSTHDR(&msg);
-        (*cmsg).cmsg_level = level;
-        (*cmsg).cmsg_type = kind;
-        (*cmsg).cmsg_len = libc::CMSG_LEN(size_of::<libc::c_int>() as u32) as _;
-        std::ptr::write_unaligned(libc::CMSG_DATA(cmsg).cast::<libc::c_int>(), value);
+    msg.msg_iov = iovs.as_mut_ptr();
+    msg.msg_iovlen = parts.len() as _;
+    // TOS 0 goes without a control message (see send_with_tos).
+    if tos != 0 {
+        msg.msg_control = control.as_mut_ptr().cast();
+        // SAFETY: CMSG_SPACE only computes a size.
+        msg.msg_controllen = unsafe { libc::CMSG_SPACE(size_of::<libc::c_int>() as u32) } as _;
+        // SAFETY: msg_control points at `control`, aligned and larger than
+        // CMSG_SPACE(int), so the first header and its int payload fit in it.
+        unsafe {
+            let cmsg = libc::CMSG_FIRSTHDR(&msg);
+            (*cmsg).cmsg_level = level;
+            (*cmsg).cmsg_type = kind;
+            (*cmsg).cmsg_len = libc::CMSG_LEN(size_of::<libc::c_int>() as u32) as _;
+            std::ptr::write_unaligned(libc::CMSG_DATA(cmsg).cast::<libc::c_int>(), value);
+        }
     }
-    // SAFETY: every pointer in `msg` refers to a live local (address, iovec
-    // over `data`, control buffer) for the duration of the call.
+    // SAFETY: every pointer in `msg` refers to a live local (address, iovecs
+    // over `parts`, control buffer) for the duration of the call.
     let rc = unsafe { libc::sendmsg(socket.as_raw_fd(), &msg, 0) };
     if rc < 0 {
         Err(io::Error::last_os_error())
