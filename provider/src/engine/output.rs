@@ -101,7 +101,7 @@ impl Engine {
         now: u64,
         buf: &mut [u8],
         gather: bool,
-    ) -> Option<(Transmit, Option<(u16, u64, u32)>)> {
+    ) -> Option<(Transmit, Option<PayloadRef>)> {
         let max_payload = self.max_payload();
         let window = self.window;
         let rto = self.peers[p].tx.rto(self.rto_min, self.rto_max, 0);
@@ -206,6 +206,8 @@ impl Engine {
 
 /// A payload left out of the packet buffer: (peer, message, offset, length).
 type Gathered = (usize, u16, u64, u32);
+/// The same within one peer: (message, offset, length).
+type PayloadRef = (u16, u64, u32);
 
 /// Serialise the packet a PSN carries (first send or retransmission) and
 /// return its length. With `gather`, a payload the message holds in one
@@ -219,7 +221,7 @@ fn build_packet(
     initiator: u16,
     buf: &mut [u8],
     gather: bool,
-) -> (usize, Option<(u16, u64, u32)>) {
+) -> (usize, Option<PayloadRef>) {
     let (dpdcid, syn) = match peer.tx.remote_id {
         Some(id) => (id, 0),
         // Until the first ACK names the receiver's context, SYN carries the
