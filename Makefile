@@ -59,7 +59,7 @@ T_MATRIX  := 120
 
 TEST_STAGES := test-lint test-rust test-discovery test-functional test-pingpong test-mpi test-big test-matrix
 
-.PHONY: all build rust c-progs deps install test $(TEST_STAGES) demo demo-all bench bench-micro lint fmt clean help fuzz
+.PHONY: all build rust c-progs deps install test $(TEST_STAGES) demo demo-all bench bench-micro bench-nscc lint fmt clean help fuzz
 
 all: build ## Default: deps, the Rust workspace (release) and the C test programs
 
@@ -232,11 +232,16 @@ BENCH_STAMP := $(shell date -u +%Y%m%dT%H%M%SZ)
 BENCH_OUT ?= $(CURDIR)/results/bench/$(BENCH_STAMP)
 T_BENCH   := 1500
 
-bench: install bench-micro ## uet vs tcp, udp;ofi_rxd, raw UDP (BENCH_QUICK=1: short run)
+bench: install bench-micro bench-nscc ## uet vs tcp, udp;ofi_rxd, raw UDP (BENCH_QUICK=1: short run)
 	@echo "== fi_pingpong, streaming bandwidth and raw UDP; results in $(BENCH_OUT)"
 	UET_BW=$(BUILD)/bin/uet_bw timeout $(T_BENCH) $(BENCH_PY) fabtests/scripts/bench.py \
 	  $(PREFIX) $(BENCH_OUT) $(if $(BENCH_QUICK),--quick)
 	@ln -sfn $(BENCH_OUT) $(CURDIR)/results/bench/latest
+
+bench-nscc: deps ## NSCC per-ACK instructions (callgrind) and per-flow state size
+	@echo "== NSCC cost (provider/examples/nscc_per_ack.rs under callgrind)"
+	$(CARGO) build --release -p uet --example nscc_per_ack
+	fabtests/scripts/nscc_cost.sh target/release/examples/nscc_per_ack
 
 bench-micro: deps ## criterion benches of the engine (provider/benches)
 	@echo "== criterion micro-benchmarks (provider/benches)"

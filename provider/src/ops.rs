@@ -31,6 +31,13 @@ pub trait MsgBuffer: Send {
     fn base_addr(&self) -> usize {
         0
     }
+    /// Bytes `offset..offset + len` as one slice when they lie in one piece
+    /// of memory, so the driver can hand them to the kernel without copying
+    /// them first; `None` (the default) means they are read with `read_at`.
+    /// The caller guarantees `offset + len <= self.len()`.
+    fn slice_at(&self, _offset: usize, _len: usize) -> Option<&[u8]> {
+        None
+    }
     /// FI_MULTI_RECV: carve the first `len` bytes off as a buffer of their
     /// own for one message and stay posted with the rest. `None` (the
     /// default) means the message takes this whole buffer, which is then no
@@ -52,6 +59,9 @@ impl MsgBuffer for Vec<u8> {
     }
     fn base_addr(&self) -> usize {
         self.as_ptr() as usize
+    }
+    fn slice_at(&self, offset: usize, len: usize) -> Option<&[u8]> {
+        self.get(offset..offset + len)
     }
 }
 
@@ -77,6 +87,12 @@ impl Payload {
         match self {
             Payload::Owned(v) => v.read_at(offset, out),
             Payload::Borrowed(b) => b.read_at(offset, out),
+        }
+    }
+    pub(crate) fn slice_at(&self, offset: usize, len: usize) -> Option<&[u8]> {
+        match self {
+            Payload::Owned(v) => v.get(offset..offset + len),
+            Payload::Borrowed(b) => b.slice_at(offset, len),
         }
     }
 }

@@ -238,11 +238,55 @@ impl MsgBuffer for IovBuffer {
     fn base_addr(&self) -> usize {
         self.segs.first().map_or(0, |s| s.base as usize)
     }
+
+    fn slice_at(&self, offset: usize, len: usize) -> Option<&[u8]> {
+        let mut start = 0usize;
+        for s in &self.segs {
+            let end = start + s.len;
+            if offset < end {
+                let within = offset - start;
+                if within + len > s.len {
+                    return None;
+                }
+                // SAFETY: `within + len <= segment length`, and the segment
+                // is live application memory the application leaves alone
+                // until the send completes (see the Send impl); the slice
+                // lives no longer than `self`.
+                return Some(unsafe { std::slice::from_raw_parts(s.base.add(within), len) });
+            }
+            start = end;
+        }
+        None
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn slices_only_within_one_segment() {
+        let a = [1u8, 2, 3];
+        let c = [4u8, 5, 6, 7, 8];
+        let iov = [
+            iovec {
+                iov_base: a.as_ptr() as *mut c_void,
+                iov_len: a.len(),
+            },
+            iovec {
+                iov_base: c.as_ptr() as *mut c_void,
+                iov_len: c.len(),
+            },
+        ];
+        // SAFETY: two live iovecs.
+        let b = unsafe { IovBuffer::from_iov(iov.as_ptr(), 2) }.unwrap();
+        assert_eq!(b.slice_at(0, 3), Some(&a[..]));
+        assert_eq!(b.slice_at(1, 2), Some(&a[1..]));
+        assert_eq!(b.slice_at(3, 5), Some(&c[..]));
+        assert_eq!(b.slice_at(4, 2), Some(&c[1..3]));
+        assert_eq!(b.slice_at(2, 2), None, "crosses segments");
+        assert_eq!(b.slice_at(8, 1), None, "past the end");
+    }
 
     #[test]
     fn scatter_gather_across_segments() {

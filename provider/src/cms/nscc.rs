@@ -404,20 +404,21 @@ impl Nscc {
         self.n.ecn_echoes += ecn as u64;
         self.n.in_flight = fb.in_flight_bytes;
 
-        let delay = match fb.rtt {
+        // Derived once per ACK, after the base RTT has taken this sample
+        // (it does not change again below).
+        let (delay, d) = match fb.rtt {
             Some(r) if r.valid => {
                 self.update_base_rtt(r.raw_ns);
                 let d = self.derived();
                 let delay = r.raw_ns.saturating_sub(d.base_rtt_ns) as f64;
                 self.update_avg_delay(delay, ecn, &d);
-                delay
+                (delay, d)
             }
             _ => {
                 self.n.invalid_rtt_samples += 1;
-                self.s.avg_delay as f64
+                (self.s.avg_delay as f64, self.derived())
             }
         };
-        let d = self.derived();
         if self.cfg.paper.wait_to_decrease {
             let mark = if ecn { 1.0 } else { 0.0 };
             self.s.avg_wtd = WTD_WEIGHT * mark + (1.0 - WTD_WEIGHT) * self.s.avg_wtd;

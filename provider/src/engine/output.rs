@@ -10,6 +10,38 @@ impl Engine {
     /// Write the next datagram to send into `buf` (at least `mtu` bytes).
     /// Control (ACKs) goes ahead of data; peers with data take turns.
     pub fn poll_transmit(&mut self, now: u64, buf: &mut [u8]) -> Option<Transmit> {
+        self.next_transmit(now, buf, false).map(|(t, _)| t)
+    }
+
+    /// [`poll_transmit`](Self::poll_transmit) for a driver that sends with
+    /// a gather list: when a data packet's payload lies in one piece of the
+    /// message's memory, `buf` receives only the headers (the first
+    /// `t.len - payload.len()` bytes) and the payload comes back by
+    /// reference, to follow them on the wire without a copy.
+    pub fn poll_transmit_gather(
+        &mut self,
+        now: u64,
+        buf: &mut [u8],
+    ) -> Option<(Transmit, Option<&[u8]>)> {
+        let (t, gathered) = self.next_transmit(now, buf, true)?;
+        let Some((p, msg_id, offset, len)) = gathered else {
+            return Some((t, None));
+        };
+        let payload = self.peers[p]
+            .messages
+            .get(&msg_id)
+            .and_then(|m| m.payload.slice_at(offset as usize, len as usize));
+        Some((t, payload))
+    }
+
+    /// The next datagram; with `gather`, also (peer, message, offset, length)
+    /// of a payload left out of `buf` (see `poll_transmit_gather`).
+    fn next_transmit(
+        &mut self,
+        now: u64,
+        buf: &mut [u8],
+        gather: bool,
+    ) -> Option<(Transmit, Option<Gathered>)> {
         if let Some((dest, pkt)) = self.control_queue.pop_front() {
             let len = match pkt {
                 ControlOut::Nack(n) => {
@@ -21,12 +53,15 @@ impl Engine {
                     ControlRepr::LEN
                 }
             };
-            return Some(Transmit {
-                dest,
-                len,
-                entropy: 0,
-                ecn: Ecn::NotEct,
-            });
+            return Some((
+                Transmit {
+                    dest,
+                    len,
+                    entropy: 0,
+                    ecn: Ecn::NotEct,
+                },
+                None,
+            ));
         }
         while let Some(p) = self.ack_queue.pop_front() {
             let peer = &mut self.peers[p];
@@ -35,12 +70,15 @@ impl Engine {
                 let ack = rx.build_ack();
                 ack.emit(buf);
                 self.stats.acks_sent += 1;
-                return Some(Transmit {
-                    dest: peer.addr,
-                    len: AckRepr::LEN,
-                    entropy: 0,
-                    ecn: Ecn::NotEct,
-                });
+                return Some((
+                    Transmit {
+                        dest: peer.addr,
+                        len: AckRepr::LEN,
+                        entropy: 0,
+                        ecn: Ecn::NotEct,
+                    },
+                    None,
+                ));
             }
         }
         // Each ready peer gets at most one turn per call, so a peer that
@@ -50,24 +88,34 @@ impl Engine {
                 break;
             };
             self.peers[p].in_send_ring = false;
-            let sent = self.next_packet(p, now, buf);
+            let sent = self.next_packet(p, now, buf, gather);
             self.mark_ready(p);
-            if sent.is_some() {
-                return sent;
+            if let Some((t, g)) = sent {
+                return Some((t, g.map(|(msg_id, offset, len)| (p, msg_id, offset, len))));
             }
         }
         None
     }
 
-    pub(super) fn next_packet(&mut self, p: usize, now: u64, buf: &mut [u8]) -> Option<Transmit> {
+    pub(super) fn next_packet(
+        &mut self,
+        p: usize,
+        now: u64,
+        buf: &mut [u8],
+        gather: bool,
+    ) -> Option<(Transmit, Option<PayloadRef>)> {
         if !self.ensure_tx_pdc_id(p) {
             return None;
         }
         let max_payload = self.max_payload();
         let window = self.window;
         let rto = self.peers[p].tx.rto(self.rto_min, self.rto_max, 0);
-        let initiator = self.local.port();
         let ordered = self.ordered;
+        let opts = BuildOptions {
+            initiator: self.local.port(),
+            ordered,
+            gather,
+        };
         let peer = &mut self.peers[p];
         // Retransmissions first, on a path the load balancer picks anew.
         while let Some(psn) = peer.tx.retransmit.pop_front() {
@@ -89,13 +137,16 @@ impl Engine {
             peer.retransmits += 1;
             self.stats.packets_sent += 1;
             let flags = pflags::RETX | pflags::AR;
-            let len = build_packet(peer, psn, slot.kind, flags, initiator, ordered, buf);
-            return Some(Transmit {
-                dest: peer.addr,
-                len,
-                entropy,
-                ecn: Ecn::Ect0,
-            });
+            let (len, gathered) = build_packet(peer, psn, slot.kind, flags, &opts, buf);
+            return Some((
+                Transmit {
+                    dest: peer.addr,
+                    len,
+                    entropy,
+                    ecn: Ecn::Ect0,
+                },
+                gathered,
+            ));
         }
         if peer.tx.in_flight() >= window {
             return None;
@@ -154,14 +205,17 @@ impl Engine {
             || peer.tx.in_flight() >= window
             || !peer.cc.can_send(peer.in_flight_bytes, next_bytes);
         let flags = if ar { pflags::AR } else { 0 };
-        let len = build_packet(peer, psn, kind, flags, initiator, ordered, buf);
+        let (len, gathered) = build_packet(peer, psn, kind, flags, &opts, buf);
         self.stats.packets_sent += 1;
-        Some(Transmit {
-            dest: peer.addr,
-            len,
-            entropy,
-            ecn: Ecn::Ect0,
-        })
+        Some((
+            Transmit {
+                dest: peer.addr,
+                len,
+                entropy,
+                ecn: Ecn::Ect0,
+            },
+            gathered,
+        ))
     }
 }
 
@@ -174,16 +228,39 @@ fn extension_len(m: &TxMessage, offset: u64) -> usize {
     }
 }
 
-/// Serialise the packet a PSN carries (first send or retransmission).
+/// What every packet of one endpoint is built with.
+#[derive(Clone, Copy)]
+struct BuildOptions {
+    /// The canonical port named in the SES initiator field.
+    initiator: u16,
+    /// ROD packet type instead of RUD.
+    ordered: bool,
+    /// Leave a payload in one piece out of the buffer (see `PayloadRef`).
+    gather: bool,
+}
+
+/// A payload left out of the packet buffer: (peer, message, offset, length).
+type Gathered = (usize, u16, u64, u32);
+/// The same within one peer: (message, offset, length).
+type PayloadRef = (u16, u64, u32);
+
+/// Serialise the packet a PSN carries (first send or retransmission) and
+/// return its length. With `gather`, a payload the message holds in one
+/// piece is left out of `buf` and named instead (message, offset, length);
+/// the returned length still counts it.
 fn build_packet(
     peer: &Peer,
     psn: u32,
     kind: SlotKind,
     flags: u8,
-    initiator: u16,
-    ordered: bool,
+    opts: &BuildOptions,
     buf: &mut [u8],
-) -> usize {
+) -> (usize, Option<PayloadRef>) {
+    let BuildOptions {
+        initiator,
+        ordered,
+        gather,
+    } = *opts;
     let (dpdcid, syn) = match peer.tx.remote_id {
         Some(id) => (id, 0),
         // Until the first ACK names the receiver's context, SYN carries the
@@ -218,7 +295,7 @@ fn build_packet(
             let Some(m) = peer.messages.get(&msg_id) else {
                 // The message was failed or retired; send an empty shell so
                 // the PSN is still consumed at the receiver.
-                return RequestRepr::LEN;
+                return (RequestRepr::LEN, None);
             };
             let som = offset == 0;
             let eom = offset + len as u64 >= m.len();
@@ -271,20 +348,34 @@ fn build_packet(
                 .emit(&mut body[start..]);
                 start += RendezvousRepr::LEN;
             }
-            let out = &mut body[start..start + len as usize];
-            match m.rma {
-                // Pulled data comes from the rendezvous send's payload.
+            let total = RequestRepr::LEN + start + len as usize;
+            // Where the payload lives: pulled data in the rendezvous send's
+            // own payload, anything else in this message's.
+            let (source_id, source_offset) = match m.rma {
                 Some(RmaTx::PullData {
                     send_id,
                     offset: base,
                     ..
-                }) => match peer.messages.get(&send_id) {
-                    Some(send) => send.payload.read_at((base + offset) as usize, out),
-                    None => return RequestRepr::LEN,
-                },
-                _ => m.payload.read_at(offset as usize, out),
+                }) => (send_id, base + offset),
+                _ => (msg_id, offset),
+            };
+            let Some(source) = peer.messages.get(&source_id) else {
+                return (RequestRepr::LEN, None);
+            };
+            if gather
+                && len > 0
+                && source
+                    .payload
+                    .slice_at(source_offset as usize, len as usize)
+                    .is_some()
+            {
+                return (total, Some((source_id, source_offset, len)));
             }
-            RequestRepr::LEN + start + len as usize
+            source.payload.read_at(
+                source_offset as usize,
+                &mut body[start..start + len as usize],
+            );
+            (total, None)
         }
         SlotKind::Response { msg_id, len, code } => {
             SesResponseRepr {
@@ -295,7 +386,7 @@ fn build_packet(
                 modified_length: len,
             }
             .emit(body);
-            RequestRepr::LEN + SesResponseRepr::LEN
+            (RequestRepr::LEN + SesResponseRepr::LEN, None)
         }
     }
 }

@@ -46,6 +46,16 @@ use impair::{FaultConfig, Impairer, PacketClass, Treatment, Verdict, TRIMMED_LEN
 const RX_BURST: usize = 64;
 /// Largest UDP payload the kernel hands us (and more than any `mtu`).
 const MAX_DATAGRAM: usize = 65536;
+/// Datagrams per `recvmmsg`: small packets arrive in bursts worth batching;
+/// for large datagrams the copy dwarfs the call and a few slots will do.
+/// Slots hold `MAX_DATAGRAM` each, whatever our MTU, since a peer may use a
+/// larger one.
+const RX_BATCH_SMALL: usize = 16;
+const RX_BATCH_LARGE: usize = 4;
+/// Progress calls between looks at the entropy pool sockets. Peers send to
+/// socket 0, which every call reads; the pool sees only strays and ICMP
+/// errors, which must not pile up (they would keep blocking waits awake).
+const POOL_CHECK_EVERY: u32 = 64;
 /// Room in front of the engine's packet for the relay header.
 const HEADROOM: usize = RelayHeader::LEN;
 /// Attempts at finding free consecutive ports for the pool before taking
@@ -98,7 +108,7 @@ pub struct Endpoint {
     sockets: Vec<UdpSocket>,
     local: SocketAddr,
     epoch: Instant,
-    rx_buf: Vec<u8>,
+    rx: sys::RecvBatch,
     tx_buf: Vec<u8>,
     /// A datagram the kernel refused with EAGAIN, sent first next time
     /// (its bytes stay in `tx_buf`).
@@ -110,8 +120,11 @@ pub struct Endpoint {
     held: VecDeque<Held>,
     fault_delay_ns: u64,
     stats: DriverStats,
-    /// Which sockets have arrivals (one system call for the whole pool).
-    poller: sys::Poller,
+    /// Which pool sockets (`1..`) have arrivals (one system call for the
+    /// whole pool); `None` without a pool.
+    poller: Option<sys::Poller>,
+    /// Progress calls since the pool was last looked at.
+    pool_idle: u32,
     idle_polls: u32,
     spin_before_yield: u32,
     /// `FI_UET_TRACE` output, when asked for.
@@ -159,7 +172,15 @@ impl Endpoint {
             seed: config.fault_seed,
         };
         let n = sockets.len();
-        let poller = sys::Poller::new(&sockets)?;
+        let poller = match sockets.len() {
+            1 => None,
+            _ => Some(sys::Poller::new(&sockets[1..])?),
+        };
+        let rx_batch = if config.mtu > 16384 {
+            RX_BATCH_LARGE
+        } else {
+            RX_BATCH_SMALL
+        };
         let epoch = Instant::now();
         let trace = match config.trace.as_str() {
             "" => None,
@@ -175,7 +196,7 @@ impl Endpoint {
             sockets,
             local,
             epoch,
-            rx_buf: vec![0; MAX_DATAGRAM],
+            rx: sys::RecvBatch::new(rx_batch, MAX_DATAGRAM),
             tx_buf: vec![0; MAX_DATAGRAM + HEADROOM],
             stalled: None,
             fabric,
@@ -188,6 +209,7 @@ impl Endpoint {
                 ..DriverStats::default()
             },
             poller,
+            pool_idle: 0,
             idle_polls: 0,
             spin_before_yield: config.spin_before_yield,
             trace,
@@ -308,10 +330,16 @@ impl Endpoint {
         let now = self.now();
         let mut busy = false;
         // Peers address everything to socket 0; the pool sockets see only
-        // strays and ICMP errors, but are drained all the same.
-        for k in 0..self.poller.poll() {
-            let i = self.poller.ready(k);
-            busy |= self.receive(i, now) > 0;
+        // strays and ICMP errors, drained every so often.
+        busy |= self.receive(0, now) > 0;
+        self.pool_idle += 1;
+        if self.pool_idle >= POOL_CHECK_EVERY {
+            self.pool_idle = 0;
+            let ready = self.poller.as_mut().map_or(0, |p| p.poll());
+            for k in 0..ready {
+                let i = self.poller.as_ref().map_or(0, |p| p.ready(k)) + 1;
+                busy |= self.receive(i, now) > 0;
+            }
         }
         if self.engine.next_timeout().is_some_and(|t| t <= now) {
             self.engine.handle_timeout(now);
@@ -336,36 +364,44 @@ impl Endpoint {
     /// Hand up to a burst of datagrams from socket `i` to the engine.
     fn receive(&mut self, i: usize, now: u64) -> usize {
         let mut got = 0;
-        for _ in 0..RX_BURST {
-            let r = match sys::recv_with_tos(&self.sockets[i], &mut self.rx_buf) {
-                Ok(r) => r,
+        let mut calls = 0;
+        while got < RX_BURST && calls < RX_BURST {
+            calls += 1;
+            let n = match self.rx.recv(&self.sockets[i]) {
+                Ok(n) => n,
                 // ICMP port unreachable from an earlier send surfaces here as
                 // ECONNREFUSED on Linux; the engine's timers handle dead peers.
                 Err(e) if e.kind() == ErrorKind::ConnectionRefused => continue,
                 Err(_) => break,
             };
-            got += 1;
-            self.stats.received[i] += 1;
-            let (from, data) = match self.fabric {
-                None => (r.from, &self.rx_buf[..r.len]),
-                Some(relay) => {
-                    let header = RelayHeader::parse(&self.rx_buf[..r.len]);
-                    match header {
-                        Ok(h) if r.from == relay => (h.addr, &self.rx_buf[HEADROOM..r.len]),
+            got += n;
+            self.stats.received[i] += n as u64;
+            for k in 0..n {
+                let (r, bytes) = self.rx.get(k);
+                let Some(source) = r.from.filter(|_| !r.truncated) else {
+                    continue;
+                };
+                let (from, data) = match self.fabric {
+                    None => (source, bytes),
+                    Some(relay) => match RelayHeader::parse(bytes) {
+                        Ok(h) if source == relay => (h.addr, &bytes[HEADROOM..]),
                         _ => {
                             self.stats.fabric_dropped += 1;
                             continue;
                         }
-                    }
+                    },
+                };
+                if Ecn::from_tos(r.tos) == Ecn::Ce {
+                    self.stats.ecn_ce_received += 1;
                 }
-            };
-            if Ecn::from_tos(r.tos) == Ecn::Ce {
-                self.stats.ecn_ce_received += 1;
+                if ip::trim_of(r.tos).is_some() {
+                    self.stats.trimmed_received += 1;
+                }
+                self.engine.handle_datagram(now, from, r.tos, data);
             }
-            if ip::trim_of(r.tos).is_some() {
-                self.stats.trimmed_received += 1;
+            if n < self.rx.capacity() {
+                break;
             }
-            self.engine.handle_datagram(now, from, r.tos, data);
         }
         got
     }
@@ -392,6 +428,9 @@ impl Endpoint {
             }
             sent = true;
         }
+        if self.impairer.is_none() {
+            return self.flush_gather(now) || sent;
+        }
         while let Some(t) = self.engine.poll_transmit(now, &mut self.tx_buf[HEADROOM..]) {
             sent = true;
             let Some(mut out) = self.prepare(&t, now) else {
@@ -403,6 +442,56 @@ impl Endpoint {
                 // the engine until this datagram is out.
                 self.stalled = Some(out);
                 break;
+            }
+        }
+        sent
+    }
+
+    /// The transmit loop without fault injection: headers are built in
+    /// `tx_buf` and a payload that lies in one piece of the message's memory
+    /// goes out from there by a gather list, so large messages are copied
+    /// once (by the kernel) instead of twice. Stops at the first EAGAIN,
+    /// keeping that datagram whole in `tx_buf`.
+    fn flush_gather(&mut self, now: u64) -> bool {
+        let mut sent = false;
+        while let Some((t, payload)) = self
+            .engine
+            .poll_transmit_gather(now, &mut self.tx_buf[HEADROOM..])
+        {
+            sent = true;
+            let payload = payload.unwrap_or(&[]);
+            let head_end = HEADROOM + t.len - payload.len();
+            let (start, to) = match self.fabric {
+                None => (HEADROOM, t.dest),
+                Some(relay) => {
+                    RelayHeader { addr: t.dest }.emit(&mut self.tx_buf[..HEADROOM]);
+                    (0, relay)
+                }
+            };
+            let socket = t.entropy as usize % self.sockets.len();
+            let tos = ip::tos(0, t.ecn);
+            let head = &self.tx_buf[start..head_end];
+            let parts: &[&[u8]] = if payload.is_empty() {
+                &[head]
+            } else {
+                &[head, payload]
+            };
+            match sys::send_parts(&self.sockets[socket], to, tos, parts) {
+                Ok(()) => self.stats.sent[socket] += 1,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                    self.tx_buf[head_end..HEADROOM + t.len].copy_from_slice(payload);
+                    self.stalled = Some(Outgoing {
+                        socket,
+                        to,
+                        tos,
+                        start,
+                        end: HEADROOM + t.len,
+                        copies: 1,
+                    });
+                    break;
+                }
+                // Lost like any datagram the network drops (see `emit`).
+                Err(_) => {}
             }
         }
         sent

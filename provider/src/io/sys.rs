@@ -50,8 +50,33 @@ pub fn enable_recv_tos(socket: &UdpSocket, ipv6: bool) -> io::Result<()> {
 /// without being told otherwise (the driver never sets IP_TOS as a socket
 /// option), so it goes without a control message the kernel would parse.
 pub fn send_with_tos(socket: &UdpSocket, dest: SocketAddr, tos: u8, data: &[u8]) -> io::Result<()> {
-    if tos == 0 {
-        return socket.send_to(data, dest).map(|_| ());
+    send_parts(socket, dest, tos, &[data])
+}
+
+/// Most pieces [`send_parts`] gathers into one datagram.
+pub const MAX_PARTS: usize = 2;
+
+/// [`send_with_tos`] for a datagram in pieces (headers, then payload left in
+/// the application's memory): one `sendmsg` with a gather list, so the
+/// payload is copied once, by the kernel. At most [`MAX_PARTS`] pieces
+/// (further ones are an error).
+pub fn send_parts(
+    socket: &UdpSocket,
+    dest: SocketAddr,
+    tos: u8,
+    parts: &[&[u8]],
+) -> io::Result<()> {
+    if parts.len() > MAX_PARTS {
+        return Err(io::Error::from(io::ErrorKind::InvalidInput));
+    }
+    if tos == 0 && parts.len() == 1 {
+        return socket.send_to(parts[0], dest).map(|_| ());
+    }
+    // SAFETY: an all-zero iovec is valid (null pointer, zero length).
+    let mut iovs: [libc::iovec; MAX_PARTS] = unsafe { MaybeUninit::zeroed().assume_init() };
+    for (iov, part) in iovs.iter_mut().zip(parts) {
+        iov.iov_base = part.as_ptr() as *mut libc::c_void;
+        iov.iov_len = part.len();
     }
     let addr = SockAddr::from(dest);
     let (level, kind) = if dest.is_ipv6() {
@@ -61,30 +86,29 @@ pub fn send_with_tos(socket: &UdpSocket, dest: SocketAddr, tos: u8, data: &[u8])
     };
     let mut control = [0u64; CMSG_WORDS];
     let value = libc::c_int::from(tos);
-    let mut iov = libc::iovec {
-        iov_base: data.as_ptr() as *mut libc::c_void,
-        iov_len: data.len(),
-    };
     // SAFETY: an all-zero msghdr is valid (null pointers, zero lengths).
     let mut msg: libc::msghdr = unsafe { MaybeUninit::zeroed().assume_init() };
     msg.msg_name = addr.as_ptr() as *mut libc::c_void;
     msg.msg_namelen = addr.len();
-    msg.msg_iov = &mut iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control.as_mut_ptr().cast();
-    // SAFETY: CMSG_SPACE only computes a size.
-    msg.msg_controllen = unsafe { libc::CMSG_SPACE(size_of::<libc::c_int>() as u32) } as _;
-    // SAFETY: msg_control points at `control`, aligned and larger than
-    // CMSG_SPACE(int), so the first header and its int payload fit inside it.
-    unsafe {
-        let cmsg = libc::CMSG_FIRSTHDR(&msg);
-        (*cmsg).cmsg_level = level;
-        (*cmsg).cmsg_type = kind;
-        (*cmsg).cmsg_len = libc::CMSG_LEN(size_of::<libc::c_int>() as u32) as _;
-        std::ptr::write_unaligned(libc::CMSG_DATA(cmsg).cast::<libc::c_int>(), value);
+    msg.msg_iov = iovs.as_mut_ptr();
+    msg.msg_iovlen = parts.len() as _;
+    // TOS 0 goes without a control message (see send_with_tos).
+    if tos != 0 {
+        msg.msg_control = control.as_mut_ptr().cast();
+        // SAFETY: CMSG_SPACE only computes a size.
+        msg.msg_controllen = unsafe { libc::CMSG_SPACE(size_of::<libc::c_int>() as u32) } as _;
+        // SAFETY: msg_control points at `control`, aligned and larger than
+        // CMSG_SPACE(int), so the first header and its int payload fit in it.
+        unsafe {
+            let cmsg = libc::CMSG_FIRSTHDR(&msg);
+            (*cmsg).cmsg_level = level;
+            (*cmsg).cmsg_type = kind;
+            (*cmsg).cmsg_len = libc::CMSG_LEN(size_of::<libc::c_int>() as u32) as _;
+            std::ptr::write_unaligned(libc::CMSG_DATA(cmsg).cast::<libc::c_int>(), value);
+        }
     }
-    // SAFETY: every pointer in `msg` refers to a live local (address, iovec
-    // over `data`, control buffer) for the duration of the call.
+    // SAFETY: every pointer in `msg` refers to a live local (address, iovecs
+    // over `parts`, control buffer) for the duration of the call.
     let rc = unsafe { libc::sendmsg(socket.as_raw_fd(), &msg, 0) };
     if rc < 0 {
         Err(io::Error::last_os_error())
@@ -95,13 +119,16 @@ pub fn send_with_tos(socket: &UdpSocket, dest: SocketAddr, tos: u8, data: &[u8])
 
 /// One received datagram: its length, source and TOS byte (0 when the
 /// kernel attached none).
+#[cfg(test)]
 pub struct Received {
     pub len: usize,
     pub from: SocketAddr,
     pub tos: u8,
 }
 
-/// Receive one datagram into `buf` (non-blocking if the socket is).
+/// Receive one datagram into `buf` (non-blocking if the socket is); the
+/// driver takes batches with [`RecvBatch`].
+#[cfg(test)]
 pub fn recv_with_tos(socket: &UdpSocket, buf: &mut [u8]) -> io::Result<Received> {
     // SAFETY: an all-zero sockaddr_storage is a valid (unspecified) address.
     let mut storage: libc::sockaddr_storage = unsafe { MaybeUninit::zeroed().assume_init() };
@@ -124,12 +151,25 @@ pub fn recv_with_tos(socket: &UdpSocket, buf: &mut [u8]) -> io::Result<Received>
     if n < 0 {
         return Err(io::Error::last_os_error());
     }
+    let tos = tos_of(&msg);
+    let from = source_of(storage, msg.msg_namelen)
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "non-IP source address"))?;
+    Ok(Received {
+        len: n as usize,
+        from,
+        tos,
+    })
+}
+
+/// The TOS / traffic-class byte in the control messages of a `msg` the
+/// kernel filled (0 when there is none).
+fn tos_of(msg: &libc::msghdr) -> u8 {
     let mut tos = 0u8;
-    // SAFETY: the kernel set msg_controllen to the bytes it wrote into
-    // `control`; CMSG_FIRSTHDR/NXTHDR stay within that, and each payload is
-    // read unaligned and only as far as its cmsg_len says.
+    // SAFETY: the kernel set msg_controllen to the bytes it wrote into the
+    // control buffer `msg` points at; CMSG_FIRSTHDR/NXTHDR stay within that,
+    // and each payload is read unaligned and only as far as its cmsg_len says.
     unsafe {
-        let mut cmsg = libc::CMSG_FIRSTHDR(&msg);
+        let mut cmsg = libc::CMSG_FIRSTHDR(msg);
         while !cmsg.is_null() {
             let c = &*cmsg;
             let is_tos = (c.cmsg_level == libc::IPPROTO_IP && c.cmsg_type == libc::IP_TOS)
@@ -146,19 +186,124 @@ pub fn recv_with_tos(socket: &UdpSocket, buf: &mut [u8]) -> io::Result<Received>
                     0
                 };
             }
-            cmsg = libc::CMSG_NXTHDR(&msg, cmsg);
+            cmsg = libc::CMSG_NXTHDR(msg, cmsg);
         }
     }
-    // SAFETY: the kernel filled `storage` and set msg_namelen to its length.
-    let addr = unsafe { SockAddr::new(storage, msg.msg_namelen) };
-    let from = addr
-        .as_socket()
-        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "non-IP source address"))?;
-    Ok(Received {
-        len: n as usize,
-        from,
-        tos,
-    })
+    tos
+}
+
+/// The IP source address the kernel wrote into `storage` (`len` bytes).
+fn source_of(storage: libc::sockaddr_storage, len: libc::socklen_t) -> Option<SocketAddr> {
+    // SAFETY: the kernel filled `storage` and reported its length in `len`.
+    let addr = unsafe { SockAddr::new(storage, len) };
+    addr.as_socket()
+}
+
+/// Most datagrams one [`RecvBatch::recv`] takes (one `recvmmsg`).
+pub const RECV_BATCH_MAX: usize = 16;
+
+/// One datagram of a [`RecvBatch`]: where it came from, its TOS byte, and
+/// its bytes at `slot * slot_len .. + len` of the batch buffer.
+#[derive(Clone, Copy, Debug)]
+pub struct Slot {
+    pub len: usize,
+    pub from: Option<SocketAddr>,
+    pub tos: u8,
+    /// The datagram was longer than the slot (MSG_TRUNC): not usable.
+    pub truncated: bool,
+}
+
+/// Receive buffers for up to [`RECV_BATCH_MAX`] datagrams taken with one
+/// `recvmmsg`: a loopback arrival costs about as much kernel work as the
+/// system call around it, so an ACK and the data behind it, or a burst of
+/// 4 KiB packets, come in with one call, and a short batch says the socket
+/// is drained (no extra call to see EAGAIN).
+pub struct RecvBatch {
+    buf: Vec<u8>,
+    slot_len: usize,
+    count: usize,
+    slots: Vec<Slot>,
+}
+
+impl RecvBatch {
+    /// `count` slots (at most [`RECV_BATCH_MAX`]) of `slot_len` bytes each.
+    /// Pages are touched only as datagrams fill them.
+    pub fn new(count: usize, slot_len: usize) -> RecvBatch {
+        let count = count.clamp(1, RECV_BATCH_MAX);
+        RecvBatch {
+            buf: vec![0; count * slot_len],
+            slot_len,
+            count,
+            slots: Vec::with_capacity(count),
+        }
+    }
+
+    /// How many datagrams one call can take.
+    pub fn capacity(&self) -> usize {
+        self.count
+    }
+
+    /// Receive what `socket` holds, up to the batch size, without blocking
+    /// (the socket is non-blocking). Returns how many datagrams arrived;
+    /// fewer than [`capacity`](Self::capacity) means the socket was drained.
+    pub fn recv(&mut self, socket: &UdpSocket) -> io::Result<usize> {
+        const N: usize = RECV_BATCH_MAX;
+        // SAFETY: all-zero sockaddr_storage, iovec, mmsghdr are valid
+        // (unspecified address, null pointers, zero lengths).
+        let mut names: [libc::sockaddr_storage; N] = unsafe { MaybeUninit::zeroed().assume_init() };
+        let mut controls = [[0u64; CMSG_WORDS]; N];
+        // SAFETY: as above.
+        let mut iovs: [libc::iovec; N] = unsafe { MaybeUninit::zeroed().assume_init() };
+        // SAFETY: as above.
+        let mut hdrs: [libc::mmsghdr; N] = unsafe { MaybeUninit::zeroed().assume_init() };
+        let base = self.buf.as_mut_ptr();
+        for k in 0..self.count {
+            // SAFETY: slot k lies within `buf` (count * slot_len bytes).
+            iovs[k].iov_base = unsafe { base.add(k * self.slot_len) }.cast();
+            iovs[k].iov_len = self.slot_len;
+            let m = &mut hdrs[k].msg_hdr;
+            m.msg_name = (&mut names[k] as *mut libc::sockaddr_storage).cast();
+            m.msg_namelen = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+            m.msg_iov = &mut iovs[k];
+            m.msg_iovlen = 1;
+            m.msg_control = controls[k].as_mut_ptr().cast();
+            m.msg_controllen = size_of::<[u64; CMSG_WORDS]>() as _;
+        }
+        // SAFETY: the first `count` headers point at live locals and at
+        // disjoint slots of `buf`, each with its true size; the kernel writes
+        // at most that much and fills msg_len/namelen/controllen/flags.
+        let n = unsafe {
+            libc::recvmmsg(
+                socket.as_raw_fd(),
+                hdrs.as_mut_ptr(),
+                self.count as libc::c_uint,
+                libc::MSG_DONTWAIT,
+                std::ptr::null_mut(),
+            )
+        };
+        self.slots.clear();
+        if n < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let n = (n as usize).min(self.count);
+        for (h, name) in hdrs.iter().zip(names).take(n) {
+            let m = &h.msg_hdr;
+            self.slots.push(Slot {
+                len: (h.msg_len as usize).min(self.slot_len),
+                from: source_of(name, m.msg_namelen),
+                tos: tos_of(m),
+                truncated: m.msg_flags & libc::MSG_TRUNC != 0,
+            });
+        }
+        Ok(n)
+    }
+
+    /// The `k`-th datagram of the last [`recv`](Self::recv) and its bytes.
+    pub fn get(&self, k: usize) -> (Slot, &[u8]) {
+        let s = self.slots[k];
+        let start = k * self.slot_len;
+        (s, &self.buf[start..start + s.len])
+    }
 }
 
 /// Readiness of a set of sockets in one call: a level-triggered epoll set
@@ -273,6 +418,46 @@ mod tests {
         assert_eq!(p.poll(), 1);
         socks[2].recv_from(&mut [0u8; 8]).unwrap();
         assert_eq!(p.poll(), 0);
+    }
+
+    #[test]
+    fn batch_takes_several_datagrams_with_their_tos_and_flags_truncation() {
+        let (a, b) = pair("127.0.0.1:0");
+        b.set_nonblocking(true).unwrap();
+        let dest = b.local_addr().unwrap();
+        let mut batch = RecvBatch::new(4, 16);
+        assert_eq!(
+            batch.recv(&b).map_err(|e| e.kind()),
+            Err(io::ErrorKind::WouldBlock)
+        );
+        let sent: [(u8, &[u8]); 6] = [
+            (0x02, b"one"),
+            (0x00, b"two"),
+            (0x2C, b"three"),
+            (0x03, b"four"),
+            (0x00, b"a datagram longer than the slot"),
+            (0x01, b"six"),
+        ];
+        for (tos, data) in sent {
+            send_with_tos(&a, dest, tos, data).unwrap();
+        }
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        let mut got = Vec::new();
+        while got.len() < sent.len() {
+            assert!(std::time::Instant::now() < deadline, "got {}", got.len());
+            let n = batch.recv(&b).unwrap_or(0);
+            assert!(n <= 4);
+            for k in 0..n {
+                let (slot, bytes) = batch.get(k);
+                assert_eq!(slot.from, Some(a.local_addr().unwrap()));
+                got.push((slot.tos, bytes.to_vec(), slot.truncated));
+            }
+        }
+        for ((tos, data), (gtos, gdata, truncated)) in sent.iter().zip(&got) {
+            assert_eq!(tos, gtos);
+            assert_eq!(*truncated, data.len() > 16);
+            assert_eq!(&data[..data.len().min(16)], &gdata[..]);
+        }
     }
 
     #[test]

@@ -139,13 +139,7 @@ impl RxPdc {
     /// Fill the PDS fields of an ACK for the current state and reset the
     /// coalescing counters.
     pub fn build_ack(&mut self) -> AckRepr {
-        let mut bitmap = 0u64;
-        let base = self.cack.wrapping_add(1);
-        for i in 0..64u32.min(self.window) {
-            if self.bit(base.wrapping_add(i)) {
-                bitmap |= 1 << i;
-            }
-        }
+        let bitmap = self.sack_bitmap();
         let offset = self.last_psn.wrapping_sub(self.cack) as i32;
         use crate::wire::prologue::flags::{ACK_M, ACK_RETX};
         let mut flags = 0;
@@ -175,6 +169,19 @@ impl RxPdc {
         ack
     }
 
+    /// Bit i: PSN `cack + 1 + i` arrived, for i < 64: one or two word reads
+    /// of the ring (the window is a power of two of at least 64 bits).
+    fn sack_bitmap(&self) -> u64 {
+        let start = self.slot(0);
+        let (word, shift) = (start / 64, start % 64);
+        let low = self.seen[word] >> shift;
+        if shift == 0 {
+            return low;
+        }
+        let next = self.seen[(word + 1) % self.seen.len()];
+        low | next << (64 - shift)
+    }
+
     /// True when `psn` was received (for tests and diagnostics).
     pub fn has(&self, psn: u32) -> bool {
         if psn_le(psn, self.cack) {
@@ -187,6 +194,30 @@ impl RxPdc {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sack_bitmap_matches_the_bits_one_by_one() {
+        for window in [64usize, 128, 256] {
+            for start in [0u32, 5, 63, 64, 100, u32::MAX - 70] {
+                let mut rx = RxPdc::new(1, 2, start, window);
+                // Advance cack by a varying amount, then leave holes.
+                for step in 0..3u32 {
+                    for k in 0..(window as u32) {
+                        let psn = rx.cack().wrapping_add(1).wrapping_add(k);
+                        if (k * 7 + step) % 3 == 0 {
+                            rx.arrive(psn);
+                        }
+                    }
+                    let base = rx.cack().wrapping_add(1);
+                    let naive = (0..64u32)
+                        .filter(|&i| rx.bit(base.wrapping_add(i)))
+                        .fold(0u64, |b, i| b | 1 << i);
+                    assert_eq!(rx.sack_bitmap(), naive, "window {window} start {start}");
+                    assert_eq!(rx.build_ack().sack_bitmap, naive);
+                }
+            }
+        }
+    }
 
     #[test]
     fn in_order_and_duplicates() {
