@@ -64,3 +64,33 @@ impl MsgBuffer for Shared {
         self.0.lock().unwrap()[offset..offset + data.len()].copy_from_slice(data);
     }
 }
+
+/// A datagram on its way through a simulated network, delivered at `at`
+/// (ties broken by `seq`, the order it was sent in). A `BinaryHeap` of them
+/// pops the earliest first.
+pub struct InFlight {
+    pub at: u64,
+    pub seq: u64,
+    /// Index of the receiving engine.
+    pub to: usize,
+    pub from: SocketAddr,
+    /// IP TOS byte it arrives with (ECN, DSCP).
+    pub tos: u8,
+    pub data: Vec<u8>,
+}
+impl PartialEq for InFlight {
+    fn eq(&self, o: &Self) -> bool {
+        (self.at, self.seq) == (o.at, o.seq)
+    }
+}
+impl Eq for InFlight {}
+impl PartialOrd for InFlight {
+    fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(o))
+    }
+}
+impl Ord for InFlight {
+    fn cmp(&self, o: &Self) -> std::cmp::Ordering {
+        (o.at, o.seq).cmp(&(self.at, self.seq))
+    }
+}

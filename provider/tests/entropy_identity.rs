@@ -13,30 +13,11 @@ use std::sync::{Arc, Mutex};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
-use common::{pattern, send, Shared};
+use common::{pattern, send, InFlight, Shared};
 use uet::wire::{NextHeader, PacketType, Prologue};
 use uet::{CompletionKind, CompletionLevel, Config, Engine, ProbeFlags, RecvOp};
 
 const ENTROPIES: u16 = 8;
-
-#[derive(PartialEq, Eq)]
-struct InFlight {
-    at: u64,
-    seq: u64,
-    to: usize,
-    from: SocketAddr,
-    data: Vec<u8>,
-}
-impl PartialOrd for InFlight {
-    fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(o))
-    }
-}
-impl Ord for InFlight {
-    fn cmp(&self, o: &Self) -> std::cmp::Ordering {
-        (o.at, o.seq).cmp(&(self.at, self.seq))
-    }
-}
 
 fn is_data(d: &[u8]) -> bool {
     Prologue::parse(d)
@@ -117,6 +98,7 @@ fn sprayed_data_matches_in_order_from_the_canonical_address() {
                     seq,
                     to: 1 - e,
                     from,
+                    tos: 0,
                     data,
                 });
             }
@@ -141,7 +123,7 @@ fn sprayed_data_matches_in_order_from_the_canonical_address() {
         }
         while net.peek().is_some_and(|p| p.at <= now) {
             let p = net.pop().unwrap();
-            eng[p.to].handle_datagram(now, p.from, 0, &p.data);
+            eng[p.to].handle_datagram(now, p.from, p.tos, &p.data);
         }
         for e in eng.iter_mut() {
             if e.next_timeout().is_some_and(|t| t <= now) {

@@ -12,7 +12,7 @@ use proptest::prelude::*;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
-use common::{pattern, send, Shared};
+use common::{pattern, send, InFlight, Shared};
 use uet::engine::Stats;
 use uet::wire::ip::{self, Ecn, DSCP_TRIMMED, DSCP_TRIMMED_LASTHOP};
 use uet::{CompletionKind, Config, Engine, ProbeFlags, RecvOp};
@@ -61,31 +61,6 @@ impl uet::MsgBuffer for Recorded {
     fn write_at(&mut self, offset: usize, data: &[u8]) {
         self.writes.lock().unwrap().push(offset);
         self.data.write_at(offset, data)
-    }
-}
-
-struct InFlight {
-    at: u64,
-    seq: u64,
-    to: usize,
-    from: SocketAddr,
-    tos: u8,
-    data: Vec<u8>,
-}
-impl PartialEq for InFlight {
-    fn eq(&self, o: &Self) -> bool {
-        (self.at, self.seq) == (o.at, o.seq)
-    }
-}
-impl Eq for InFlight {}
-impl PartialOrd for InFlight {
-    fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(o))
-    }
-}
-impl Ord for InFlight {
-    fn cmp(&self, o: &Self) -> std::cmp::Ordering {
-        (o.at, o.seq).cmp(&(self.at, self.seq))
     }
 }
 

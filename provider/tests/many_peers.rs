@@ -14,33 +14,9 @@ use proptest::prelude::*;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
-use common::{pattern, send, Shared};
+use common::{pattern, send, InFlight, Shared};
 use uet::engine::Stats;
 use uet::{CompletionKind, Config, Engine, ProbeFlags, RecvOp};
-
-struct Packet {
-    at: u64,
-    seq: u64,
-    to: usize,
-    from: SocketAddr,
-    data: Vec<u8>,
-}
-impl PartialEq for Packet {
-    fn eq(&self, o: &Self) -> bool {
-        (self.at, self.seq) == (o.at, o.seq)
-    }
-}
-impl Eq for Packet {}
-impl PartialOrd for Packet {
-    fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(o))
-    }
-}
-impl Ord for Packet {
-    fn cmp(&self, o: &Self) -> std::cmp::Ordering {
-        (o.at, o.seq).cmp(&(self.at, self.seq))
-    }
-}
 
 /// Context of receive `k` from sender `s` at any receiver.
 fn recv_ctx(s: usize, k: usize) -> u64 {
@@ -127,11 +103,12 @@ fn mesh(
                 }
                 let to = addrs.iter().position(|a| *a == t.dest).unwrap();
                 seq += 1;
-                net.push(Packet {
+                net.push(InFlight {
                     at: now + 2_000 + rng.gen_range(0..=3_000),
                     seq,
                     to,
                     from: addrs[e],
+                    tos: 0,
                     data: buf[..t.len].to_vec(),
                 });
             }
@@ -157,13 +134,13 @@ fn mesh(
         if sends == expected && recvs == expected && net.is_empty() {
             break;
         }
-        let next_net = net.peek().map(|p: &Packet| p.at);
+        let next_net = net.peek().map(|p: &InFlight| p.at);
         let next_timer = eng.iter().filter_map(|e| e.next_timeout()).min();
         let next = next_net.into_iter().chain(next_timer).min();
         now = next.unwrap_or(now + 10_000).clamp(now + 1, now + 10_000);
         while net.peek().is_some_and(|p| p.at <= now) {
             let p = net.pop().unwrap();
-            eng[p.to].handle_datagram(now, p.from, 0, &p.data);
+            eng[p.to].handle_datagram(now, p.from, p.tos, &p.data);
         }
         for e in eng.iter_mut() {
             if e.next_timeout().is_some_and(|t| t <= now) {

@@ -463,16 +463,7 @@ impl Engine {
                 self.fail_peer(p);
                 continue;
             }
-            if let Some(remote) = peer.tx.remote_id {
-                let probe = ControlRepr {
-                    ctl_type: ControlType::AckRequest,
-                    flags: 0,
-                    probe_opaque: 0,
-                    psn: peer.tx.next_psn(),
-                    spdcid: peer.tx.local_id,
-                    dpdcid: remote,
-                    payload: 0,
-                };
+            if let Some(probe) = peer.tx.control(ControlType::AckRequest, peer.tx.next_psn()) {
                 self.control_queue
                     .push_back((peer.addr, ControlOut::Control(probe)));
             }

@@ -94,17 +94,8 @@ impl Engine {
             return;
         }
         let peer = &mut self.peers[p];
-        let Some(remote) = peer.tx.remote_id else {
+        let Some(probe) = peer.tx.control(ControlType::Probe, peer.tx.next_psn()) else {
             return;
-        };
-        let probe = ControlRepr {
-            ctl_type: ControlType::Probe,
-            flags: 0,
-            probe_opaque: 0,
-            psn: peer.tx.next_psn(),
-            spdcid: peer.tx.local_id,
-            dpdcid: remote,
-            payload: 0,
         };
         peer.tx.probe_sent(now);
         self.stats.probes_sent += 1;
@@ -136,9 +127,9 @@ impl Engine {
     fn close_timer(&mut self, p: usize, now: u64) {
         let (rto_min, rto_max) = (self.rto_min, self.rto_max);
         let peer = &mut self.peers[p];
-        let Some(remote) = peer.tx.remote_id else {
+        if peer.tx.remote_id.is_none() {
             return;
-        };
+        }
         let closing = match peer.closing {
             Some(c) if now >= c.sent_at + peer.tx.rto(rto_min, rto_max, c.tries) => {
                 if c.tries >= self.max_retries {
@@ -164,14 +155,8 @@ impl Engine {
             _ => return,
         };
         peer.closing = Some(closing);
-        let close = ControlRepr {
-            ctl_type: ControlType::Close,
-            flags: 0,
-            probe_opaque: 0,
-            psn: closing.psn,
-            spdcid: peer.tx.local_id,
-            dpdcid: remote,
-            payload: 0,
+        let Some(close) = peer.tx.control(ControlType::Close, closing.psn) else {
+            return;
         };
         let to = peer.addr;
         self.control_queue

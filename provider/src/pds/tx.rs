@@ -4,7 +4,7 @@
 use std::collections::VecDeque;
 
 use super::{psn_le, psn_lt};
-use crate::wire::AckRepr;
+use crate::wire::{AckRepr, ControlRepr, ControlType};
 
 /// What an unacknowledged PSN carried, so it can be rebuilt for a
 /// retransmission without keeping the packet bytes.
@@ -384,18 +384,19 @@ impl TxPdc {
     /// snapshot. The scan waits at the first suspect not yet overtaken.
     /// Returns how many were queued.
     pub fn sleek(&mut self, threshold: usize, budget: usize) -> usize {
-        if self.recovery.is_some_and(|r| psn_le(r.until, self.base)) {
-            self.recovery = None;
+        self.end_finished_recovery();
+        if self.recovery.is_none() && self.sacked < threshold.max(1) {
+            return 0;
         }
-        if self.recovery.is_none() {
-            if self.sacked < threshold.max(1) {
-                return 0;
-            }
-            self.recovery = Some(Recovery {
-                until: self.next_psn(),
-                scan: self.base,
-            });
-        }
+        self.begin_recovery();
+        let overtaken_before = self.latest_acked_sent_at.saturating_sub(self.srtt / 4);
+        self.recovery_scan(budget, Some(overtaken_before))
+    }
+
+    /// Continue the recovery episode's scan: queue unacknowledged packets
+    /// below its snapshot, at most `budget`; with `sent_before`, wait at the
+    /// first one sent at or after it.
+    fn recovery_scan(&mut self, budget: usize, sent_before: Option<u64>) -> usize {
         let Some(mut r) = self.recovery else {
             return 0;
         };
@@ -403,12 +404,11 @@ impl TxPdc {
             r.scan = self.base;
         }
         let mut queued = 0;
-        let overtaken_before = self.latest_acked_sent_at.saturating_sub(self.srtt / 4);
         while queued < budget && psn_lt(r.scan, r.until) {
             let psn = r.scan;
             if let Some(s) = self.slot_mut(psn) {
                 if !s.acked && !s.queued {
-                    if s.sent_at >= overtaken_before {
+                    if sent_before.is_some_and(|t| s.sent_at >= t) {
                         break;
                     }
                     s.queued = true;
@@ -422,36 +422,47 @@ impl TxPdc {
         queued
     }
 
+    /// End the recovery episode once the cumulative PSN passed its snapshot.
+    fn end_finished_recovery(&mut self) {
+        if self.recovery.is_some_and(|r| psn_le(r.until, self.base)) {
+            self.recovery = None;
+        }
+    }
+
+    /// A new recovery episode unless one is under way: everything
+    /// outstanding now is suspect.
+    fn begin_recovery(&mut self) {
+        if self.recovery.is_none() {
+            self.recovery = Some(Recovery {
+                until: self.next_psn(),
+                scan: self.base,
+            });
+        }
+    }
+
     /// Go back N (ordered delivery): the receiver drops everything after a
     /// lost packet, so resend every unacknowledged packet from the oldest,
     /// at most `budget` per call, once per episode (until the cumulative
     /// PSN passes what was outstanding when it began). Returns how many
     /// were queued.
     pub fn go_back_n(&mut self, budget: usize) -> usize {
-        if self.recovery.is_some_and(|r| psn_le(r.until, self.base)) {
-            self.recovery = None;
-        }
-        let mut r = self.recovery.unwrap_or(Recovery {
-            until: self.next_psn(),
-            scan: self.base,
-        });
-        if psn_lt(r.scan, self.base) {
-            r.scan = self.base;
-        }
-        let mut queued = 0;
-        while queued < budget && psn_lt(r.scan, r.until) {
-            let psn = r.scan;
-            if let Some(s) = self.slot_mut(psn) {
-                if !s.acked && !s.queued {
-                    s.queued = true;
-                    self.retransmit.push_back(psn);
-                    queued += 1;
-                }
-            }
-            r.scan = r.scan.wrapping_add(1);
-        }
-        self.recovery = Some(r);
-        queued
+        self.end_finished_recovery();
+        self.begin_recovery();
+        self.recovery_scan(budget, None)
+    }
+
+    /// A control packet for the receiver's context of this PDC (probe, ACK
+    /// request, close); `None` until the receiver has named its context.
+    pub fn control(&self, ctl_type: ControlType, psn: u32) -> Option<ControlRepr> {
+        Some(ControlRepr {
+            ctl_type,
+            flags: 0,
+            probe_opaque: 0,
+            psn,
+            spdcid: self.local_id,
+            dpdcid: self.remote_id?,
+            payload: 0,
+        })
     }
 
     /// When a probe is due (0 = never): packets are outstanding, the
