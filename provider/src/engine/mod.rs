@@ -251,6 +251,35 @@ impl Peer {
     }
 
     /// Nothing posted, queued or unacknowledged on the send side.
+    /// Queue a message the engine itself sends on behalf of an operation
+    /// (read data, a rendezvous pull or its data): no completion of its
+    /// own. Returns its message ID. The caller counts it in
+    /// `sends_outstanding`.
+    fn queue_internal(&mut self, payload: Payload, rma: crate::ses::RmaTx) -> u16 {
+        let id = self.next_msg_id;
+        self.next_msg_id = id.wrapping_add(1);
+        self.messages.insert(
+            id,
+            TxMessage {
+                tagged: false,
+                tag: 0,
+                cq_data: None,
+                payload,
+                context: 0,
+                level: CompletionLevel::Transmit,
+                signal: false,
+                next_offset: 0,
+                started: false,
+                unacked_packets: 0,
+                completed: true,
+                delivered: false,
+                rma: Some(rma),
+            },
+        );
+        self.queue.push_back(TxItem::Message(id));
+        id
+    }
+
     fn tx_idle(&self) -> bool {
         self.tx.in_flight() == 0 && self.queue.is_empty() && self.messages.is_empty()
     }

@@ -154,32 +154,15 @@ impl Engine {
         let was_complete = inb.complete();
         inb.received += rest - want;
         let completed = !was_complete && inb.complete();
-        let id = peer.next_msg_id;
-        peer.next_msg_id = id.wrapping_add(1);
-        peer.messages.insert(
-            id,
-            TxMessage {
-                tagged: false,
-                tag: 0,
-                cq_data: None,
-                payload: Payload::Owned(Vec::new()),
-                context: 0,
-                level: CompletionLevel::Transmit,
-                signal: false,
-                next_offset: 0,
-                started: false,
-                unacked_packets: 0,
-                completed: true,
-                delivered: false,
-                rma: Some(RmaTx::Pull {
-                    key,
-                    addr,
-                    len: want,
-                    token: number,
-                }),
+        let id = peer.queue_internal(
+            Payload::Owned(Vec::new()),
+            RmaTx::Pull {
+                key,
+                addr,
+                len: want,
+                token: number,
             },
         );
-        peer.queue.push_back(TxItem::Message(id));
         self.sends_outstanding += 1;
         if want > 0 {
             self.rdv.pulls.insert(
@@ -359,32 +342,15 @@ impl Engine {
             self.settle_message(p, send_id);
             return;
         }
-        let id = peer.next_msg_id;
-        peer.next_msg_id = id.wrapping_add(1);
-        peer.messages.insert(
-            id,
-            TxMessage {
-                tagged: false,
-                tag: 0,
-                cq_data: None,
-                payload: Payload::Owned(Vec::new()),
-                context: 0,
-                level: CompletionLevel::Transmit,
-                signal: false,
-                next_offset: 0,
-                started: false,
-                unacked_packets: 0,
-                completed: true,
-                delivered: false,
-                rma: Some(RmaTx::PullData {
-                    token,
-                    send_id,
-                    offset: addr,
-                    len,
-                }),
+        peer.queue_internal(
+            Payload::Owned(Vec::new()),
+            RmaTx::PullData {
+                token,
+                send_id,
+                offset: addr,
+                len,
             },
         );
-        peer.queue.push_back(TxItem::Message(id));
         self.sends_outstanding += 1;
         self.mark_ready(p);
     }

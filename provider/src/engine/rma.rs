@@ -416,29 +416,12 @@ impl Engine {
         };
         let mut data = vec![0u8; memory.len()];
         memory.read_at(0, &mut data);
-        let id = peer.next_msg_id;
-        peer.next_msg_id = id.wrapping_add(1);
-        peer.messages.insert(
-            id,
-            TxMessage {
-                tagged: false,
-                tag: 0,
-                cq_data: None,
-                payload: Payload::Owned(data),
-                context: 0,
-                level: CompletionLevel::Transmit,
-                signal: false,
-                next_offset: 0,
-                started: false,
-                unacked_packets: 0,
-                completed: true,
-                delivered: false,
-                rma: Some(RmaTx::ReadData {
-                    read_id: s.message_id,
-                }),
+        peer.queue_internal(
+            Payload::Owned(data),
+            RmaTx::ReadData {
+                read_id: s.message_id,
             },
         );
-        peer.queue.push_back(TxItem::Message(id));
         let src = peer.addr;
         self.sends_outstanding += 1;
         self.completions.push_back(Completion {
