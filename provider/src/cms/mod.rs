@@ -280,6 +280,11 @@ pub struct RttSample {
     pub raw_ns: u64,
     /// Whether the sample may be trusted (see [`RttSample::validate`]).
     pub valid: bool,
+    /// Whether it may lower the base RTT: a full-size packet's. The base
+    /// RTT is that of a data packet; where moving bytes costs time (a
+    /// host's loopback copies them), a small packet's round trip is shorter
+    /// and would make every full packet read as queueing delay.
+    pub sets_base: bool,
 }
 
 impl RttSample {
@@ -289,7 +294,19 @@ impl RttSample {
     /// else is ambiguous: the ACK may answer an earlier copy.
     pub fn validate(raw_ns: u64, times_sent: u32, receiver_saw_retx: bool) -> RttSample {
         let valid = matches!((times_sent, receiver_saw_retx), (1, false) | (2, true));
-        RttSample { raw_ns, valid }
+        RttSample {
+            raw_ns,
+            valid,
+            sets_base: true,
+        }
+    }
+
+    /// The same sample from a packet too small to define the base RTT.
+    pub fn from_small_packet(self) -> RttSample {
+        RttSample {
+            sets_base: false,
+            ..self
+        }
     }
 }
 

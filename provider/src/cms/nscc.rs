@@ -408,7 +408,9 @@ impl Nscc {
         // (it does not change again below).
         let (delay, d) = match fb.rtt {
             Some(r) if r.valid => {
-                self.update_base_rtt(r.raw_ns);
+                if r.sets_base {
+                    self.update_base_rtt(r.raw_ns);
+                }
                 let d = self.derived();
                 let delay = r.raw_ns.saturating_sub(d.base_rtt_ns) as f64;
                 self.update_avg_delay(delay, ecn, &d);
@@ -834,6 +836,15 @@ mod tests {
             },
         );
         assert_eq!(c.base_rtt(), 10_000, "never rises");
+        // A small packet's shorter round trip does not lower it.
+        c.on_ack(
+            1_000,
+            &AckFeedback {
+                rtt: Some(RttSample::validate(4_000, 1, false).from_small_packet()),
+                ..fb
+            },
+        );
+        assert_eq!(c.base_rtt(), 10_000, "small packets do not set the base");
 
         // Unseeded: the first sample replaces the 12 us reference, even upwards.
         let mut c = nscc(CcConfig::nscc(100.0, MTU, MSS));

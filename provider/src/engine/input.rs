@@ -605,6 +605,7 @@ impl Engine {
         if ack.flags & pflags::ACK_M != 0 {
             self.stats.ecn_echoes_received += 1;
         }
+        let mtu = self.mtu;
         let peer = &mut self.peers[p];
         peer.tx_active_at = now;
         let mut out = std::mem::take(&mut self.ack_scratch);
@@ -632,9 +633,15 @@ impl Engine {
                 newly_acked_bytes: newly,
                 in_flight_bytes: peer.in_flight_bytes,
                 ecn,
-                rtt: out
-                    .rtt_raw
-                    .map(|raw| RttSample::validate(raw, out.trigger_sends, retx_echo)),
+                rtt: out.rtt_raw.map(|raw| {
+                    let sample = RttSample::validate(raw, out.trigger_sends, retx_echo);
+                    // Only a packet of at least half the MTU sets the base RTT.
+                    if (out.trigger_bytes as usize) < mtu / 2 {
+                        sample.from_small_packet()
+                    } else {
+                        sample
+                    }
+                }),
             },
         );
         if let Some(entropy) = out.trigger_entropy {

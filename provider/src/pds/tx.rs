@@ -49,6 +49,8 @@ pub struct AckOutcome {
     pub rtt_raw: Option<u64>,
     /// Times the triggering packet was sent, and its entropy.
     pub trigger_sends: u32,
+    /// Wire bytes of the triggering packet.
+    pub trigger_bytes: u32,
     pub trigger_entropy: Option<u16>,
 }
 
@@ -298,6 +300,7 @@ impl TxPdc {
             if !s.acked && now >= s.sent_at {
                 out.rtt_raw = Some(now - s.sent_at);
                 out.trigger_sends = s.retries + 1;
+                out.trigger_bytes = s.bytes;
                 out.trigger_entropy = Some(s.entropy);
                 // The receiver echoes whether the copy it saw was a
                 // retransmission, so one resend still gives a sample
