@@ -1358,8 +1358,9 @@ mod tests {
     /// (time, host, tos, length) of each delivery.
     type Trace = Vec<(u64, usize, u8, usize)>;
 
-    #[test]
-    fn routing_converges_around_a_failed_link_after_the_delay() {
+    /// Two leaves, two spines, routes converging after 100 us, and the
+    /// leaf0-spine0 link down from the start.
+    fn leaf0_spine0_down_from_start() -> Fabric {
         let mut cfg = leaf_spine(2, 2, 1, 8);
         cfg.switch.reroute_us = Some(100.0);
         cfg.events = vec![LinkEvent {
@@ -1367,7 +1368,12 @@ mod tests {
             link: ["leaf0".into(), "spine0".into()],
             action: LinkAction::Down,
         }];
-        let mut f = Fabric::new(cfg).unwrap();
+        Fabric::new(cfg).unwrap()
+    }
+
+    #[test]
+    fn routing_converges_around_a_failed_link_after_the_delay() {
+        let mut f = leaf0_spine0_down_from_start();
         // 64 entropies at 50 us, again at 200 us (after convergence).
         for round in [50_000u64, 200_000] {
             for i in 0..64u16 {
@@ -1387,14 +1393,7 @@ mod tests {
 
     #[test]
     fn converged_routing_withdraws_a_spine_that_lost_its_link_to_the_destination() {
-        let mut cfg = leaf_spine(2, 2, 1, 8);
-        cfg.switch.reroute_us = Some(100.0);
-        cfg.events = vec![LinkEvent {
-            at_us: 0.0,
-            link: ["leaf0".into(), "spine0".into()],
-            action: LinkAction::Down,
-        }];
-        let mut f = Fabric::new(cfg).unwrap();
+        let mut f = leaf0_spine0_down_from_start();
         // Host 1 (leaf1) to host 0 (leaf0): leaf1 must stop hashing onto
         // spine0, whose only way down to leaf0 is the failed link.
         for i in 0..64u16 {

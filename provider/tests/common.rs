@@ -94,3 +94,36 @@ impl Ord for InFlight {
         (o.at, o.seq).cmp(&(self.at, self.seq))
     }
 }
+
+/// One exchange between two engines: every datagram both have ready,
+/// delivered in a random order (reordering) at `now`; an engine marked dead
+/// neither sends nor receives. Returns whether nothing was sent.
+pub fn shuffled_round(
+    eng: &mut [uet::Engine; 2],
+    addrs: &[SocketAddr; 2],
+    now: u64,
+    rng: &mut impl rand::Rng,
+    dead: [bool; 2],
+) -> bool {
+    let mut buf = vec![0u8; 65536];
+    let mut batch = Vec::new();
+    for i in 0..2 {
+        if dead[i] {
+            continue;
+        }
+        while let Some(t) = eng[i].poll_transmit(now, &mut buf) {
+            batch.push((1 - i, addrs[i], buf[..t.len].to_vec()));
+        }
+    }
+    for k in (1..batch.len()).rev() {
+        let j = rng.gen_range(0..=k);
+        batch.swap(k, j);
+    }
+    let idle = batch.is_empty();
+    for (to, from, data) in batch {
+        if !dead[to] {
+            eng[to].handle_datagram(now, from, 0, &data);
+        }
+    }
+    idle
+}

@@ -10,9 +10,9 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
 use rand::rngs::SmallRng;
-use rand::{Rng, SeedableRng};
+use rand::SeedableRng;
 
-use common::{pattern, send, Shared};
+use common::{pattern, send, shuffled_round, Shared};
 use uet::{
     Completion, CompletionError, CompletionKind, CompletionLevel, Config, Engine, ProbeFlags,
     RecvOp,
@@ -72,30 +72,17 @@ impl Pair {
     /// Move datagrams (shuffled batches) until `until` holds; panics when
     /// it does not within a simulated minute.
     fn run(&mut self, until: impl Fn(&Pair) -> bool) {
-        let mut buf = vec![0u8; 65536];
         for _ in 0..1_000_000 {
             if until(self) {
                 return;
             }
-            let mut batch = Vec::new();
-            for i in 0..2 {
-                if self.dead[i] {
-                    continue;
-                }
-                while let Some(t) = self.eng[i].poll_transmit(self.now, &mut buf) {
-                    batch.push((1 - i, self.addrs[i], buf[..t.len].to_vec()));
-                }
-            }
-            for k in (1..batch.len()).rev() {
-                let j = self.rng.gen_range(0..=k);
-                batch.swap(k, j);
-            }
-            let idle = batch.is_empty();
-            for (to, from, data) in batch {
-                if !self.dead[to] {
-                    self.eng[to].handle_datagram(self.now, from, 0, &data);
-                }
-            }
+            let idle = shuffled_round(
+                &mut self.eng,
+                &self.addrs,
+                self.now,
+                &mut self.rng,
+                self.dead,
+            );
             self.max_staged = self.max_staged.max(self.eng[1].staged_bytes());
             self.now += if idle { 100_000 } else { 1_000 };
             for i in 0..2 {

@@ -9,9 +9,9 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
 use rand::rngs::SmallRng;
-use rand::{Rng, SeedableRng};
+use rand::SeedableRng;
 
-use common::{pattern, recv, send, Shared};
+use common::{pattern, recv, send, shuffled_round, Shared};
 use uet::{
     Completion, CompletionError, CompletionKind, Config, Engine, MemoryRegions, MsgBuffer, Payload,
     RmaKind, RmaOp,
@@ -106,26 +106,18 @@ impl Pair {
     /// Move datagrams (in shuffled batches) until `until` holds or the
     /// engines go quiet for a simulated second.
     fn run(&mut self, until: impl Fn(&Pair) -> bool) {
-        let mut buf = vec![0u8; 65536];
         for _ in 0..100_000 {
             if until(self) {
                 return;
             }
-            let mut batch = Vec::new();
-            for i in 0..2 {
-                while let Some(t) = self.eng[i].poll_transmit(self.now, &mut buf) {
-                    batch.push((1 - i, self.addrs[i], buf[..t.len].to_vec()));
-                }
-            }
             // Reorder: deliver the batch in a random order.
-            for k in (1..batch.len()).rev() {
-                let j = self.rng.gen_range(0..=k);
-                batch.swap(k, j);
-            }
-            let idle = batch.is_empty();
-            for (to, from, data) in batch {
-                self.eng[to].handle_datagram(self.now, from, 0, &data);
-            }
+            let idle = shuffled_round(
+                &mut self.eng,
+                &self.addrs,
+                self.now,
+                &mut self.rng,
+                [false; 2],
+            );
             self.now += if idle { 100_000 } else { 1_000 };
             for i in 0..2 {
                 if self.eng[i].next_timeout().is_some_and(|t| t <= self.now) {

@@ -54,6 +54,17 @@ fn rma_msg(msg: *const fi_msg_rma) -> FiResult<(fi_msg_rma, fi_rma_iov)> {
     Ok((*m, r))
 }
 
+/// The local buffer of an fi_msg_rma, which must be as long as the remote
+/// range it reads or writes.
+fn msg_buffer(m: &fi_msg_rma, r: &fi_rma_iov) -> FiResult<IovBuffer> {
+    let b = iov_buffer(m.msg_iov, m.iov_count)?;
+    if b.len_bytes() == r.len {
+        Ok(b)
+    } else {
+        Err(FI_EINVAL)
+    }
+}
+
 #[allow(clippy::too_many_arguments)]
 extern "C" fn rma_read(
     ep: Ep,
@@ -109,13 +120,7 @@ extern "C" fn rma_readmsg(ep: Ep, msg: *const fi_msg_rma, flags: u64) -> isize {
         Ok(x) => x,
         Err(e) => return -(e as isize),
     };
-    let buf = iov_buffer(m.msg_iov, m.iov_count).and_then(|b| {
-        if b.len_bytes() == r.len {
-            Ok(b)
-        } else {
-            Err(FI_EINVAL)
-        }
-    });
+    let buf = msg_buffer(&m, &r);
     post(
         ep,
         false,
@@ -185,13 +190,7 @@ extern "C" fn rma_writemsg(ep: Ep, msg: *const fi_msg_rma, flags: u64) -> isize 
         Ok(x) => x,
         Err(e) => return -(e as isize),
     };
-    let buf = iov_buffer(m.msg_iov, m.iov_count).and_then(|b| {
-        if b.len_bytes() == r.len {
-            Ok(b)
-        } else {
-            Err(FI_EINVAL)
-        }
-    });
+    let buf = msg_buffer(&m, &r);
     let data = (flags & FI_REMOTE_CQ_DATA as u64 != 0).then_some(m.data);
     let inject = flags & FI_INJECT as u64 != 0;
     post(

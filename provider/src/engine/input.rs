@@ -605,7 +605,7 @@ impl Engine {
         if ack.flags & pflags::ACK_M != 0 {
             self.stats.ecn_echoes_received += 1;
         }
-        let mtu = self.mtu;
+        let mtu = self.mtu as u64;
         let peer = &mut self.peers[p];
         peer.tx_active_at = now;
         let mut out = std::mem::take(&mut self.ack_scratch);
@@ -636,7 +636,7 @@ impl Engine {
                 rtt: out.rtt_raw.map(|raw| {
                     let sample = RttSample::validate(raw, out.trigger_sends, retx_echo);
                     // Only a packet of at least half the MTU sets the base RTT.
-                    if (out.trigger_bytes as usize) < mtu / 2 {
+                    if (out.trigger_bytes as u64) < mtu / 2 {
                         sample.from_small_packet()
                     } else {
                         sample
@@ -654,20 +654,19 @@ impl Engine {
         }
         // Loss without trimming: SLEEK on the out-of-order count, and the
         // answer to a probe sent into silence.
-        let mtu = self.mtu as u64;
         let mut lost = 0;
+        // Recovery resends at most one window per ACK.
+        let budget = (peer.cc.cwnd() / mtu).max(1) as usize;
         if self.ordered {
             // Every ACK that acknowledges nothing new means the receiver
             // dropped a packet behind a hole: three in a row go back N.
             if peer.tx.dupacks >= 3 || peer.tx.in_recovery() {
-                let budget = (peer.cc.cwnd() / mtu).max(1) as usize;
                 lost += peer.tx.go_back_n(budget);
             }
         } else if peer.tx.sacked() >= 5 || peer.tx.in_recovery() {
             let threshold = (peer.cc.loss_threshold_bytes(mtu) / mtu) as usize;
             // A window that cannot hold the threshold would never trigger.
             let threshold = threshold.min(self.window / 2).max(1);
-            let budget = (peer.cc.cwnd() / mtu).max(1) as usize;
             lost += peer.tx.sleek(threshold, budget);
         }
         lost += peer.tx.probe_answered(now, 2 * Self::probe_rtt(peer));

@@ -5,8 +5,10 @@ use super::*;
 impl Engine {
     // ----- application operations -------------------------------------------------
 
-    pub fn post_send(&mut self, now: u64, op: SendOp) -> Result<()> {
-        let len = op.payload.len();
+    /// Admit one outgoing operation of `len` bytes to `dest`: within the
+    /// message size, the endpoint's queue and the peer's message IDs.
+    /// Counts it as outstanding and returns the peer's index.
+    pub(super) fn admit_send(&mut self, dest: SocketAddr, len: usize) -> Result<usize> {
         if len > Config::MAX_MSG_SIZE {
             return Err(Error::MessageTooLong {
                 len,
@@ -16,11 +18,17 @@ impl Engine {
         if self.sends_outstanding >= Config::QUEUE_DEPTH {
             return Err(Error::Again);
         }
-        let p = self.peer_index(op.dest);
+        let p = self.peer_index(dest);
         if self.peers[p].messages.len() >= MAX_MSGS_PER_PEER {
             return Err(Error::Again);
         }
         self.sends_outstanding += 1;
+        Ok(p)
+    }
+
+    pub fn post_send(&mut self, now: u64, op: SendOp) -> Result<()> {
+        let len = op.payload.len();
+        let p = self.admit_send(op.dest, len)?;
         let mut payload = op.payload;
         let mut completed = !op.signal;
         if op.level == CompletionLevel::Inject {

@@ -175,20 +175,7 @@ impl Engine {
                 n
             }
         };
-        if len > Config::MAX_MSG_SIZE {
-            return Err(Error::MessageTooLong {
-                len,
-                max: Config::MAX_MSG_SIZE,
-            });
-        }
-        if self.sends_outstanding >= Config::QUEUE_DEPTH {
-            return Err(Error::Again);
-        }
-        let p = self.peer_index(op.dest);
-        if self.peers[p].messages.len() >= MAX_MSGS_PER_PEER {
-            return Err(Error::Again);
-        }
-        self.sends_outstanding += 1;
+        let p = self.admit_send(op.dest, len)?;
         let peer = &mut self.peers[p];
         let id = peer.next_msg_id;
         peer.next_msg_id = id.wrapping_add(1);

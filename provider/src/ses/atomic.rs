@@ -126,6 +126,23 @@ impl AtomicOp {
     }
 }
 
+/// The compare-and-swap family, alike for integers and floats: `x` when
+/// the comparison of `c` with `cur` holds, else `cur`; `None` for any other
+/// operation.
+fn compare_swap<T: PartialOrd>(op: AtomicOp, cur: T, x: T, c: T) -> Option<T> {
+    use AtomicOp::*;
+    let hit = match op {
+        Cswap => c == cur,
+        CswapNe => c != cur,
+        CswapLe => c <= cur,
+        CswapLt => c < cur,
+        CswapGe => c >= cur,
+        CswapGt => c > cur,
+        _ => return None,
+    };
+    Some(if hit { x } else { cur })
+}
+
 macro_rules! int_op {
     ($t:ty, $op:expr, $cur:expr, $x:expr, $c:expr) => {{
         let (cur, x, c): ($t, $t, $t) = ($cur, $x, $c);
@@ -143,49 +160,8 @@ macro_rules! int_op {
             Bxor => cur ^ x,
             Read => cur,
             Write => x,
-            Cswap => {
-                if c == cur {
-                    x
-                } else {
-                    cur
-                }
-            }
-            CswapNe => {
-                if c != cur {
-                    x
-                } else {
-                    cur
-                }
-            }
-            CswapLe => {
-                if c <= cur {
-                    x
-                } else {
-                    cur
-                }
-            }
-            CswapLt => {
-                if c < cur {
-                    x
-                } else {
-                    cur
-                }
-            }
-            CswapGe => {
-                if c >= cur {
-                    x
-                } else {
-                    cur
-                }
-            }
-            CswapGt => {
-                if c > cur {
-                    x
-                } else {
-                    cur
-                }
-            }
             Mswap => (x & c) | (cur & !c),
+            cswap => compare_swap(cswap, cur, x, c).unwrap_or(cur),
         }
     }};
 }
@@ -201,50 +177,8 @@ macro_rules! float_op {
             Prod => cur * x,
             Read => cur,
             Write => x,
-            Cswap => {
-                if c == cur {
-                    x
-                } else {
-                    cur
-                }
-            }
-            CswapNe => {
-                if c != cur {
-                    x
-                } else {
-                    cur
-                }
-            }
-            CswapLe => {
-                if c <= cur {
-                    x
-                } else {
-                    cur
-                }
-            }
-            CswapLt => {
-                if c < cur {
-                    x
-                } else {
-                    cur
-                }
-            }
-            CswapGe => {
-                if c >= cur {
-                    x
-                } else {
-                    cur
-                }
-            }
-            CswapGt => {
-                if c > cur {
-                    x
-                } else {
-                    cur
-                }
-            }
-            // Refused by `supports`; leave memory as it is.
-            _ => cur,
+            // Anything else is refused by `supports`; memory stays as it is.
+            other => compare_swap(other, cur, x, c).unwrap_or(cur),
         }
     }};
 }
