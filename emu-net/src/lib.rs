@@ -10,6 +10,8 @@
 //! * [`scenario`] connection-matrix scenario files (fabric, flows, patterns,
 //!   variants), [`ideal`] their ideal completion times from the topology,
 //!   and [`runner`] the end-to-end run behind `uet-emu run`.
+//! * [`sim`] the virtual-time front-end behind `uet-emu sim`: the provider's
+//!   engine on every host, the model between them, one simulated clock.
 
 pub mod config;
 pub mod ideal;
@@ -17,6 +19,7 @@ pub mod model;
 pub mod relay;
 pub mod runner;
 pub mod scenario;
+pub mod sim;
 
 pub use config::{FabricConfig, LinkAction, LinkEvent, SwitchConfig, TopologyConfig, TopologyKind};
 pub use model::{Delivery, Fabric, Packet};

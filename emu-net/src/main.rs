@@ -4,6 +4,7 @@
 //! uet-emu relay --config FILE [--listen ADDR] [--first-host N] [--duration S] [--report FILE]
 //! uet-emu run SCENARIO --out DIR [--variant NAME] [--matrix PATH]
 //!             [--provider-path DIR] [--plot SCRIPT] [--max-lag-us N]
+//! uet-emu sim SCENARIO --out DIR [--variant NAME] [--plot SCRIPT]
 //! ```
 
 use std::path::{Path, PathBuf};
@@ -14,6 +15,7 @@ use std::time::Duration;
 use emu_net::relay::{Relay, RelaySettings};
 use emu_net::runner::{self, RunOptions};
 use emu_net::scenario::Scenario;
+use emu_net::sim::{self, SimOptions};
 use emu_net::{Fabric, FabricConfig};
 
 const USAGE: &str = "usage:
@@ -27,7 +29,15 @@ const USAGE: &str = "usage:
       --check fails unless the traffic crossed the relay.
       --slowdown K stretches time K times (rates / K, delays and times x K;
       bytes unchanged) for a machine too busy for the written rates.
+  uet-emu sim SCENARIO --out DIR [--variant NAME] [--plot SCRIPT] [--first-host N] [--quiet]
+      The same scenario in virtual time: every host is the provider's engine
+      (no processes or sockets), the model between them, one simulated clock.
+      Deterministic for the scenario's seed and valid on any machine; the
+      same results, tables and plots as run.
   uet-emu --version";
+
+/// Options that take no value.
+const FLAGS: &[&str] = &["--check", "--quiet"];
 
 struct Args(Vec<String>);
 
@@ -47,7 +57,8 @@ impl Args {
                 continue;
             }
             if a.starts_with("--") {
-                skip = true;
+                // Options take a value, flags do not.
+                skip = !FLAGS.contains(&a.as_str());
                 continue;
             }
             return Some(a);
@@ -153,28 +164,110 @@ fn find(candidates: &[PathBuf]) -> Option<PathBuf> {
     candidates.iter().find(|p| p.exists()).cloned()
 }
 
-fn run(args: &Args) -> ExitCode {
+/// The scenario file named on the command line (its name defaults to the
+/// file's stem) and the output directory, created.
+fn scenario_and_out(args: &Args) -> Result<(Scenario, PathBuf), String> {
     let (Some(path), Some(out)) = (args.positional(), args.opt("--out")) else {
-        return fail(USAGE);
+        return Err(USAGE.into());
     };
-    let text = match std::fs::read_to_string(path) {
-        Ok(t) => t,
-        Err(e) => return fail(format!("{path}: {e}")),
-    };
-    let mut scenario = match Scenario::from_toml(&text) {
-        Ok(s) => s,
-        Err(e) => return fail(format!("{path}: {e}")),
-    };
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{path}: {e}"))?;
+    let mut scenario = Scenario::from_toml(&text).map_err(|e| format!("{path}: {e}"))?;
     if scenario.name.is_empty() {
         scenario.name = Path::new(path)
             .file_stem()
             .map(|s| s.to_string_lossy().into_owned())
             .unwrap_or_default();
     }
-    let exe_dir = std::env::current_exe()
+    let out = PathBuf::from(out);
+    std::fs::create_dir_all(&out).map_err(|e| format!("{}: {e}", out.display()))?;
+    Ok((scenario, out))
+}
+
+fn exe_dir() -> PathBuf {
+    std::env::current_exe()
         .ok()
         .and_then(|p| p.parent().map(Path::to_path_buf))
-        .unwrap_or_default();
+        .unwrap_or_default()
+}
+
+/// Print and save the table (with the failed variants), then draw the plots.
+fn publish(
+    scenario: &Scenario,
+    results: &[runner::VariantResult],
+    failed: &[(String, String)],
+    out: &Path,
+    args: &Args,
+) {
+    let mut table = runner::table(results);
+    for (name, why) in failed {
+        let line = why.lines().next().unwrap_or("");
+        table.push_str(&format!("  [{name}] FAILED (no measurement): {line}\n"));
+    }
+    println!("== {}: {}", scenario.name, scenario.description);
+    print!("{table}");
+    let _ = std::fs::write(out.join("table.txt"), &table);
+    let exe_dir = exe_dir();
+    let plot = args.opt("--plot").map(PathBuf::from).or_else(|| {
+        find(&[
+            exe_dir.join("plot_matrix.py"),
+            PathBuf::from("fabtests/scripts/plot_matrix.py"),
+        ])
+    });
+    match plot {
+        Some(script) => {
+            let python = if Path::new("/usr/bin/python3").exists() {
+                "/usr/bin/python3"
+            } else {
+                "python3"
+            };
+            match std::process::Command::new(python)
+                .arg(&script)
+                .arg(out)
+                .status()
+            {
+                Ok(s) if s.success() => println!("plots in {}", out.display()),
+                Ok(s) => eprintln!(
+                    "uet-emu: plotting failed ({s}); results are in {}",
+                    out.display()
+                ),
+                Err(e) => eprintln!("uet-emu: cannot run {python}: {e}"),
+            }
+        }
+        None => eprintln!("uet-emu: plot_matrix.py not found; no plots"),
+    }
+}
+
+fn sim(args: &Args) -> ExitCode {
+    let (scenario, out) = match scenario_and_out(args) {
+        Ok(x) => x,
+        Err(e) => return fail(e),
+    };
+    let opts = SimOptions {
+        out: out.clone(),
+        variant: args.opt("--variant").map(str::to_string),
+        first_host: args
+            .opt("--first-host")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(2),
+        progress: (!args.0.iter().any(|a| a == "--quiet")).then(|| Duration::from_secs(2)),
+    };
+    let (results, failed) = match sim::sim_all(&scenario, &opts) {
+        Ok(r) => r,
+        Err(e) => return fail(e),
+    };
+    publish(&scenario, &results, &failed, &out, args);
+    if !failed.is_empty() {
+        return fail(format!("{} variant(s) failed", failed.len()));
+    }
+    ExitCode::SUCCESS
+}
+
+fn run(args: &Args) -> ExitCode {
+    let (mut scenario, out) = match scenario_and_out(args) {
+        Ok(x) => x,
+        Err(e) => return fail(e),
+    };
+    let exe_dir = exe_dir();
     let matrix = match args.opt("--matrix") {
         Some(m) => PathBuf::from(m),
         None => match find(&[
@@ -195,10 +288,6 @@ fn run(args: &Args) -> ExitCode {
                 ])
             })
     });
-    let out = PathBuf::from(out);
-    if let Err(e) = std::fs::create_dir_all(&out) {
-        return fail(format!("{}: {e}", out.display()));
-    }
     let opts = RunOptions {
         out: out.clone(),
         variant: args.opt("--variant").map(str::to_string),
@@ -237,42 +326,7 @@ fn run(args: &Args) -> ExitCode {
         Ok(r) => r,
         Err(e) => return fail(e),
     };
-    let mut table = runner::table(&results);
-    for (name, why) in &failed {
-        let line = why.lines().next().unwrap_or("");
-        table.push_str(&format!("  [{name}] FAILED (no measurement): {line}\n"));
-    }
-    println!("== {}: {}", scenario.name, scenario.description);
-    print!("{table}");
-    let _ = std::fs::write(out.join("table.txt"), &table);
-    let plot = args.opt("--plot").map(PathBuf::from).or_else(|| {
-        find(&[
-            exe_dir.join("plot_matrix.py"),
-            PathBuf::from("fabtests/scripts/plot_matrix.py"),
-        ])
-    });
-    match plot {
-        Some(script) => {
-            let python = if Path::new("/usr/bin/python3").exists() {
-                "/usr/bin/python3"
-            } else {
-                "python3"
-            };
-            match std::process::Command::new(python)
-                .arg(&script)
-                .arg(&out)
-                .status()
-            {
-                Ok(s) if s.success() => println!("plots in {}", out.display()),
-                Ok(s) => eprintln!(
-                    "uet-emu: plotting failed ({s}); results are in {}",
-                    out.display()
-                ),
-                Err(e) => eprintln!("uet-emu: cannot run {python}: {e}"),
-            }
-        }
-        None => eprintln!("uet-emu: plot_matrix.py not found; no plots"),
-    }
+    publish(&scenario, &results, &failed, &out, args);
     if results
         .iter()
         .any(|r| !r.summary.kept_up || !r.summary.hosts_kept_up || !r.summary.crossed_relay)
@@ -300,6 +354,7 @@ fn main() -> ExitCode {
         }
         Some("relay") => relay(&Args(argv[1..].to_vec())),
         Some("run") => run(&Args(argv[1..].to_vec())),
+        Some("sim") => sim(&Args(argv[1..].to_vec())),
         _ => {
             eprintln!("{USAGE}");
             ExitCode::from(2)

@@ -126,9 +126,7 @@ pub struct Relay {
     counters: RelayCounters,
     /// Lag histogram in microsecond buckets (last bucket: everything later).
     lag_us: Vec<u64>,
-    /// Payload bytes delivered per (source host, destination host) and
-    /// time bucket, whole data packets only.
-    pairs: BTreeMap<(usize, usize), BTreeMap<u64, u64>>,
+    pairs: PairBytes,
 }
 
 /// Delivered data bytes of one host pair over time.
@@ -211,7 +209,7 @@ impl Relay {
             epoch: SystemTime::now(),
             counters: RelayCounters::default(),
             lag_us: vec![0; 10_001],
-            pairs: BTreeMap::new(),
+            pairs: PairBytes::default(),
         })
     }
 
@@ -417,18 +415,9 @@ impl Relay {
             return;
         }
         self.counters.delivered += 1;
-        if uet::wire::ip::trim_of(tos).is_none()
-            && crate::model::classify(&d.packet.data, tos) == crate::model::Class::Data
-        {
-            if let Some(&src) = self.hosts.get(&d.packet.src.ip()) {
-                let w = self.fabric.config.switch.sample_ns;
-                *self
-                    .pairs
-                    .entry((src, d.host))
-                    .or_default()
-                    .entry(d.time - d.time % w)
-                    .or_default() += d.packet.data.len() as u64;
-            }
+        if let Some(&src) = self.hosts.get(&d.packet.src.ip()) {
+            self.pairs
+                .record(src, &d, self.fabric.config.switch.sample_ns);
         }
         let lag = self.now_ns().saturating_sub(d.time);
         self.counters.max_lag_ns = self.counters.max_lag_ns.max(lag);
@@ -477,21 +466,6 @@ impl Relay {
             ));
         }
         let f = &self.fabric;
-        let ports = f
-            .ports
-            .iter()
-            .enumerate()
-            .filter(|(_, p)| p.counters.tx_packets > 0 || p.counters.drops_down > 0)
-            .map(|(i, p)| PortReport {
-                name: f.port_name(i),
-                gbps: p.base_gbps,
-                buffer_bytes: p.buffer_bytes,
-                kmin_bytes: p.kmin_bytes,
-                kmax_bytes: p.kmax_bytes,
-                counters: p.counters.clone(),
-                series: p.series.clone(),
-            })
-            .collect();
         RelayReport {
             kept_up: problems.is_empty(),
             epoch_realtime_ns: ns_since(UNIX_EPOCH, self.epoch),
@@ -504,16 +478,63 @@ impl Relay {
             base_rtt_ns: f.max_base_rtt_ns(),
             bdp_bytes: f.bdp_bytes(),
             sample_ns: f.config.switch.sample_ns,
-            ports,
-            pairs: self
-                .pairs
-                .iter()
-                .map(|(&(src, dst), b)| PairSeries {
-                    src,
-                    dst,
-                    bytes: b.iter().map(|(&t, &n)| (t, n)).collect(),
-                })
-                .collect(),
+            ports: port_reports(f),
+            pairs: self.pairs.series(),
         }
     }
+}
+
+/// Payload bytes delivered per (source host, destination host) and time
+/// bucket, whole data packets only (trimmed headers carry none): the
+/// throughput plot, for both front-ends.
+#[derive(Clone, Debug, Default)]
+pub struct PairBytes(BTreeMap<(usize, usize), BTreeMap<u64, u64>>);
+
+impl PairBytes {
+    /// Count delivery `d` from host `src` in buckets of `bucket_ns`.
+    pub fn record(&mut self, src: usize, d: &Delivery, bucket_ns: u64) {
+        let tos = d.packet.tos;
+        if uet::wire::ip::trim_of(tos).is_some()
+            || crate::model::classify(&d.packet.data, tos) != crate::model::Class::Data
+        {
+            return;
+        }
+        let bucket = d.time - d.time % bucket_ns.max(1);
+        *self
+            .0
+            .entry((src, d.host))
+            .or_default()
+            .entry(bucket)
+            .or_default() += d.packet.data.len() as u64;
+    }
+
+    pub fn series(&self) -> Vec<PairSeries> {
+        self.0
+            .iter()
+            .map(|(&(src, dst), b)| PairSeries {
+                src,
+                dst,
+                bytes: b.iter().map(|(&t, &n)| (t, n)).collect(),
+            })
+            .collect()
+    }
+}
+
+/// Counters and time series of every port that carried a packet or lost
+/// one to a failed link.
+pub fn port_reports(f: &Fabric) -> Vec<PortReport> {
+    f.ports
+        .iter()
+        .enumerate()
+        .filter(|(_, p)| p.counters.tx_packets > 0 || p.counters.drops_down > 0)
+        .map(|(i, p)| PortReport {
+            name: f.port_name(i),
+            gbps: p.base_gbps,
+            buffer_bytes: p.buffer_bytes,
+            kmin_bytes: p.kmin_bytes,
+            kmax_bytes: p.kmax_bytes,
+            counters: p.counters.clone(),
+            series: p.series.clone(),
+        })
+        .collect()
 }

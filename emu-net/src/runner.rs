@@ -131,6 +131,9 @@ pub struct Summary {
 pub struct VariantResult {
     pub scenario: String,
     pub variant: String,
+    /// `relay` (real provider processes through the UDP relay) or
+    /// `virtual` (the provider's engine in the model's virtual time).
+    pub front_end: String,
     pub env: BTreeMap<String, String>,
     pub trimming: bool,
     pub mtu: usize,
@@ -276,27 +279,58 @@ pub fn run_all(
     Ok((out, failed))
 }
 
+/// What one variant runs on, for either front-end: the fabric with the
+/// variant's trimming and the hosts' packet size, and the hosts'
+/// environment (scenario, variant, then [`host_defaults`]).
+pub(crate) struct VariantSetup {
+    pub fabric: Fabric,
+    pub env: BTreeMap<String, String>,
+    pub mtu: usize,
+    pub trimming: bool,
+}
+
+impl VariantSetup {
+    pub fn new(scenario: &Scenario, v: &Variant) -> Result<VariantSetup, String> {
+        let mut fabric_cfg = scenario.fabric.clone();
+        if let Some(t) = v.trimming {
+            fabric_cfg.switch.trimming = t;
+        }
+        let mut env = scenario.env.clone();
+        env.extend(v.env.clone());
+        let mtu = match env.get("FI_UET_MTU") {
+            Some(m) => m
+                .trim()
+                .parse()
+                .map_err(|_| format!("FI_UET_MTU = {m:?} is not a packet size"))?,
+            None => fabric_cfg.switch.mtu,
+        };
+        fabric_cfg.switch.mtu = mtu;
+        let trimming = fabric_cfg.switch.trimming;
+        let fabric = Fabric::new(fabric_cfg).map_err(|e| e.to_string())?;
+        for (k, v) in host_defaults(&fabric, &env.clone()) {
+            env.entry(k).or_insert(v);
+        }
+        Ok(VariantSetup {
+            fabric,
+            env,
+            mtu,
+            trimming,
+        })
+    }
+}
+
 fn run_variant(
     scenario: &Scenario,
     v: &Variant,
     flows: &[FlowSpec],
     opts: &RunOptions,
 ) -> Result<VariantResult, String> {
-    let mut fabric_cfg = scenario.fabric.clone();
-    if let Some(t) = v.trimming {
-        fabric_cfg.switch.trimming = t;
-    }
-    let mut env = scenario.env.clone();
-    env.extend(v.env.clone());
-    let mtu = env
-        .get("FI_UET_MTU")
-        .and_then(|m| m.parse().ok())
-        .unwrap_or(fabric_cfg.switch.mtu);
-    fabric_cfg.switch.mtu = mtu;
-    let fabric = Fabric::new(fabric_cfg.clone()).map_err(|e| e.to_string())?;
-    for (k, v) in host_defaults(&fabric, &env.clone()) {
-        env.entry(k).or_insert(v);
-    }
+    let VariantSetup {
+        fabric,
+        env,
+        mtu,
+        trimming,
+    } = VariantSetup::new(scenario, v)?;
     let n = fabric.hosts.len();
     let hosts = RelaySettings::loopback_hosts(n, opts.first_host);
     let mut relay = Relay::bind(
@@ -390,50 +424,16 @@ fn run_variant(
             }
         }
     }
-    let mut started = Vec::with_capacity(flows.len());
-    for (i, s) in start.iter().enumerate() {
-        started.push(s.ok_or_else(|| format!("flow {i} has no complete record"))?);
-    }
-    // The ideal of the flows as they really started: a host that posts
-    // late (scheduling) or a dependency that completes late moves the
-    // flow's start, and the FCT is measured from that start.
-    let as_started: Vec<FlowSpec> = flows
-        .iter()
-        .zip(&started)
-        .map(|(f, &a)| FlowSpec {
-            start_us: a as f64 / 1000.0,
-            after: Vec::new(),
-            ..f.clone()
-        })
-        .collect();
-    let ideal_flows = ideal(relay.fabric(), &as_started, mtu);
-    let start_lag_ns = flows
-        .iter()
-        .zip(&started)
-        .filter(|(f, _)| f.after.is_empty())
-        .map(|(f, &a)| a.saturating_sub((f.start_us * 1000.0) as u64))
-        .max()
-        .unwrap_or(0);
-    let mut results = Vec::new();
-    for (i, f) in flows.iter().enumerate() {
-        let (Some(a), Some(sd), Some(rd)) = (start[i], send_done[i], recv_done[i]) else {
-            return Err(format!("flow {i} has no complete record"));
-        };
-        let fct = rd.saturating_sub(a);
-        let id = ideal_flows[i].fct_ns;
-        results.push(FlowResult {
-            id: i,
-            src: f.src,
-            dst: f.dst,
-            bytes: f.bytes,
-            start_ns: a,
-            send_done_ns: sd,
-            recv_done_ns: rd,
-            fct_ns: fct,
-            ideal_fct_ns: id,
-            inflation: fct as f64 / id,
-        });
-    }
+    let (results, ideal_flows, start_lag_ns) = flow_results(
+        flows,
+        relay.fabric(),
+        mtu,
+        &FlowTimes {
+            start,
+            send_done,
+            recv_done,
+        },
+    )?;
     let mut summary = summarise(&results, &ideal_flows, &report);
     summary.start_lag_ns = start_lag_ns;
     summary.load_average = load_average();
@@ -483,8 +483,9 @@ fn run_variant(
     let result = VariantResult {
         scenario: scenario.name.clone(),
         variant: v.name.clone(),
+        front_end: "relay".into(),
         env,
-        trimming: fabric_cfg.switch.trimming,
+        trimming,
         mtu,
         payload_efficiency: payload_efficiency(mtu),
         go_realtime_ns: go,
@@ -497,6 +498,71 @@ fn run_variant(
     };
     write_outputs(&dir, &result)?;
     Ok(result)
+}
+
+/// When each flow started and completed, ns after the common start, as
+/// the hosts recorded them (`None`: no record).
+pub(crate) struct FlowTimes {
+    pub start: Vec<Option<u64>>,
+    pub send_done: Vec<Option<u64>>,
+    pub recv_done: Vec<Option<u64>>,
+}
+
+/// Per-flow results against the ideal of the flows as they really started,
+/// and the latest a flow without dependencies was posted after its start
+/// time. Err when a flow has no complete record.
+pub(crate) fn flow_results(
+    flows: &[FlowSpec],
+    fabric: &Fabric,
+    mtu: usize,
+    times: &FlowTimes,
+) -> Result<(Vec<FlowResult>, Vec<crate::ideal::IdealFlow>, u64), String> {
+    let (start, send_done, recv_done) = (&times.start, &times.send_done, &times.recv_done);
+    let mut started = Vec::with_capacity(flows.len());
+    for (i, s) in start.iter().enumerate() {
+        started.push(s.ok_or_else(|| format!("flow {i} has no complete record"))?);
+    }
+    // The ideal of the flows as they really started: a host that posts
+    // late (scheduling) or a dependency that completes late moves the
+    // flow's start, and the FCT is measured from that start.
+    let as_started: Vec<FlowSpec> = flows
+        .iter()
+        .zip(&started)
+        .map(|(f, &a)| FlowSpec {
+            start_us: a as f64 / 1000.0,
+            after: Vec::new(),
+            ..f.clone()
+        })
+        .collect();
+    let ideal_flows = ideal(fabric, &as_started, mtu);
+    let start_lag_ns = flows
+        .iter()
+        .zip(&started)
+        .filter(|(f, _)| f.after.is_empty())
+        .map(|(f, &a)| a.saturating_sub((f.start_us * 1000.0) as u64))
+        .max()
+        .unwrap_or(0);
+    let mut results = Vec::new();
+    for (i, f) in flows.iter().enumerate() {
+        let (Some(a), Some(sd), Some(rd)) = (start[i], send_done[i], recv_done[i]) else {
+            return Err(format!("flow {i} has no complete record"));
+        };
+        let fct = rd.saturating_sub(a);
+        let id = ideal_flows[i].fct_ns;
+        results.push(FlowResult {
+            id: i,
+            src: f.src,
+            dst: f.dst,
+            bytes: f.bytes,
+            start_ns: a,
+            send_done_ns: sd,
+            recv_done_ns: rd,
+            fct_ns: fct,
+            ideal_fct_ns: id,
+            inflation: fct as f64 / id,
+        });
+    }
+    Ok((results, ideal_flows, start_lag_ns))
 }
 
 /// Niceness of the host processes. A host descheduled for milliseconds
@@ -686,7 +752,7 @@ impl HostSched {
     }
 }
 
-fn summarise(
+pub(crate) fn summarise(
     flows: &[FlowResult],
     ideal: &[crate::ideal::IdealFlow],
     report: &RelayReport,
@@ -735,7 +801,7 @@ fn summarise(
     }
 }
 
-fn write_outputs(dir: &Path, r: &VariantResult) -> Result<(), String> {
+pub(crate) fn write_outputs(dir: &Path, r: &VariantResult) -> Result<(), String> {
     let json = serde_json::to_string_pretty(r).map_err(|e| e.to_string())?;
     fs::write(dir.join("results.json"), json).map_err(|e| e.to_string())?;
     let mut csv = String::from(
@@ -825,7 +891,9 @@ pub fn table(results: &[VariantResult]) -> String {
     );
     for r in results {
         let m = &r.summary;
-        let valid = if !m.crossed_relay {
+        let valid = if r.front_end == "virtual" {
+            "virt"
+        } else if !m.crossed_relay {
             "NO-RLY"
         } else if !m.kept_up {
             "NO"

@@ -510,6 +510,38 @@ impl Config {
         }
         Ok(())
     }
+
+    /// Apply one parameter given as text, read the way libfabric reads an
+    /// `FI_UET_*` environment variable: integers in decimal (or `0x` hex),
+    /// booleans as 1/0, yes/no, true/false or on/off. For front-ends that
+    /// run the engine without libfabric (emu-net's virtual-time runs).
+    pub fn set_text(&mut self, name: &str, text: &str) -> Result<(), ConfigError> {
+        let err = |reason: String| ConfigError {
+            name: name.to_ascii_uppercase(),
+            reason,
+        };
+        let spec = PARAMS
+            .iter()
+            .find(|p| p.name == name)
+            .ok_or_else(|| err("unknown parameter".into()))?;
+        let t = text.trim();
+        let value = match spec.kind {
+            ParamKind::Int => {
+                let parsed = match t.strip_prefix("0x").or_else(|| t.strip_prefix("0X")) {
+                    Some(hex) => i64::from_str_radix(hex, 16),
+                    None => t.parse::<i64>(),
+                };
+                ParamValue::Int(parsed.map_err(|_| err(format!("{t:?} is not an integer")))?)
+            }
+            ParamKind::Bool => ParamValue::Bool(match t.to_ascii_lowercase().as_str() {
+                "1" | "yes" | "true" | "on" => true,
+                "0" | "no" | "false" | "off" => false,
+                _ => return Err(err(format!("{t:?} is not a boolean"))),
+            }),
+            ParamKind::Str => ParamValue::Str(text.to_string()),
+        };
+        self.set(name, value)
+    }
 }
 
 #[cfg(test)]
@@ -525,6 +557,25 @@ mod tests {
             c.set(p.name, v).unwrap();
             assert_eq!(c, defaults, "{}", p.name);
         }
+    }
+
+    #[test]
+    fn text_values_parse_like_the_environment() {
+        let mut c = Config::default();
+        c.set_text("mtu", " 8192 ").unwrap();
+        c.set_text("window", "0x40").unwrap();
+        c.set_text("nscc_trimming", "off").unwrap();
+        c.set_text("cc", "none").unwrap();
+        assert_eq!((c.mtu, c.window, c.trimming), (8192, 64, false));
+        assert_eq!(c.cc, CcAlgorithm::None);
+        c.set_text("nscc_trimming", "YES").unwrap();
+        assert!(c.trimming);
+        let before = c.clone();
+        assert!(c.set_text("mtu", "big").is_err());
+        assert!(c.set_text("nscc_trimming", "maybe").is_err());
+        assert!(c.set_text("mtu", "10").is_err());
+        assert!(c.set_text("no_such_knob", "1").is_err());
+        assert_eq!(c, before);
     }
 
     #[test]

@@ -1,0 +1,179 @@
+//! The virtual-time front-end: the provider's engine on every host, the
+//! switch model between them.
+
+use emu_net::runner::{table, VariantResult};
+use emu_net::scenario::Scenario;
+use emu_net::sim::{sim_all, SimOptions};
+
+const INCAST: &str = r#"
+name = "virtual-incast"
+timeout_s = 5
+
+[fabric]
+seed = 3
+[fabric.topology]
+kind = "single"
+hosts = 5
+link_gbps = 10.0
+link_delay_ns = 2000
+[fabric.switch]
+buffer_bytes = 40000
+
+[env]
+FI_UET_MTU = "4096"
+
+[[patterns]]
+kind = "incast"
+dst = 4
+senders = 4
+bytes = 1048576
+
+[[flows]]
+src = 4
+dst = 0
+bytes = 65536
+after = [0]
+
+[[variants]]
+name = "nscc-trim"
+env = { FI_UET_CC = "nscc" }
+trimming = true
+
+[[variants]]
+name = "none-trim"
+env = { FI_UET_CC = "none" }
+trimming = true
+
+[[variants]]
+name = "nscc-drop"
+env = { FI_UET_CC = "nscc" }
+trimming = false
+"#;
+
+fn out_dir(name: &str) -> std::path::PathBuf {
+    std::env::temp_dir().join(format!("emu-sim-{name}-{}", std::process::id()))
+}
+
+fn sim(text: &str, name: &str) -> (Vec<VariantResult>, Vec<(String, String)>) {
+    let scenario = Scenario::from_toml(text).unwrap();
+    let out = out_dir(name);
+    let r = sim_all(
+        &scenario,
+        &SimOptions {
+            out: out.clone(),
+            variant: None,
+            first_host: 2,
+            progress: None,
+        },
+    )
+    .unwrap();
+    let _ = std::fs::remove_dir_all(&out);
+    r
+}
+
+fn variant<'a>(rs: &'a [VariantResult], name: &str) -> &'a VariantResult {
+    rs.iter().find(|r| r.variant == name).unwrap()
+}
+
+#[test]
+fn incast_completes_in_virtual_time_with_every_byte_checked() {
+    let (rs, failed) = sim(INCAST, "incast");
+    assert!(failed.is_empty(), "{failed:?}");
+    assert_eq!(rs.len(), 3);
+    for r in &rs {
+        assert_eq!(r.front_end, "virtual");
+        assert_eq!(r.flows.len(), 5);
+        for f in &r.flows {
+            assert!(f.recv_done_ns > f.start_ns, "{} {f:?}", r.variant);
+            // No flow beats its 10 Gb/s link (an unfair share can beat
+            // the fair-share ideal, the line rate cannot be beaten).
+            assert!(
+                f.fct_ns as f64 >= f.bytes as f64 * 8.0 / 10.0,
+                "{} {f:?}",
+                r.variant
+            );
+        }
+        // The reply waits for flow 0 to complete at its receiver.
+        assert!(r.flows[4].start_ns >= r.flows[0].recv_done_ns);
+        let port_trims: u64 = r.relay.ports.iter().map(|p| p.counters.trims).sum();
+        assert_eq!(port_trims, r.summary.trims);
+    }
+    // A 4:1 burst into a 40 KB buffer overflows it: with trimming the
+    // switch trims, without it drops, and the transport recovers either way.
+    let trim = variant(&rs, "none-trim");
+    assert!(trim.summary.trims > 0 && trim.summary.drops == 0);
+    let drop = variant(&rs, "nscc-drop");
+    assert_eq!(drop.summary.trims, 0);
+    // NSCC holds the senders back: fewer trims than the fixed window.
+    assert!(variant(&rs, "nscc-trim").summary.trims < trim.summary.trims);
+    assert!(table(&rs).contains("virt"));
+}
+
+#[test]
+fn same_seed_same_result() {
+    let a = sim(INCAST, "det-a").0;
+    let b = sim(INCAST, "det-b").0;
+    for (x, y) in a.iter().zip(&b) {
+        let times = |r: &VariantResult| -> Vec<(u64, u64, u64)> {
+            r.flows
+                .iter()
+                .map(|f| (f.start_ns, f.send_done_ns, f.recv_done_ns))
+                .collect()
+        };
+        assert_eq!(times(x), times(y), "{}", x.variant);
+        assert_eq!(x.summary.marks, y.summary.marks);
+        assert_eq!(x.summary.trims, y.summary.trims);
+    }
+}
+
+#[test]
+fn leaf_spine_with_a_failed_link_completes() {
+    let text = r#"
+name = "virtual-failure"
+timeout_s = 5
+[fabric]
+seed = 5
+[fabric.topology]
+kind = "leaf-spine"
+leaves = 2
+spines = 2
+hosts_per_leaf = 2
+link_gbps = 10.0
+link_delay_ns = 1000
+[fabric.switch]
+reroute_us = 200.0
+[[fabric.events]]
+at_us = 100.0
+link = ["leaf0", "spine1"]
+action = "down"
+[env]
+FI_UET_MTU = "4096"
+[[patterns]]
+kind = "permutation"
+shift = 2
+bytes = 524288
+[[variants]]
+name = "reps"
+env = { FI_UET_LB = "reps" }
+"#;
+    let (rs, failed) = sim(text, "failure");
+    assert!(failed.is_empty(), "{failed:?}");
+    let r = &rs[0];
+    assert_eq!(r.flows.len(), 4);
+    // Packets were lost to the failed link before routing converged, and
+    // every flow still completed.
+    let down: u64 = r.relay.ports.iter().map(|p| p.counters.drops_down).sum();
+    assert!(down > 0, "no packet met the failed link");
+}
+
+#[test]
+fn bad_provider_settings_fail_the_variant_with_the_reason() {
+    let text = INCAST.replace(
+        "FI_UET_MTU = \"4096\"",
+        "FI_UET_MTU = \"4096\"\nFI_UET_WINDOW = \"lots\"",
+    );
+    let (rs, failed) = sim(&text, "bad");
+    assert!(rs.is_empty());
+    assert_eq!(failed.len(), 3);
+    assert!(failed[0].1.contains("FI_UET_WINDOW"), "{failed:?}");
+}
