@@ -123,6 +123,8 @@ pub struct Summary {
     pub host_wait_ns: u64,
     /// Largest share of the run a host spent runnable but not running.
     pub host_wait_share: f64,
+    /// `host_wait_ns` over the fabric's base RTT.
+    pub host_delay_rtt: f64,
     /// Every host's run-queue wait was within the limit.
     pub hosts_kept_up: bool,
 }
@@ -206,9 +208,14 @@ pub fn host_defaults(fabric: &Fabric, env: &BTreeMap<String, String>) -> Vec<(St
     env
 }
 
-/// Hosts kept up when none spent more than this share of the run runnable
-/// but waiting for a CPU (on an idle machine it is a few percent).
-const HOST_WAIT_LIMIT: f64 = 0.10;
+/// Hosts kept up when none waited for a CPU, on average per wake-up, more
+/// than this share of the fabric's base RTT. Each wait delays the host's
+/// ACKs and sends by that much, which its peers measure as RTT the fabric
+/// did not add; 2% of the base RTT is under 3% of NSCC's target queueing
+/// delay (0.75 base RTT), small against what NSCC reacts to. (The share of
+/// the run spent waiting is reported too, but it counts every wake-up of a
+/// host that wakes often, whatever each wait costs against the RTT.)
+const HOST_DELAY_LIMIT: f64 = 0.02;
 
 fn load_average() -> f64 {
     fs::read_to_string("/proc/loadavg")
@@ -446,7 +453,8 @@ fn run_variant(
         .iter()
         .map(|h| h.wait_ns as f64 / h.elapsed_ns.max(1) as f64)
         .fold(0.0, f64::max);
-    summary.hosts_kept_up = summary.host_wait_share <= HOST_WAIT_LIMIT;
+    summary.host_delay_rtt = summary.host_wait_ns as f64 / report.base_rtt_ns.max(1) as f64;
+    summary.hosts_kept_up = summary.host_delay_rtt <= HOST_DELAY_LIMIT;
     let mut notes = Vec::new();
     if !summary.crossed_relay {
         notes.push(
@@ -463,12 +471,15 @@ fn run_variant(
     }
     if !summary.hosts_kept_up {
         notes.push(format!(
-            "THE HOSTS DID NOT KEEP UP; the numbers are not valid: a host process spent \
-             {:.0}% of the run runnable but waiting for a CPU ({:.0} us per wake-up; \
-             limit {:.0}%; load average {:.1}): its ACKs and sends left late",
-            summary.host_wait_share * 100.0,
+            "THE HOSTS DID NOT KEEP UP; the numbers are not valid: a host process waited \
+             {:.0} us for a CPU per wake-up on average, {:.1}% of the {:.0} us base RTT \
+             (limit {:.0}%; it spent {:.0}% of the run waiting; load average {:.1}): its \
+             ACKs and sends left late (slow the scenario down: --slowdown, EMU_SLOWDOWN)",
             summary.host_wait_ns as f64 / 1e3,
-            HOST_WAIT_LIMIT * 100.0,
+            summary.host_delay_rtt * 100.0,
+            report.base_rtt_ns as f64 / 1e3,
+            HOST_DELAY_LIMIT * 100.0,
+            summary.host_wait_share * 100.0,
             summary.load_average
         ));
     }
@@ -797,6 +808,7 @@ pub(crate) fn summarise(
         load_average: 0.0,
         host_wait_ns: 0,
         host_wait_share: 0.0,
+        host_delay_rtt: 0.0,
         hosts_kept_up: true,
     }
 }
@@ -881,13 +893,13 @@ pub fn table(results: &[VariantResult]) -> String {
         "retx",
         "valid",
         "late",
-        "hwait",
+        "hlag",
         "load"
     );
     let _ = writeln!(
         s,
         "{:<22} {:>5} {:>9} {:>9} {:>9} {:>6} {:>6} {:>6} {:>5} {:>7} {:>7} {:>6} {:>6} {:>6} {:>5} {:>6} {:>6}",
-        "", "", "ms", "ms", "ms", "x", "x", "x", "", "", "", "", "", "", "ms", "%", ""
+        "", "", "ms", "ms", "ms", "x", "x", "x", "", "", "", "", "", "", "ms", "%rtt", ""
     );
     for r in results {
         let m = &r.summary;
@@ -904,7 +916,7 @@ pub fn table(results: &[VariantResult]) -> String {
         };
         let _ = writeln!(
             s,
-            "{:<22} {:>5} {:>9.3} {:>9.3} {:>9.3} {:>6.2} {:>6.2} {:>6.2} {:>5.3} {:>7} {:>7} {:>6} {:>6} {:>6} {:>5.1} {:>6.0} {:>6.2}",
+            "{:<22} {:>5} {:>9.3} {:>9.3} {:>9.3} {:>6.2} {:>6.2} {:>6.2} {:>5.3} {:>7} {:>7} {:>6} {:>6} {:>6} {:>5.1} {:>6.1} {:>6.2}",
             r.variant,
             m.flows,
             ms(m.fct_p50_ns as f64),
@@ -920,7 +932,7 @@ pub fn table(results: &[VariantResult]) -> String {
             m.retransmits,
             valid,
             ms(m.start_lag_ns as f64),
-            m.host_wait_share * 100.0,
+            m.host_delay_rtt * 100.0,
             m.load_average
         );
     }
