@@ -96,26 +96,37 @@ def free_port():
     return port
 
 
-def wait_listen(port, proc, limit=10.0):
-    """Wait until something listens on TCP `port` (or `proc` died)."""
-    end = time.time() + limit
-    while time.time() < end and proc.poll() is None:
+def tcp_listening(port):
+    """Whether a socket listens on TCP `port` (read from /proc, so the
+    check does not take the server's one out-of-band connection)."""
+    for path in ("/proc/net/tcp", "/proc/net/tcp6"):
         try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            return
-        except OSError:
-            time.sleep(0.05)
+            with open(path) as f:
+                next(f)
+                for row in f:
+                    cols = row.split()
+                    # local address "IP:PORT" in hex, state 0A = LISTEN
+                    if cols[3] == "0A" and int(cols[1].rsplit(":", 1)[1], 16) == port:
+                        return True
+        except (OSError, ValueError, IndexError, StopIteration):
+            continue
+    return False
 
 
 def client_server(server_cmd, client_cmd, env, limit, listen_port=None, settle=0.3):
     """Run a server in the background and a client against it, both under
-    `timeout`. Returns (ok, client stdout, error text)."""
+    `timeout`. With `listen_port`, the client starts once the server listens
+    there (up to 10 s; a loaded machine can take longer than any fixed
+    pause), else after `settle` seconds. Returns (ok, client stdout, error
+    text)."""
     full_env = dict(os.environ, **env)
     tl = ["timeout", "-k", "5", str(limit)]
     srv = subprocess.Popen(tl + server_cmd, env=full_env, stdout=subprocess.PIPE,
                            stderr=subprocess.STDOUT, text=True)
     if listen_port is not None:
-        time.sleep(0.05)
+        end = time.time() + 10.0
+        while time.time() < end and srv.poll() is None and not tcp_listening(listen_port):
+            time.sleep(0.01)
     else:
         time.sleep(settle)
     try:
@@ -159,7 +170,7 @@ def run_pingpong(config, mode, size):
     limit = 60 if (config == "rxd" and size >= MI) else 30
     srv = common + ["-B", str(port)]
     cli = common + ["-P", str(port), "127.0.0.1"]
-    ok, out, err = client_server(srv, cli, env, limit, settle=0.4)
+    ok, out, err = client_server(srv, cli, env, limit, listen_port=port)
     if ok:
         # bytes #sent #ack total time MB/sec usec/xfer Mxfers/sec
         for line in out.splitlines():
@@ -180,7 +191,7 @@ def run_stream(config):
     ok, out, err = client_server(common + ["-B", str(port)],
                                  common + ["-P", str(port), "-S", sizes, "-b", BW_BYTES,
                                            "127.0.0.1"],
-                                 env, 120, settle=0.2)
+                                 env, 120, listen_port=port)
     res = {}
     for line in out.splitlines():
         f = line.split()
