@@ -165,7 +165,14 @@ pub struct VariantResult {
 /// packets under `none`). Below that, the first window of an incast times
 /// out while still queued, is resent whole, and the duplicates queue in
 /// turn: a retransmission storm that measures the timer, not the fabric.
-pub fn host_defaults(fabric: &Fabric, env: &BTreeMap<String, String>) -> Vec<(String, String)> {
+///
+/// `rto_floor_us` bounds that timeout from below: real host processes
+/// (relay runs) are scheduled late now and then, virtual-time hosts never.
+pub fn host_defaults(
+    fabric: &Fabric,
+    env: &BTreeMap<String, String>,
+    rto_floor_us: u64,
+) -> Vec<(String, String)> {
     let cfg = &fabric.config;
     let mbps = (cfg.topology.link_gbps * 1000.0).round().max(1.0) as u64;
     let base_rtt_ns = fabric.max_base_rtt_ns();
@@ -183,7 +190,9 @@ pub fn host_defaults(fabric: &Fabric, env: &BTreeMap<String, String>) -> Vec<(St
     };
     let queued_bytes = fabric.data_buffer_bytes() + window_bytes;
     let queued_ns = (queued_bytes as f64 * 8.0 / cfg.topology.link_gbps.max(1e-3)) as u64;
-    let rto_min_us = (2 * (base_rtt_ns + queued_ns)).div_ceil(1000).max(1000);
+    let rto_min_us = (2 * (base_rtt_ns + queued_ns))
+        .div_ceil(1000)
+        .max(rto_floor_us);
     let mut env = vec![
         ("FI_UET_BASE_RTT_US".to_string(), base_rtt_us.to_string()),
         ("FI_UET_RTO_MIN_US".to_string(), rto_min_us.to_string()),
@@ -207,6 +216,10 @@ pub fn host_defaults(fabric: &Fabric, env: &BTreeMap<String, String>) -> Vec<(St
     }
     env
 }
+
+/// Smallest retransmission timeout given to relay hosts, us: a host process
+/// descheduled for a millisecond must not look like a lost packet.
+const RELAY_RTO_FLOOR_US: u64 = 1000;
 
 /// Hosts kept up when none waited for a CPU, on average per wake-up, more
 /// than this share of the fabric's base RTT. Each wait delays the host's
@@ -297,7 +310,12 @@ pub(crate) struct VariantSetup {
 }
 
 impl VariantSetup {
-    pub fn new(scenario: &Scenario, v: &Variant) -> Result<VariantSetup, String> {
+    /// `rto_floor_us`: see [`host_defaults`].
+    pub fn new(
+        scenario: &Scenario,
+        v: &Variant,
+        rto_floor_us: u64,
+    ) -> Result<VariantSetup, String> {
         let mut fabric_cfg = scenario.fabric.clone();
         if let Some(t) = v.trimming {
             fabric_cfg.switch.trimming = t;
@@ -314,7 +332,7 @@ impl VariantSetup {
         fabric_cfg.switch.mtu = mtu;
         let trimming = fabric_cfg.switch.trimming;
         let fabric = Fabric::new(fabric_cfg).map_err(|e| e.to_string())?;
-        for (k, v) in host_defaults(&fabric, &env.clone()) {
+        for (k, v) in host_defaults(&fabric, &env.clone(), rto_floor_us) {
             env.entry(k).or_insert(v);
         }
         Ok(VariantSetup {
@@ -337,7 +355,7 @@ fn run_variant(
         env,
         mtu,
         trimming,
-    } = VariantSetup::new(scenario, v)?;
+    } = VariantSetup::new(scenario, v, RELAY_RTO_FLOOR_US)?;
     let n = fabric.hosts.len();
     let hosts = RelaySettings::loopback_hosts(n, opts.first_host);
     let mut relay = Relay::bind(

@@ -63,6 +63,11 @@ const SOCKET_ONLY: &[&str] = &[
     "FI_UET_PORT",
 ];
 
+/// Smallest retransmission timeout given to the hosts, us (the provider's
+/// own lower bound): virtual-time hosts are never scheduled late, so the
+/// fabric alone sets the timeout (see `runner::host_defaults`).
+const SIM_RTO_FLOOR_US: u64 = 10;
+
 /// Most consecutive steps at one virtual time before the run is declared
 /// stuck (an engine that keeps asking to be woken now).
 const MAX_STEPS_AT_ONE_TIME: u32 = 100_000;
@@ -233,7 +238,7 @@ fn sim_variant(
         env,
         mtu,
         trimming,
-    } = VariantSetup::new(scenario, v)?;
+    } = VariantSetup::new(scenario, v, SIM_RTO_FLOOR_US)?;
     let n = fabric.hosts.len();
     if let Some(f) = flows.iter().find(|f| f.src >= n || f.dst >= n) {
         return Err(format!("a flow names host {} of {n}", f.src.max(f.dst)));

@@ -177,3 +177,34 @@ fn bad_provider_settings_fail_the_variant_with_the_reason() {
     assert_eq!(failed.len(), 3);
     assert!(failed[0].1.contains("FI_UET_WINDOW"), "{failed:?}");
 }
+
+/// Every shipped scenario, every variant, in virtual time: each completes,
+/// each byte arrives intact (the receivers check), and the table holds a
+/// line per variant.
+#[test]
+fn every_shipped_scenario_runs_in_virtual_time() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../fabtests/scenarios");
+    let mut names: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "toml"))
+        .collect();
+    names.sort();
+    assert!(names.len() >= 8, "{names:?}");
+    for path in names {
+        let text = std::fs::read_to_string(&path).unwrap();
+        let stem = path.file_stem().unwrap().to_string_lossy().into_owned();
+        let scenario = Scenario::from_toml(&text).unwrap();
+        let (rs, failed) = sim(&text, &stem);
+        assert!(failed.is_empty(), "{stem}: {failed:?}");
+        assert_eq!(rs.len(), scenario.runs().len(), "{stem}");
+        let t = table(&rs);
+        for r in &rs {
+            assert!(t.contains(&r.variant), "{stem}");
+            assert!(
+                r.flows.iter().all(|f| f.recv_done_ns > f.start_ns),
+                "{stem}"
+            );
+        }
+    }
+}

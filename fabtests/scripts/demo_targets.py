@@ -11,8 +11,8 @@ no results were found.
 
 Targets:
   * incast: tail FCT within 1.1x of ideal for flows of at least 1 MiB
-    (incast8, incast15, incast8_sizes; per flow size);
-  * permutation within 1.2x (permutation16), all-to-all within 1.2x
+    (incast8, incast15, incast8_sizes, incast15_100g; per flow size);
+  * permutation within 1.2x (permutation16, permutation16_100g), all-to-all within 1.2x
     (alltoall8), for the NSCC variants with the default load balancer;
   * REPS better than oblivious spraying under asymmetry (asymmetric: tail);
   * fewer drops with REPS on link failure (link_failure: the switches'
@@ -23,6 +23,10 @@ import os
 import sys
 
 MI = 1 << 20
+
+
+def size(b):
+    return f"{b // MI} MiB" if b % MI == 0 else f"{b / 1e6:g} MB"
 
 
 def load(root, scenario):
@@ -80,7 +84,7 @@ def main():
     def line(status, front, text):
         lines.append(f"{status}  [{front:<7}] {text}")
 
-    for sc in ("incast8", "incast15", "incast8_sizes"):
+    for sc in ("incast8", "incast15", "incast8_sizes", "incast15_100g"):
         for front, runs in load(root, sc).items():
             for v, r in runs.items():
                 if not product(r):
@@ -90,8 +94,9 @@ def main():
                     fl = [f for f in r["flows"] if f["bytes"] == b]
                     t = max(f["fct_ns"] for f in fl) / max(f["ideal_fct_ns"] for f in fl)
                     line(verdict(t <= 1.1, r), front,
-                         f"incast tail <= 1.1x ideal, {b // MI} MiB flows: {sc} {v} {t:.2f}x")
-    for sc, name in (("permutation16", "permutation"), ("alltoall8", "all-to-all")):
+                         f"incast tail <= 1.1x ideal, {size(b)} flows: {sc} {v} {t:.2f}x")
+    for sc, name in (("permutation16", "permutation"), ("permutation16_100g", "permutation"),
+                     ("alltoall8", "all-to-all")):
         for front, runs in load(root, sc).items():
             for v, r in runs.items():
                 if not product(r):
