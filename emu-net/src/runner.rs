@@ -277,15 +277,31 @@ pub fn run_all(
     opts: &RunOptions,
 ) -> Result<(Vec<VariantResult>, Vec<(String, String)>), String> {
     let scenario = &slowed(scenario, opts.slowdown);
+    each_variant(scenario, opts.variant.as_deref(), "", |v, flows| {
+        run_variant(scenario, v, flows, opts)
+    })
+}
+
+/// Run `one` for every variant of `scenario` (or only the one named
+/// `only`), announcing each with `label`: the results, and the variants
+/// that failed with their reasons. Err when the flows do not expand or no
+/// variant matched.
+#[allow(clippy::type_complexity)]
+pub(crate) fn each_variant(
+    scenario: &Scenario,
+    only: Option<&str>,
+    label: &str,
+    mut one: impl FnMut(&Variant, &[FlowSpec]) -> Result<VariantResult, String>,
+) -> Result<(Vec<VariantResult>, Vec<(String, String)>), String> {
     let flows = scenario.expand().map_err(|e| e.to_string())?;
     let mut out = Vec::new();
     let mut failed = Vec::new();
     for v in scenario.runs() {
-        if opts.variant.as_ref().is_some_and(|n| *n != v.name) {
+        if only.is_some_and(|n| n != v.name) {
             continue;
         }
-        eprintln!("== {} / {}", scenario.name, v.name);
-        match run_variant(scenario, &v, &flows, opts) {
+        eprintln!("== {} / {}{label}", scenario.name, v.name);
+        match one(&v, &flows) {
             Ok(r) => out.push(r),
             Err(e) => {
                 eprintln!("uet-emu: {} / {} FAILED: {e}", scenario.name, v.name);

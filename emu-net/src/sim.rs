@@ -34,7 +34,7 @@ use crate::ideal::payload_efficiency;
 use crate::model::Packet;
 use crate::relay::{port_reports, PairBytes, RelayCounters, RelayReport, RelaySettings};
 use crate::runner::{
-    flow_results, summarise, write_outputs, FlowTimes, VariantResult, VariantSetup,
+    each_variant, flow_results, summarise, write_outputs, FlowTimes, VariantResult, VariantSetup,
 };
 use crate::scenario::{FlowSpec, Scenario, Variant};
 
@@ -79,26 +79,12 @@ pub fn sim_all(
     scenario: &Scenario,
     opts: &SimOptions,
 ) -> Result<(Vec<VariantResult>, Vec<(String, String)>), String> {
-    let flows = scenario.expand().map_err(|e| e.to_string())?;
-    let mut out = Vec::new();
-    let mut failed = Vec::new();
-    for v in scenario.runs() {
-        if opts.variant.as_ref().is_some_and(|n| *n != v.name) {
-            continue;
-        }
-        eprintln!("== {} / {} (virtual time)", scenario.name, v.name);
-        match sim_variant(scenario, &v, &flows, opts) {
-            Ok(r) => out.push(r),
-            Err(e) => {
-                eprintln!("uet-emu: {} / {} FAILED: {e}", scenario.name, v.name);
-                failed.push((v.name.clone(), e));
-            }
-        }
-    }
-    if out.is_empty() && failed.is_empty() {
-        return Err("no variant matched".into());
-    }
-    Ok((out, failed))
+    each_variant(
+        scenario,
+        opts.variant.as_deref(),
+        " (virtual time)",
+        |v, flows| sim_variant(scenario, v, flows, opts),
+    )
 }
 
 /// The engine configuration of every host: defaults, then each `FI_UET_*`

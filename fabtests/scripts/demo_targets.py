@@ -104,22 +104,21 @@ def main():
                 t = tail_of(r)
                 line(verdict(t <= 1.2, r), front,
                      f"{name} tail <= 1.2x ideal: {sc} {v} {t:.2f}x")
-    for mode in ("trim", "drop"):
-        for front, runs in load(root, "asymmetric").items():
-            reps, obl = runs.get(f"reps-{mode}"), runs.get(f"oblivious-{mode}")
-            if reps and obl:
-                a, b = tail_of(reps), tail_of(obl)
+    comparisons = (
+        ("asymmetric", "REPS better than oblivious under asymmetry", tail_of, "tail", "x"),
+        ("link_failure", "fewer drops with REPS on link failure", lost, "drops", ""),
+    )
+    for sc, what, measure, unit_name, unit in comparisons:
+        for mode in ("trim", "drop"):
+            for front, runs in load(root, sc).items():
+                reps, obl = runs.get(f"reps-{mode}"), runs.get(f"oblivious-{mode}")
+                if not (reps and obl):
+                    continue
+                a, b = measure(reps), measure(obl)
                 ok = valid(reps) and valid(obl)
+                fmt = (lambda x: f"{x:.2f}{unit}") if unit else str
                 line(("PASS" if a < b else "MISS") if ok else "n/a ", front,
-                     f"REPS better than oblivious under asymmetry ({mode}): "
-                     f"tail {a:.2f}x vs {b:.2f}x")
-        for front, runs in load(root, "link_failure").items():
-            reps, obl = runs.get(f"reps-{mode}"), runs.get(f"oblivious-{mode}")
-            if reps and obl:
-                a, b = lost(reps), lost(obl)
-                ok = valid(reps) and valid(obl)
-                line(("PASS" if a < b else "MISS") if ok else "n/a ", front,
-                     f"fewer drops with REPS on link failure ({mode}): {a} vs {b}")
+                     f"{what} ({mode}): {unit_name} {fmt(a)} vs {fmt(b)}")
     if not lines:
         print(f"demo_targets: no emu-net results under {root}", file=sys.stderr)
         return 1
