@@ -543,6 +543,11 @@ impl TxPdc {
     /// `fast` ns of it, the path is clear, so packets sent before the probe
     /// that this ACK could have reported (cumulative PSN + SACK range) and
     /// did not are lost: queue them. Returns how many.
+    ///
+    /// Only packets out for longer than a round trip as measured (SRTT + 4
+    /// RTTVAR, queueing included) count: the probe is a control packet and
+    /// overtakes queued data at every switch (NSCC.md section 8), so a
+    /// prompt answer says nothing of data still waiting in a deep queue.
     pub fn probe_answered(&mut self, now: u64, fast: u64) -> usize {
         let Some(p) = self.probe.take() else {
             return 0;
@@ -550,6 +555,9 @@ impl TxPdc {
         if now.saturating_sub(p.sent_at) > fast {
             return 0;
         }
+        let sent_before = p
+            .sent_at
+            .min(now.saturating_sub(self.srtt + 4 * self.rttvar));
         let mut queued = 0;
         let mut psn = self.base;
         let first_missing = self.reported_cack.wrapping_add(1);
@@ -562,7 +570,7 @@ impl TxPdc {
                 continue;
             }
             if let Some(s) = self.slot_mut(psn) {
-                if !s.acked && !s.queued && s.sent_at <= p.sent_at {
+                if !s.acked && !s.queued && s.sent_at <= sent_before {
                     self.queue_lost(psn.wrapping_sub(self.base) as usize);
                     queued += 1;
                 }
@@ -853,6 +861,29 @@ mod tests {
         // Nothing outstanding, nothing to probe.
         tx.on_ack(&ack(3, 0), 10_300);
         assert_eq!(tx.probe_due(300), 0);
+    }
+
+    #[test]
+    fn probe_answer_spares_packets_that_may_still_be_queued() {
+        let mut tx = TxPdc::new(1, 0);
+        tx.remote_id = Some(9);
+        tx.push(data(0), 0, 100_000, 100, 0);
+        // One round trip of 10 us: SRTT 10 us, RTTVAR 5 us.
+        tx.on_ack(&ack(0, 0), 10_000);
+        assert_eq!(tx.srtt(), 10_000);
+        for i in 1..4 {
+            tx.push(data(i), 11_000, 100_000, 100, 0);
+        }
+        // The probe overtakes data in the queues: its prompt answer does
+        // not make packets out for less than SRTT + 4 RTTVAR lost.
+        tx.probe_sent(20_000);
+        tx.on_ack(&ack(0, 0), 20_100);
+        assert_eq!(tx.probe_answered(20_100, 200), 0);
+        assert!(tx.retransmit.is_empty());
+        // Out for longer than that, they are.
+        tx.probe_sent(45_000);
+        tx.on_ack(&ack(0, 0), 45_100);
+        assert_eq!(tx.probe_answered(45_100, 200), 3);
     }
 
     #[test]
