@@ -33,8 +33,11 @@
 //! In-flight accounting belongs to the engine: the controller does **not**
 //! own `in_flight`. The engine counts bytes sent (headers included) and
 //! subtracts what the receiver reports (the ACK's cumulative received-bytes
-//! field, and NACKed packets), then passes the current value in. This keeps a
-//! single source of truth and the controller small.
+//! field, and NACKed packets) and packets it declares lost (timer, SLEEK,
+//! probe), never counting more than the unacknowledged packets it sent, then
+//! passes the current value in. This keeps a single source of truth and the
+//! controller small. A resend counts again and, like new data, waits until
+//! the window has room for it.
 //!
 //! | event | call |
 //! |---|---|

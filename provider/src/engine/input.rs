@@ -461,7 +461,10 @@ impl Engine {
                 let last_hop = nack.code == NackCode::TrimmedLastHop;
                 let peer = &mut self.peers[p];
                 if let Some((bytes, entropy)) = peer.tx.uncount(nack.psn) {
-                    peer.in_flight_bytes = peer.in_flight_bytes.saturating_sub(bytes as u64);
+                    peer.in_flight_bytes = peer
+                        .in_flight_bytes
+                        .saturating_sub(bytes as u64)
+                        .min(peer.tx.counted_bytes());
                     peer.cc
                         .on_nack(now, bytes as u64, last_hop, peer.in_flight_bytes);
                     peer.lb
@@ -620,11 +623,14 @@ impl Engine {
         } else {
             0
         };
-        peer.in_flight_bytes = peer.in_flight_bytes.saturating_sub(newly);
-        if peer.tx.in_flight() == 0 {
-            // Nothing outstanding: drop the sub-unit remainder.
-            peer.in_flight_bytes = 0;
-        }
+        // Never more than the packets still counted: this also drops the
+        // sub-unit remainder once only NACKed packets (or none) are
+        // outstanding, which could otherwise keep their resends out of a
+        // one-packet window for good.
+        peer.in_flight_bytes = peer
+            .in_flight_bytes
+            .saturating_sub(newly)
+            .min(peer.tx.counted_bytes());
         let ecn = ack.flags & pflags::ACK_M != 0;
         let retx_echo = ack.flags & pflags::ACK_RETX != 0;
         peer.cc.on_ack(
@@ -670,6 +676,7 @@ impl Engine {
             lost += peer.tx.sleek(threshold, budget);
         }
         lost += peer.tx.probe_answered(now, 2 * Self::probe_rtt(peer));
+        peer.forget_lost();
         self.stats.sleek_retransmits += lost as u64;
         let (entropy, rtt) = (out.trigger_entropy.unwrap_or(0), out.rtt_raw.unwrap_or(0));
         self.record(p, now, TraceKind::Ack, entropy, rtt, ecn);

@@ -244,10 +244,46 @@ impl Peer {
     /// the next packet's size).
     fn has_work(&self, window: usize, mtu: u64) -> bool {
         self.closing.is_none()
-            && (!self.tx.retransmit.is_empty()
+            && (self.retransmit_ready()
                 || (!self.queue.is_empty()
                     && self.tx.in_flight() < window
                     && self.cc.can_send(self.in_flight_bytes, mtu)))
+    }
+
+    /// Take packets just declared lost out of the in-flight estimate.
+    fn forget_lost(&mut self) {
+        self.in_flight_bytes = self
+            .in_flight_bytes
+            .saturating_sub(self.tx.take_lost_bytes())
+            .min(self.tx.counted_bytes());
+    }
+
+    /// Whether a retransmission is queued and may leave now.
+    fn retransmit_ready(&self) -> bool {
+        self.next_retransmit().is_some()
+    }
+
+    /// Position in the retransmission queue of the first entry that may
+    /// leave now. A packet queued for retransmission (NACKed, or declared
+    /// lost by its timer, SLEEK or a probe) left the in-flight count, so
+    /// its resend must fit the window like new data (NSCC.md section 5, as
+    /// the reference simulator sends its retransmission queue): resent at
+    /// once, a trimmed packet would go straight back into the queue that
+    /// trimmed it, and the window cut the NACK made would never take
+    /// effect. Entries are tried in order, so a smaller packet behind a
+    /// blocked one may pass it.
+    fn next_retransmit(&self) -> Option<usize> {
+        self.tx
+            .retransmit
+            .iter()
+            .position(|&psn| match self.tx.slot(psn) {
+                Some(s) if !s.acked && !s.in_flight => {
+                    self.cc.can_send(self.in_flight_bytes, s.bytes as u64)
+                }
+                // Still counted (nothing to add), or nothing to send
+                // (next_packet drops it).
+                _ => true,
+            })
     }
 
     /// Nothing posted, queued or unacknowledged on the send side.

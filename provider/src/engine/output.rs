@@ -118,7 +118,11 @@ impl Engine {
         };
         let peer = &mut self.peers[p];
         // Retransmissions first, on a path the load balancer picks anew.
-        while let Some(psn) = peer.tx.retransmit.pop_front() {
+        // NACKed packets wait for room in the window.
+        while let Some(psn) = peer
+            .next_retransmit()
+            .and_then(|i| peer.tx.retransmit.remove(i))
+        {
             // Only data is sprayed; SES responses leave from socket 0, so
             // their source address is the canonical one the peer knows.
             // Ordered delivery keeps to one path.

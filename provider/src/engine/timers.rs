@@ -57,6 +57,7 @@ impl Engine {
                         lb.on_feedback(now, entropy, PathFeedback::Timeout);
                         expired.push(entropy);
                     });
+            peer.forget_lost();
             self.stats.timeouts += expired.len() as u64;
             for entropy in expired.drain(..) {
                 self.record(p, now, TraceKind::Timeout, entropy, 0, false);

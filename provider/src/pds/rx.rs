@@ -139,7 +139,8 @@ impl RxPdc {
     /// Fill the PDS fields of an ACK for the current state and reset the
     /// coalescing counters.
     pub fn build_ack(&mut self) -> AckRepr {
-        let bitmap = self.sack_bitmap();
+        let skip = self.sack_skip();
+        let bitmap = self.sack_bitmap_from(skip);
         let offset = self.last_psn.wrapping_sub(self.cack) as i32;
         use crate::wire::prologue::flags::{ACK_M, ACK_RETX};
         let mut flags = 0;
@@ -156,7 +157,7 @@ impl RxPdc {
             spdcid: self.local_id,
             dpdcid: self.remote_id,
             mpr: (self.window / 8).min(255) as u8,
-            sack_offset: 1,
+            sack_offset: 1 + skip as i16,
             sack_bitmap: bitmap,
             rcvd_bytes: ((self.rcvd_bytes >> 8) & 0x00ff_ffff) as u32,
             ooo_count: self.ooo_count,
@@ -169,10 +170,32 @@ impl RxPdc {
         ack
     }
 
-    /// Bit i: PSN `cack + 1 + i` arrived, for i < 64: one or two word reads
-    /// of the ring (the window is a power of two of at least 64 bits).
+    /// Where the SACK bitmap starts, as PSNs skipped past `cack + 1`: at
+    /// `cack + 1` unless the packet that triggers the ACK lies further
+    /// ahead, then it ends at that packet (the reference simulator's
+    /// choice). With a hole at `cack + 1` that keeps being trimmed, packets
+    /// more than 64 ahead of it would otherwise never be reported and
+    /// their timers would expire although they arrived.
+    fn sack_skip(&self) -> u32 {
+        let ahead = self.last_psn.wrapping_sub(self.cack).wrapping_sub(1);
+        if ahead >= self.window {
+            // Behind the cumulative point, or outside the window.
+            return 0;
+        }
+        ahead.saturating_sub(63).min(i16::MAX as u32 - 1)
+    }
+
+    /// Bit i: PSN `cack + 1 + i` arrived, for i < 64.
+    #[cfg(test)]
     fn sack_bitmap(&self) -> u64 {
-        let start = self.slot(0);
+        self.sack_bitmap_from(0)
+    }
+
+    /// Bit i: PSN `cack + 1 + skip + i` arrived, for i < 64: one or two
+    /// word reads of the ring (the window is a power of two of at least 64
+    /// bits, and `skip + 63` stays inside it).
+    fn sack_bitmap_from(&self, skip: u32) -> u64 {
+        let start = self.slot(skip);
         let (word, shift) = (start / 64, start % 64);
         let low = self.seen[word] >> shift;
         if shift == 0 {
@@ -217,6 +240,36 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn sack_bitmap_ends_at_a_trigger_far_past_the_hole() {
+        let mut rx = RxPdc::new(1, 2, 0, 256);
+        // PSN 0 missing (trimmed again and again), 1..=100 arrived.
+        for psn in 1..=100u32 {
+            rx.arrive(psn);
+            rx.last_psn = psn;
+        }
+        let ack = rx.build_ack();
+        assert_eq!(ack.cack_psn, u32::MAX);
+        // The bitmap covers 37..=100: the trigger and the 63 before it.
+        assert_eq!(ack.sack_offset, 38);
+        assert_eq!(ack.sack_bitmap, u64::MAX);
+        let sacked = |psn: u32| {
+            let i = psn.wrapping_sub(ack.cack_psn.wrapping_add(ack.sack_offset as u32));
+            i < 64 && ack.sack_bitmap & (1 << i) != 0
+        };
+        assert!(sacked(100) && sacked(37) && !sacked(36));
+        // A trigger within 64 of the hole keeps the bitmap at the hole.
+        rx.last_psn = 50;
+        let ack = rx.build_ack();
+        assert_eq!(ack.sack_offset, 1);
+        assert_eq!(ack.sack_bitmap, u64::MAX << 1);
+        // So does a duplicate below the cumulative point.
+        rx.arrive(0);
+        rx.last_psn = 0;
+        let ack = rx.build_ack();
+        assert_eq!((ack.cack_psn, ack.sack_offset), (100, 1));
     }
 
     #[test]

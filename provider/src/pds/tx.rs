@@ -85,12 +85,21 @@ pub struct TxPdc {
     /// unacknowledged packet sent well before it was overtaken (RACK-style,
     /// immune to retransmissions still on their way).
     latest_acked_sent_at: u64,
-    /// End of the PSN range the latest ACK could report (its cumulative PSN
-    /// plus the 64 bits of SACK): beyond it, unacknowledged says nothing.
+    /// What the latest ACK reported: every PSN up to its cumulative PSN + 1
+    /// (the first missing one) and its 64 bits of SACK from
+    /// `reported_from`; elsewhere, unacknowledged says nothing.
+    reported_cack: u32,
+    reported_from: u32,
     reported_until: u32,
     /// ACKs in a row that acknowledged nothing new while packets were
     /// outstanding (ordered delivery's loss signal).
     pub dupacks: u32,
+    /// Wire bytes of the unacknowledged slots that count as in flight: an
+    /// upper bound for the engine's in-flight estimate.
+    counted_bytes: u64,
+    /// Bytes of packets declared lost (timer, SLEEK, go-back-N, probe)
+    /// since the engine last took them out of its in-flight estimate.
+    lost_bytes: u64,
 }
 
 /// A SLEEK recovery episode: every PSN below `until` (the highest sent when
@@ -127,14 +136,45 @@ impl TxPdc {
             last_sent_at: 0,
             probe: None,
             latest_acked_sent_at: 0,
+            reported_cack: start_psn.wrapping_sub(1),
+            reported_from: start_psn,
             reported_until: start_psn,
             dupacks: 0,
+            counted_bytes: 0,
+            lost_bytes: 0,
         }
     }
 
     /// Packets sent and not yet acknowledged (the window in use).
     pub fn in_flight(&self) -> usize {
         self.slots.len()
+    }
+
+    /// Wire bytes of the unacknowledged packets still counted in flight
+    /// (not taken out by a NACK).
+    pub fn counted_bytes(&self) -> u64 {
+        self.counted_bytes
+    }
+
+    /// Bytes of the packets declared lost since the last call: they left
+    /// the network, so they leave the in-flight count (as a NACK takes a
+    /// trimmed packet out), and their resends count again.
+    pub fn take_lost_bytes(&mut self) -> u64 {
+        std::mem::take(&mut self.lost_bytes)
+    }
+
+    /// Queue slot `i` for retransmission as lost.
+    fn queue_lost(&mut self, i: usize) {
+        let Some(s) = self.slots.get_mut(i) else {
+            return;
+        };
+        s.queued = true;
+        if s.in_flight {
+            s.in_flight = false;
+            self.counted_bytes -= s.bytes as u64;
+            self.lost_bytes += s.bytes as u64;
+        }
+        self.retransmit.push_back(self.base.wrapping_add(i as u32));
     }
 
     pub fn next_psn(&self) -> u32 {
@@ -161,6 +201,7 @@ impl TxPdc {
             queued: false,
             in_flight: true,
         });
+        self.counted_bytes += bytes as u64;
         if self.rto_due == 0 {
             self.rto_due = now + rto;
         }
@@ -192,6 +233,9 @@ impl TxPdc {
         slot.entropy = entropy;
         slot.in_flight = true;
         let retries = slot.retries;
+        if !before.in_flight {
+            self.counted_bytes += before.bytes as u64;
+        }
         self.last_sent_at = now;
         Some(TxSlot { retries, ..before })
     }
@@ -208,7 +252,9 @@ impl TxPdc {
             return None;
         }
         slot.in_flight = false;
-        Some((slot.bytes, slot.entropy))
+        let (bytes, entropy) = (slot.bytes, slot.entropy);
+        self.counted_bytes -= bytes as u64;
+        Some((bytes, entropy))
     }
 
     /// A NACK says `psn` was trimmed: queue it for retransmission now.
@@ -317,6 +363,9 @@ impl TxPdc {
             for s in self.slots.iter_mut().take(upto) {
                 if !s.acked {
                     s.acked = true;
+                    if s.in_flight {
+                        self.counted_bytes -= s.bytes as u64;
+                    }
                     out.newly_acked.push(s.kind);
                     cumulative += 1;
                     if s.retries == 0 {
@@ -326,6 +375,8 @@ impl TxPdc {
             }
         }
         let sack_base = ack.cack_psn.wrapping_add(ack.sack_offset as i32 as u32);
+        self.reported_cack = ack.cack_psn;
+        self.reported_from = sack_base;
         self.reported_until = sack_base.wrapping_add(64);
         let mut bits = ack.sack_bitmap;
         while bits != 0 {
@@ -336,8 +387,10 @@ impl TxPdc {
                 if let Some(s) = self.slot_mut(psn) {
                     if !s.acked {
                         s.acked = true;
+                        let counted = if s.in_flight { s.bytes as u64 } else { 0 };
                         out.newly_acked.push(s.kind);
                         let first_send = (s.retries == 0).then_some(s.sent_at);
+                        self.counted_bytes -= counted;
                         self.sacked += 1;
                         if let Some(t) = first_send {
                             self.latest_acked_sent_at = self.latest_acked_sent_at.max(t);
@@ -414,8 +467,7 @@ impl TxPdc {
                     if sent_before.is_some_and(|t| s.sent_at >= t) {
                         break;
                     }
-                    s.queued = true;
-                    self.retransmit.push_back(psn);
+                    self.queue_lost(psn.wrapping_sub(self.base) as usize);
                     queued += 1;
                 }
             }
@@ -491,6 +543,11 @@ impl TxPdc {
     /// `fast` ns of it, the path is clear, so packets sent before the probe
     /// that this ACK could have reported (cumulative PSN + SACK range) and
     /// did not are lost: queue them. Returns how many.
+    ///
+    /// Only packets out for longer than a round trip as measured (SRTT + 4
+    /// RTTVAR, queueing included) count: the probe is a control packet and
+    /// overtakes queued data at every switch (NSCC.md section 8), so a
+    /// prompt answer says nothing of data still waiting in a deep queue.
     pub fn probe_answered(&mut self, now: u64, fast: u64) -> usize {
         let Some(p) = self.probe.take() else {
             return 0;
@@ -498,14 +555,24 @@ impl TxPdc {
         if now.saturating_sub(p.sent_at) > fast {
             return 0;
         }
+        let sent_before = p
+            .sent_at
+            .min(now.saturating_sub(self.srtt + 4 * self.rttvar));
         let mut queued = 0;
         let mut psn = self.base;
-        while psn_lt(psn, p.until) && psn_lt(psn, self.reported_until) {
+        let first_missing = self.reported_cack.wrapping_add(1);
+        let (from, until) = (self.reported_from, self.reported_until);
+        while psn_lt(psn, p.until) && psn_lt(psn, until) {
+            // The SACK bitmap may start past the first missing PSN.
+            let reported = psn_le(psn, first_missing) || psn_le(from, psn);
+            if !reported {
+                psn = from;
+                continue;
+            }
             if let Some(s) = self.slot_mut(psn) {
-                if !s.acked && !s.queued && s.sent_at <= p.sent_at {
-                    s.queued = true;
+                if !s.acked && !s.queued && s.sent_at <= sent_before {
+                    self.queue_lost(psn.wrapping_sub(self.base) as usize);
                     queued += 1;
-                    self.retransmit.push_back(psn);
                 }
             }
             psn = psn.wrapping_add(1);
@@ -538,12 +605,11 @@ impl TxPdc {
             }
             let due = s.sent_at + rto(s.timeouts as u32);
             if due <= now {
-                s.queued = true;
                 expired(s.bytes, s.entropy);
                 s.timeouts = s.timeouts.saturating_add(1);
                 worst = worst.max(s.timeouts as u32);
-                self.retransmit.push_back(self.base.wrapping_add(i as u32));
                 next_due = next_due.min(now + rto(s.timeouts as u32));
+                self.queue_lost(i);
             } else {
                 next_due = next_due.min(due);
             }
@@ -564,6 +630,7 @@ impl TxPdc {
         self.recovery = None;
         self.probe = None;
         self.dupacks = 0;
+        self.counted_bytes = 0;
         let kinds = self
             .slots
             .iter()
@@ -794,5 +861,79 @@ mod tests {
         // Nothing outstanding, nothing to probe.
         tx.on_ack(&ack(3, 0), 10_300);
         assert_eq!(tx.probe_due(300), 0);
+    }
+
+    #[test]
+    fn probe_answer_spares_packets_that_may_still_be_queued() {
+        let mut tx = TxPdc::new(1, 0);
+        tx.remote_id = Some(9);
+        tx.push(data(0), 0, 100_000, 100, 0);
+        // One round trip of 10 us: SRTT 10 us, RTTVAR 5 us.
+        tx.on_ack(&ack(0, 0), 10_000);
+        assert_eq!(tx.srtt(), 10_000);
+        for i in 1..4 {
+            tx.push(data(i), 11_000, 100_000, 100, 0);
+        }
+        // The probe overtakes data in the queues: its prompt answer does
+        // not make packets out for less than SRTT + 4 RTTVAR lost.
+        tx.probe_sent(20_000);
+        tx.on_ack(&ack(0, 0), 20_100);
+        assert_eq!(tx.probe_answered(20_100, 200), 0);
+        assert!(tx.retransmit.is_empty());
+        // Out for longer than that, they are.
+        tx.probe_sent(45_000);
+        tx.on_ack(&ack(0, 0), 45_100);
+        assert_eq!(tx.probe_answered(45_100, 200), 3);
+    }
+
+    #[test]
+    fn probe_answer_skips_what_a_moved_sack_bitmap_leaves_out() {
+        let mut tx = TxPdc::new(1, 0);
+        tx.remote_id = Some(9);
+        for i in 0..100 {
+            tx.push(data(i), 0, 1000, 100, 0);
+        }
+        tx.probe_sent(300);
+        // Nothing cumulative; the bitmap starts at PSN 36 (it ends at the
+        // packet that triggered the ACK, 99) and has all of 36..=99.
+        let mut a = ack(u32::MAX, u64::MAX);
+        a.sack_offset = 37;
+        tx.on_ack(&a, 400);
+        // PSN 0 is the first missing one, 1..36 were not reported at all.
+        assert_eq!(tx.probe_answered(400, 200), 1);
+        assert_eq!(tx.retransmit.iter().copied().collect::<Vec<_>>(), vec![0]);
+    }
+
+    #[test]
+    fn counted_bytes_follow_nacks_resends_and_acks() {
+        let mut tx = TxPdc::new(1, 0);
+        for i in 0..4 {
+            tx.push(data(i), 0, 1000, 100, 0);
+        }
+        assert_eq!(tx.counted_bytes(), 400);
+        // A NACK takes PSN 1 out; only once.
+        assert_eq!(tx.uncount(1), Some((100, 0)));
+        assert_eq!(tx.uncount(1), None);
+        assert_eq!(tx.counted_bytes(), 300);
+        // Acking a NACKed packet (its full copy had arrived) takes nothing.
+        tx.on_ack(&ack(u32::MAX, 0b10), 10);
+        assert_eq!(tx.counted_bytes(), 300);
+        // Packets whose timer expired are lost: out of the count, once.
+        tx.on_timeout(5000, 1000, 8000);
+        assert_eq!(tx.counted_bytes(), 0);
+        assert_eq!(tx.take_lost_bytes(), 300);
+        assert_eq!(tx.take_lost_bytes(), 0);
+        // A resend counts again.
+        tx.retransmit.clear();
+        tx.resend(2, 5000, 0);
+        assert_eq!(tx.counted_bytes(), 100);
+        tx.on_ack(&ack(3, 0), 6000);
+        assert_eq!(tx.counted_bytes(), 0);
+        // A resend after a NACK counts again.
+        tx.push(data(4), 7000, 1000, 100, 0);
+        tx.uncount(4);
+        assert_eq!(tx.counted_bytes(), 0);
+        tx.resend(4, 7100, 0);
+        assert_eq!(tx.counted_bytes(), 100);
     }
 }

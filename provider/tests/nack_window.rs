@@ -1,0 +1,84 @@
+//! A NACKed packet's resend waits for room in the congestion window
+//! (NSCC.md section 5): the NACK took it out of flight and cut the window,
+//! so resending every NACKed packet at once would put the whole burst
+//! straight back into the queue that trimmed it.
+
+mod common;
+
+use std::net::SocketAddr;
+
+use common::{pattern, send};
+use uet::cms::CcAlgorithm;
+use uet::wire::ip::{self, Ecn, DSCP_TRIMMED_LASTHOP};
+use uet::wire::prologue::flags::RETX;
+use uet::wire::{PacketType, Prologue, RequestRepr};
+use uet::{Config, Engine};
+
+/// UET headers in front of a data packet's payload: PDS request + SES.
+const DATA_HEADERS: usize = 12 + 44;
+const MTU: usize = 1500;
+/// The window NSCC starts with: maxwnd, here its floor of this many MTUs.
+const WINDOW_PACKETS: usize = 4;
+
+/// Every datagram `e` has to send now: (destination, bytes).
+fn drain(e: &mut Engine, now: u64) -> Vec<(SocketAddr, Vec<u8>)> {
+    let mut buf = vec![0u8; 65536];
+    let mut out = Vec::new();
+    while let Some(t) = e.poll_transmit(now, &mut buf) {
+        out.push((t.dest, buf[..t.len].to_vec()));
+    }
+    out
+}
+
+fn is_data(d: &[u8]) -> bool {
+    Prologue::parse(d).is_ok_and(|p| p.ptype == PacketType::RudRequest)
+}
+
+#[test]
+fn resends_after_nacks_wait_for_the_window() {
+    let cfg = Config {
+        mtu: MTU,
+        cc: CcAlgorithm::Nscc,
+        link_gbps: 1,
+        // bdp = 1 Gb/s * 10 us = 1250 B: maxwnd is its floor, 4 MTUs.
+        base_rtt_us: 10,
+        nscc_min_maxwnd_packets: WINDOW_PACKETS as u32,
+        ..Config::default()
+    };
+    let a: SocketAddr = "10.0.0.1:4793".parse().unwrap();
+    let b: SocketAddr = "10.0.0.2:4793".parse().unwrap();
+    let mut tx = Engine::new(&cfg, a, 1);
+    let mut rx = Engine::new(&cfg, b, 2);
+    tx.post_send(0, send(b, pattern(1, 64 << 10), None, 1))
+        .unwrap();
+
+    // The first window leaves, and a full queue trims all of it.
+    let first = drain(&mut tx, 0);
+    assert_eq!(first.len(), WINDOW_PACKETS);
+    assert!(first.iter().all(|(_, d)| is_data(d)));
+    let trimmed = ip::tos(DSCP_TRIMMED_LASTHOP, Ecn::Ect0);
+    for (_, d) in &first {
+        rx.handle_datagram(1_000, a, trimmed, &d[..DATA_HEADERS]);
+    }
+    let nacks = drain(&mut rx, 1_000);
+    assert_eq!(nacks.len(), WINDOW_PACKETS);
+    for (_, d) in &nacks {
+        tx.handle_datagram(2_000, b, 0, d);
+    }
+
+    // Nothing is in flight and each NACK took a packet off the window,
+    // down to its one-MTU floor: one resend leaves, not the whole burst.
+    let resent = drain(&mut tx, 2_000);
+    assert_eq!(resent.len(), 1, "{} datagrams", resent.len());
+    let req = RequestRepr::parse(&resent[0].1).unwrap();
+    assert_ne!(req.flags & RETX, 0);
+
+    // Its ACK makes room for the next one.
+    rx.handle_datagram(3_000, a, ip::tos(0, Ecn::Ect0), &resent[0].1);
+    let acks = drain(&mut rx, 3_000);
+    assert_eq!(acks.len(), 1);
+    tx.handle_datagram(4_000, b, 0, &acks[0].1);
+    let next = drain(&mut tx, 4_000);
+    assert!(!next.is_empty() && next.len() < WINDOW_PACKETS);
+    assert_ne!(RequestRepr::parse(&next[0].1).unwrap().flags & RETX, 0);
+}
