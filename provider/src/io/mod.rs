@@ -25,9 +25,10 @@
 //! packets from the engine before sending any, groups them by entropy
 //! socket (RUD tolerates the reordering; ROD and control use socket 0 and
 //! keep their order), and sends each run of equal-size packets to one
-//! destination with one TOS as one `sendmsg` with `UDP_SEGMENT`. Sockets
-//! take arrivals with `UDP_GRO`, and a coalesced arrival is cut back into
-//! its datagrams before the engine sees them.
+//! destination with one TOS as one `sendmsg` with `UDP_SEGMENT`. Its
+//! sockets take arrivals with `UDP_GRO`, and a coalesced arrival is cut
+//! back into its datagrams before the engine sees them. Packets near 64 KB
+//! do not fit twice in one send: such endpoints use neither.
 
 use std::collections::VecDeque;
 use std::io::ErrorKind;
@@ -245,6 +246,16 @@ impl Endpoint {
                 order: Vec::with_capacity(GSO_BATCH),
                 starts: vec![0; n + 1],
             });
+        if gso.is_some() {
+            // Peers run the same configuration, so only endpoints that send
+            // segmented take arrivals coalesced (cut up in `receive`); a
+            // kernel without UDP GRO delivers datagrams one by one, which
+            // works as well, and so does a sender that segments to a socket
+            // without GRO (the kernel cuts its sends up).
+            for s in &sockets {
+                let _ = sys::enable_gro(s);
+            }
+        }
         let tx_len = match &gso {
             Some(g) => (g.slot_len * g.batch).max(MAX_DATAGRAM + HEADROOM),
             None => MAX_DATAGRAM + HEADROOM,
@@ -973,11 +984,6 @@ fn open_socket(config: &Config, addr: SocketAddr) -> Result<UdpSocket> {
     socket.bind(&addr.into())?;
     let socket: UdpSocket = socket.into();
     sys::enable_recv_tos(&socket, addr.is_ipv6())?;
-    // Coalesced arrivals are cut up in `receive`; a kernel without UDP GRO
-    // delivers datagrams one by one, which works as well.
-    if config.gso && config.fabric.is_empty() {
-        let _ = sys::enable_gro(&socket);
-    }
     Ok(socket)
 }
 
