@@ -75,7 +75,7 @@ const POOL_BIND_ATTEMPTS: usize = 16;
 /// below the receiver's view of loss (SLEEK's out-of-order threshold is at
 /// least the congestion window, and the batch is capped at half the packet
 /// window, the threshold's own cap).
-const GSO_BATCH: usize = 64;
+const GSO_BATCH: usize = 128;
 
 /// Driver counters.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
