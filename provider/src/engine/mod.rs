@@ -26,6 +26,7 @@ mod rendezvous;
 mod rma;
 mod timers;
 
+pub use output::PayloadRef;
 pub use rendezvous::RENDEZVOUS_RESOURCE;
 
 use std::sync::Arc;
@@ -495,6 +496,11 @@ impl Engine {
     /// Limit the window, e.g. to what the peer's socket buffer can absorb.
     pub fn set_window(&mut self, window: usize) {
         self.window = window.max(1);
+    }
+
+    /// Most unacknowledged packets per peer.
+    pub fn window(&self) -> usize {
+        self.window
     }
 
     /// Delivery-context IDs in use, both directions.

@@ -23,15 +23,39 @@ impl Engine {
         now: u64,
         buf: &mut [u8],
     ) -> Option<(Transmit, Option<&[u8]>)> {
+        let (t, payload) = self.poll_transmit_ref(now, buf)?;
+        Some((t, payload.and_then(|r| self.payload(r))))
+    }
+
+    /// [`poll_transmit_gather`](Self::poll_transmit_gather) naming the
+    /// payload instead of lending it, so a driver can take several packets
+    /// before it sends any (to batch them) and then look every payload up
+    /// with [`payload`](Self::payload).
+    pub fn poll_transmit_ref(
+        &mut self,
+        now: u64,
+        buf: &mut [u8],
+    ) -> Option<(Transmit, Option<PayloadRef>)> {
         let (t, gathered) = self.next_transmit(now, buf, true)?;
-        let Some((p, msg_id, offset, len)) = gathered else {
-            return Some((t, None));
-        };
-        let payload = self.peers[p]
-            .messages
-            .get(&msg_id)
-            .and_then(|m| m.payload.slice_at(offset as usize, len as usize));
+        let payload = gathered.map(|(peer, msg_id, offset, len)| PayloadRef {
+            peer,
+            msg_id,
+            offset,
+            len,
+        });
         Some((t, payload))
+    }
+
+    /// The bytes a [`PayloadRef`] names: valid until the engine next takes
+    /// input or fires timers (which may retire the message), `None` when
+    /// the message is gone.
+    pub fn payload(&self, r: PayloadRef) -> Option<&[u8]> {
+        self.peers
+            .get(r.peer)?
+            .messages
+            .get(&r.msg_id)?
+            .payload
+            .slice_at(r.offset as usize, r.len as usize)
     }
 
     /// The next datagram; with `gather`, also (peer, message, offset, length)
@@ -103,7 +127,7 @@ impl Engine {
         now: u64,
         buf: &mut [u8],
         gather: bool,
-    ) -> Option<(Transmit, Option<PayloadRef>)> {
+    ) -> Option<(Transmit, Option<PeerPayload>)> {
         if !self.ensure_tx_pdc_id(p) {
             return None;
         }
@@ -239,14 +263,36 @@ struct BuildOptions {
     initiator: u16,
     /// ROD packet type instead of RUD.
     ordered: bool,
-    /// Leave a payload in one piece out of the buffer (see `PayloadRef`).
+    /// Leave a payload in one piece out of the buffer (see `PeerPayload`).
     gather: bool,
 }
 
 /// A payload left out of the packet buffer: (peer, message, offset, length).
 type Gathered = (usize, u16, u64, u32);
 /// The same within one peer: (message, offset, length).
-type PayloadRef = (u16, u64, u32);
+type PeerPayload = (u16, u64, u32);
+
+/// A data packet's payload left in its message's memory, to follow the
+/// headers on the wire (see [`Engine::poll_transmit_ref`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PayloadRef {
+    peer: usize,
+    msg_id: u16,
+    offset: u64,
+    len: u32,
+}
+
+impl PayloadRef {
+    /// Payload bytes.
+    pub fn len(&self) -> usize {
+        self.len as usize
+    }
+
+    /// Never true: an empty payload is not gathered.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
 
 /// Serialise the packet a PSN carries (first send or retransmission) and
 /// return its length. With `gather`, a payload the message holds in one
@@ -259,7 +305,7 @@ fn build_packet(
     flags: u8,
     opts: &BuildOptions,
     buf: &mut [u8],
-) -> (usize, Option<PayloadRef>) {
+) -> (usize, Option<PeerPayload>) {
     let BuildOptions {
         initiator,
         ordered,

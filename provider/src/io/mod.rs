@@ -20,6 +20,15 @@
 //!
 //! With `fabric` set, every datagram goes to that relay wrapped in a
 //! [`RelayHeader`], and only what the relay delivers is accepted.
+//!
+//! With `gso` (and no relay), a progress call takes up to a batch of
+//! packets from the engine before sending any, groups them by entropy
+//! socket (RUD tolerates the reordering; ROD and control use socket 0 and
+//! keep their order), and sends each run of equal-size packets to one
+//! destination with one TOS as one `sendmsg` with `UDP_SEGMENT`. Its
+//! sockets take arrivals with `UDP_GRO`, and a coalesced arrival is cut
+//! back into its datagrams before the engine sees them. Packets near 64 KB
+//! do not fit twice in one send: such endpoints use neither.
 
 use std::collections::VecDeque;
 use std::io::ErrorKind;
@@ -28,7 +37,7 @@ use std::time::Instant;
 
 use socket2::{Domain, Protocol, Socket, Type};
 
-use crate::engine::{Engine, Transmit};
+use crate::engine::{Engine, PayloadRef, Transmit};
 use crate::ops::{Completion, Context, RecvOp, SendOp};
 use crate::wire::ip::{self, Ecn};
 use crate::wire::RelayHeader;
@@ -61,6 +70,12 @@ const HEADROOM: usize = RelayHeader::LEN;
 /// Attempts at finding free consecutive ports for the pool before taking
 /// whatever ports the kernel gives.
 const POOL_BIND_ATTEMPTS: usize = 16;
+/// Most packets taken from the engine before any is sent, with GSO. Their
+/// grouping by socket displaces a packet by less than this, which stays
+/// below the receiver's view of loss (SLEEK's out-of-order threshold is at
+/// least the congestion window, and the batch is capped at half the packet
+/// window, the threshold's own cap).
+const GSO_BATCH: usize = 128;
 
 /// Driver counters.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -82,6 +97,18 @@ pub struct DriverStats {
     pub fault_delayed: u64,
     pub fault_trimmed: u64,
     pub fault_ce_marked: u64,
+    /// GSO: `sendmsg` calls that carried several datagrams, and those
+    /// datagrams (also counted in `sent`).
+    pub gso_sends: u64,
+    pub gso_segments: u64,
+    /// GSO sends the kernel refused, whose datagrams then left one by one;
+    /// `gso_disabled` once it refused for good (EINVAL, EIO, ...).
+    pub gso_fallbacks: u64,
+    pub gso_disabled: bool,
+    /// GRO: arrivals that held several datagrams, and those datagrams (also
+    /// counted in `received`).
+    pub gro_receives: u64,
+    pub gro_segments: u64,
 }
 
 /// A datagram ready for the wire: `tx_buf[start..end]` or a held copy.
@@ -93,6 +120,33 @@ struct Outgoing {
     start: usize,
     end: usize,
     copies: u8,
+}
+
+/// A packet taken from the engine for a GSO batch: its headers (or all of
+/// it) at `tx_buf[slot + HEADROOM..][..head_len]`, its payload in the
+/// engine's message memory when `payload` names one.
+#[derive(Clone, Copy, Debug)]
+struct Pending {
+    socket: usize,
+    to: SocketAddr,
+    tos: u8,
+    slot: usize,
+    head_len: usize,
+    len: usize,
+    payload: Option<PayloadRef>,
+}
+
+/// GSO transmit state: on while the kernel accepts segmented sends.
+struct Gso {
+    /// Bytes per packet slot of `tx_buf` (`HEADROOM` + MTU).
+    slot_len: usize,
+    /// Packets taken from the engine per batch.
+    batch: usize,
+    pending: Vec<Pending>,
+    /// Scratch: `pending` indices grouped by socket.
+    order: Vec<usize>,
+    /// Scratch: first index into `order` per socket.
+    starts: Vec<usize>,
 }
 
 /// A datagram held back by fault injection until `at`.
@@ -110,9 +164,11 @@ pub struct Endpoint {
     epoch: Instant,
     rx: sys::RecvBatch,
     tx_buf: Vec<u8>,
-    /// A datagram the kernel refused with EAGAIN, sent first next time
-    /// (its bytes stay in `tx_buf`).
-    stalled: Option<Outgoing>,
+    /// Datagrams the kernel refused with EAGAIN, sent first next time
+    /// (their bytes stay in `tx_buf`), in order.
+    stalled: VecDeque<Outgoing>,
+    /// Batched transmit with UDP GSO; `None` when off.
+    gso: Option<Gso>,
     /// Relay address in fabric mode.
     fabric: Option<SocketAddr>,
     impairer: Option<Impairer>,
@@ -181,6 +237,29 @@ impl Endpoint {
         } else {
             RX_BATCH_SMALL
         };
+        // Segmenting pays off only when several packets fit one send.
+        let gso = (config.gso && fabric.is_none() && 2 * config.mtu <= sys::MAX_SEGMENTED_BYTES)
+            .then(|| Gso {
+                slot_len: HEADROOM + config.mtu,
+                batch: (engine.window() / 2).clamp(1, GSO_BATCH),
+                pending: Vec::with_capacity(GSO_BATCH),
+                order: Vec::with_capacity(GSO_BATCH),
+                starts: vec![0; n + 1],
+            });
+        if gso.is_some() {
+            // Peers run the same configuration, so only endpoints that send
+            // segmented take arrivals coalesced (cut up in `receive`); a
+            // kernel without UDP GRO delivers datagrams one by one, which
+            // works as well, and so does a sender that segments to a socket
+            // without GRO (the kernel cuts its sends up).
+            for s in &sockets {
+                let _ = sys::enable_gro(s);
+            }
+        }
+        let tx_len = match &gso {
+            Some(g) => (g.slot_len * g.batch).max(MAX_DATAGRAM + HEADROOM),
+            None => MAX_DATAGRAM + HEADROOM,
+        };
         let epoch = Instant::now();
         let trace = match config.trace.as_str() {
             "" => None,
@@ -197,8 +276,9 @@ impl Endpoint {
             local,
             epoch,
             rx: sys::RecvBatch::new(rx_batch, MAX_DATAGRAM),
-            tx_buf: vec![0; MAX_DATAGRAM + HEADROOM],
-            stalled: None,
+            tx_buf: vec![0; tx_len],
+            stalled: VecDeque::new(),
+            gso,
             fabric,
             impairer: faults.any().then(|| Impairer::new(faults)),
             held: VecDeque::new(),
@@ -312,7 +392,7 @@ impl Endpoint {
     /// even without input: zero when a transmit is pending, the time to the
     /// next timer otherwise, `None` when nothing is armed.
     pub fn idle_budget(&self) -> Option<std::time::Duration> {
-        if self.stalled.is_some() || self.engine.has_completions() {
+        if !self.stalled.is_empty() || self.engine.has_completions() {
             return Some(std::time::Duration::ZERO);
         }
         let now = self.now();
@@ -328,6 +408,7 @@ impl Endpoint {
     /// Move packets and fire timers. Returns true when anything happened.
     pub fn progress(&mut self) -> bool {
         let now = self.now();
+
         let mut busy = false;
         // Peers address everything to socket 0; the pool sockets see only
         // strays and ICMP errors, drained every so often.
@@ -374,30 +455,41 @@ impl Endpoint {
                 Err(e) if e.kind() == ErrorKind::ConnectionRefused => continue,
                 Err(_) => break,
             };
-            got += n;
-            self.stats.received[i] += n as u64;
             for k in 0..n {
                 let (r, bytes) = self.rx.get(k);
                 let Some(source) = r.from.filter(|_| !r.truncated) else {
+                    got += 1;
+                    self.stats.received[i] += 1;
                     continue;
                 };
-                let (from, data) = match self.fabric {
-                    None => (source, bytes),
-                    Some(relay) => match RelayHeader::parse(bytes) {
-                        Ok(h) if source == relay => (h.addr, &bytes[HEADROOM..]),
-                        _ => {
-                            self.stats.fabric_dropped += 1;
-                            continue;
-                        }
-                    },
+                // A GRO arrival holds datagrams of `segment` bytes, the last
+                // possibly shorter, all with the same TOS.
+                let segment = match r.segment {
+                    0 => bytes.len(),
+                    s => s,
                 };
-                if Ecn::from_tos(r.tos) == Ecn::Ce {
-                    self.stats.ecn_ce_received += 1;
+                let mut count = 0u64;
+                for datagram in bytes
+                    .chunks(segment.max(1))
+                    .chain(bytes.is_empty().then_some(bytes))
+                {
+                    count += 1;
+                    deliver(
+                        &mut self.engine,
+                        &mut self.stats,
+                        self.fabric,
+                        now,
+                        source,
+                        r.tos,
+                        datagram,
+                    );
                 }
-                if ip::trim_of(r.tos).is_some() {
-                    self.stats.trimmed_received += 1;
+                if count > 1 {
+                    self.stats.gro_receives += 1;
+                    self.stats.gro_segments += count;
                 }
-                self.engine.handle_datagram(now, from, r.tos, data);
+                got += count as usize;
+                self.stats.received[i] += count;
             }
             if n < self.rx.capacity() {
                 break;
@@ -420,15 +512,18 @@ impl Endpoint {
             }
             sent = true;
         }
-        if let Some(mut out) = self.stalled.take() {
+        while let Some(out) = self.stalled.front_mut() {
             let bytes = &self.tx_buf[out.start..out.end];
-            if !emit(&self.sockets, &mut self.stats, &mut out, bytes) {
-                self.stalled = Some(out);
-                return false;
+            if !emit(&self.sockets, &mut self.stats, out, bytes) {
+                return sent;
             }
+            self.stalled.pop_front();
             sent = true;
         }
         if self.impairer.is_none() {
+            if self.gso.is_some() {
+                return self.flush_batched(now) || sent;
+            }
             return self.flush_gather(now) || sent;
         }
         while let Some(t) = self.engine.poll_transmit(now, &mut self.tx_buf[HEADROOM..]) {
@@ -440,7 +535,7 @@ impl Endpoint {
             if !emit(&self.sockets, &mut self.stats, &mut out, bytes) {
                 // The bytes stay in `tx_buf`: nothing more is pulled from
                 // the engine until this datagram is out.
-                self.stalled = Some(out);
+                self.stalled.push_back(out);
                 break;
             }
         }
@@ -480,7 +575,7 @@ impl Endpoint {
                 Ok(()) => self.stats.sent[socket] += 1,
                 Err(e) if e.kind() == ErrorKind::WouldBlock => {
                     self.tx_buf[head_end..HEADROOM + t.len].copy_from_slice(payload);
-                    self.stalled = Some(Outgoing {
+                    self.stalled.push_back(Outgoing {
                         socket,
                         to,
                         tos,
@@ -494,6 +589,74 @@ impl Endpoint {
                 Err(_) => {}
             }
         }
+        sent
+    }
+
+    /// The transmit loop with GSO: take up to a batch of packets from the
+    /// engine (headers in one `tx_buf` slot each, payloads left in message
+    /// memory), then send them grouped by socket, each run of equal-size
+    /// packets to one destination with one TOS in one `sendmsg`. Stops at
+    /// the first EAGAIN, keeping what is left whole in `tx_buf`.
+    fn flush_batched(&mut self, now: u64) -> bool {
+        let Some(mut gso) = self.gso.take() else {
+            return false;
+        };
+        let mut sent = false;
+        loop {
+            gso.pending.clear();
+            while gso.pending.len() < gso.batch {
+                let slot = gso.pending.len() * gso.slot_len;
+                let buf = &mut self.tx_buf[slot + HEADROOM..slot + gso.slot_len];
+                let Some((t, payload)) = self.engine.poll_transmit_ref(now, buf) else {
+                    break;
+                };
+                gso.pending.push(Pending {
+                    socket: t.entropy as usize % self.sockets.len(),
+                    to: t.dest,
+                    tos: ip::tos(0, t.ecn),
+                    slot,
+                    head_len: t.len - payload.map_or(0, |p| p.len()),
+                    len: t.len,
+                    payload,
+                });
+            }
+            let taken = gso.pending.len();
+            if taken == 0 {
+                break;
+            }
+            sent = true;
+            // A payload the engine no longer has (never within one flush)
+            // leaves the headers alone rather than garbage: the receiver
+            // drops the short packet. Its length must say so, or it would
+            // break a run of segments.
+            for p in gso.pending.iter_mut() {
+                if p.payload.is_some_and(|r| self.engine.payload(r).is_none()) {
+                    p.payload = None;
+                    p.len = p.head_len;
+                }
+            }
+            group_by_socket(&mut gso, self.sockets.len());
+            let mut batch = Batch {
+                sockets: &self.sockets,
+                engine: &self.engine,
+                tx_buf: &mut self.tx_buf,
+                stats: &mut self.stats,
+                stalled: &mut self.stalled,
+                gso_on: true,
+            };
+            let all_out = batch.send(&gso.pending, &gso.order);
+            let gso_on = batch.gso_on;
+            if !gso_on {
+                self.stats.gso_disabled = true;
+                // Slots of stalled packets stay valid: flush_gather uses
+                // only the first, and runs once nothing is stalled.
+                return sent;
+            }
+            if !all_out || taken < gso.batch {
+                break;
+            }
+        }
+        self.gso = Some(gso);
         sent
     }
 
@@ -557,6 +720,36 @@ impl Endpoint {
     }
 }
 
+/// Hand one received datagram to the engine (unwrapping the relay header
+/// in fabric mode), counting CE marks and trims.
+fn deliver(
+    engine: &mut Engine,
+    stats: &mut DriverStats,
+    fabric: Option<SocketAddr>,
+    now: u64,
+    source: SocketAddr,
+    tos: u8,
+    bytes: &[u8],
+) {
+    let (from, data) = match fabric {
+        None => (source, bytes),
+        Some(relay) => match RelayHeader::parse(bytes) {
+            Ok(h) if source == relay => (h.addr, &bytes[HEADROOM..]),
+            _ => {
+                stats.fabric_dropped += 1;
+                return;
+            }
+        },
+    };
+    if Ecn::from_tos(tos) == Ecn::Ce {
+        stats.ecn_ce_received += 1;
+    }
+    if ip::trim_of(tos).is_some() {
+        stats.trimmed_received += 1;
+    }
+    engine.handle_datagram(now, from, tos, data);
+}
+
 /// Send the remaining copies of `out` (bytes in `data`); false when the
 /// socket is full and the rest must be retried.
 fn emit(sockets: &[UdpSocket], stats: &mut DriverStats, out: &mut Outgoing, data: &[u8]) -> bool {
@@ -571,6 +764,197 @@ fn emit(sockets: &[UdpSocket], stats: &mut DriverStats, out: &mut Outgoing, data
         out.copies -= 1;
     }
     true
+}
+
+/// Fill `gso.order` with the indices of `gso.pending` grouped by socket
+/// (counting sort, each group in the engine's order). The socket of the
+/// batch's last packet goes last, so that packet stays last: the engine
+/// asks for an immediate ACK on the packet that empties its backlog or
+/// fills the window, and the receiver should see nothing of the batch
+/// after it (else the rest waits for a delayed ACK).
+fn group_by_socket(gso: &mut Gso, sockets: usize) {
+    let Some(last) = gso.pending.last().map(|p| p.socket) else {
+        gso.order.clear();
+        return;
+    };
+    // Group rank of a socket: the last packet's socket ranks last.
+    let rank = |socket: usize| (socket + sockets - last - 1) % sockets;
+    let starts = &mut gso.starts;
+    starts.clear();
+    starts.resize(sockets + 1, 0);
+    for p in &gso.pending {
+        starts[rank(p.socket) + 1] += 1;
+    }
+    for k in 1..starts.len() {
+        starts[k] += starts[k - 1];
+    }
+    gso.order.clear();
+    gso.order.resize(gso.pending.len(), 0);
+    for (i, p) in gso.pending.iter().enumerate() {
+        let r = rank(p.socket);
+        gso.order[starts[r]] = i;
+        starts[r] += 1;
+    }
+}
+
+/// What sending one GSO batch touches, borrowed from the endpoint.
+struct Batch<'a> {
+    sockets: &'a [UdpSocket],
+    engine: &'a Engine,
+    tx_buf: &'a mut Vec<u8>,
+    stats: &'a mut DriverStats,
+    stalled: &'a mut VecDeque<Outgoing>,
+    /// Cleared when the kernel refuses segmented sends for good.
+    gso_on: bool,
+}
+
+impl Batch<'_> {
+    /// Send `pending` in `order`, runs of segments together; false when
+    /// the socket filled up and the rest went to `stalled`.
+    fn send(&mut self, pending: &[Pending], order: &[usize]) -> bool {
+        let mut k = 0;
+        while k < order.len() {
+            let first = &pending[order[k]];
+            let segment = first.len;
+            let mut end = k + 1;
+            let mut bytes = segment;
+            // Same socket, destination and TOS; every datagram but the last
+            // exactly `segment` bytes; within the kernel's limits.
+            while end < order.len()
+                && end - k < sys::MAX_SEGMENTS
+                && pending[order[end - 1]].len == segment
+            {
+                let p = &pending[order[end]];
+                if p.socket != first.socket
+                    || p.to != first.to
+                    || p.tos != first.tos
+                    || p.len > segment
+                    || bytes + p.len > sys::MAX_SEGMENTED_BYTES
+                {
+                    break;
+                }
+                bytes += p.len;
+                end += 1;
+            }
+            let run = &order[k..end];
+            let out = if run.len() > 1 && self.gso_on {
+                self.send_run(pending, run)
+            } else {
+                self.send_one_by_one(pending, run)
+            };
+            if let Err(at) = out {
+                self.stall(pending, &order[k + at..]);
+                return false;
+            }
+            k = end;
+        }
+        true
+    }
+
+    /// One segmented `sendmsg` for `run`; on a refusal other than EAGAIN,
+    /// the datagrams leave one by one (and GSO stays off when the kernel
+    /// cannot segment at all). `Err(i)`: `run[i..]` did not leave.
+    fn send_run(&mut self, pending: &[Pending], run: &[usize]) -> std::result::Result<(), usize> {
+        let first = &pending[run[0]];
+        let Ok(segment) = u16::try_from(first.len) else {
+            return self.send_one_by_one(pending, run);
+        };
+        let mut parts: [&[u8]; sys::MAX_SEGMENT_PARTS] = [&[]; sys::MAX_SEGMENT_PARTS];
+        let mut count = 0;
+        for &i in run {
+            let (head, payload) = self.pieces(&pending[i]);
+            parts[count] = head;
+            count += 1;
+            if !payload.is_empty() {
+                parts[count] = payload;
+                count += 1;
+            }
+        }
+        let socket = &self.sockets[first.socket];
+        match sys::send_segments(socket, first.to, first.tos, segment, &parts[..count]) {
+            Ok(()) => {
+                let n = run.len() as u64;
+                self.stats.sent[first.socket] += n;
+                self.stats.gso_sends += 1;
+                self.stats.gso_segments += n;
+                Ok(())
+            }
+            Err(e) if e.kind() == ErrorKind::WouldBlock => Err(0),
+            Err(e) => {
+                self.stats.gso_fallbacks += 1;
+                if cannot_segment(&e) {
+                    self.gso_on = false;
+                }
+                self.send_one_by_one(pending, run)
+            }
+        }
+    }
+
+    /// Each datagram of `run` with its own `sendmsg`. `Err(i)`: EAGAIN at
+    /// `run[i]`.
+    fn send_one_by_one(
+        &mut self,
+        pending: &[Pending],
+        run: &[usize],
+    ) -> std::result::Result<(), usize> {
+        for (k, &i) in run.iter().enumerate() {
+            let p = &pending[i];
+            let (head, payload) = self.pieces(p);
+            let parts: &[&[u8]] = if payload.is_empty() {
+                &[head]
+            } else {
+                &[head, payload]
+            };
+            match sys::send_parts(&self.sockets[p.socket], p.to, p.tos, parts) {
+                Ok(()) => self.stats.sent[p.socket] += 1,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return Err(k),
+                // Lost like any datagram the network drops (see `emit`).
+                Err(_) => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// A pending packet's headers (in `tx_buf`) and payload (in message
+    /// memory; empty when the headers slot holds it all).
+    fn pieces(&self, p: &Pending) -> (&[u8], &[u8]) {
+        let head = &self.tx_buf[p.slot + HEADROOM..p.slot + HEADROOM + p.head_len];
+        let payload = p
+            .payload
+            .and_then(|r| self.engine.payload(r))
+            .unwrap_or(&[]);
+        (head, payload)
+    }
+
+    /// Queue `rest` (in send order) for the next flush: each payload is
+    /// copied behind its headers, so the slot holds the whole datagram.
+    fn stall(&mut self, pending: &[Pending], rest: &[usize]) {
+        for &i in rest {
+            let p = &pending[i];
+            let start = p.slot + HEADROOM;
+            if let Some(payload) = p.payload.and_then(|r| self.engine.payload(r)) {
+                self.tx_buf[start + p.head_len..start + p.len].copy_from_slice(payload);
+            }
+            self.stalled.push_back(Outgoing {
+                socket: p.socket,
+                to: p.to,
+                tos: p.tos,
+                start,
+                end: start + p.len,
+                copies: 1,
+            });
+        }
+    }
+}
+
+/// Errors with which the kernel refuses a segmented send it will never
+/// accept on this socket (no checksum offload, segment over the path MTU,
+/// no GSO support); nothing was sent.
+fn cannot_segment(e: &std::io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::EINVAL | libc::EIO | libc::EOPNOTSUPP | libc::ENOPROTOOPT | libc::EMSGSIZE)
+    )
 }
 
 /// Receive-buffer bytes the kernel charges for one datagram of `mtu` bytes

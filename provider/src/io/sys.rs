@@ -72,8 +72,75 @@ pub fn send_parts(
     if tos == 0 && parts.len() == 1 {
         return socket.send_to(parts[0], dest).map(|_| ());
     }
+    send_msg(socket, dest, tos, None, parts)
+}
+
+/// Most datagrams one [`send_segments`] call carries: the kernel's
+/// `UDP_MAX_SEGMENTS` (64 before Linux 6.9, 128 since).
+pub const MAX_SEGMENTS: usize = 64;
+/// Most pieces one [`send_segments`] call gathers (headers and payload of
+/// each datagram).
+pub const MAX_SEGMENT_PARTS: usize = 2 * MAX_SEGMENTS;
+/// Most bytes one [`send_segments`] call carries: the largest UDP payload
+/// of one (IPv4) datagram, which a segmented send must also fit in.
+pub const MAX_SEGMENTED_BYTES: usize = 65507;
+
+/// Ask the kernel to leave datagrams that arrive segmented (a peer's
+/// `UDP_SEGMENT` send over loopback, or GRO on a NIC) coalesced: one receive
+/// then takes them all, and [`RecvBatch`] reports the segment size to cut
+/// them at.
+pub fn enable_gro(socket: &UdpSocket) -> io::Result<()> {
+    let on: libc::c_int = 1;
+    // SAFETY: the fd is a live socket owned by `socket`; the option value is
+    // a c_int on the stack whose size is passed alongside.
+    let rc = unsafe {
+        libc::setsockopt(
+            socket.as_raw_fd(),
+            libc::SOL_UDP,
+            libc::UDP_GRO,
+            (&on as *const libc::c_int).cast(),
+            size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// Send several datagrams to `dest` with one `sendmsg` (UDP GSO): the
+/// concatenation of `parts` is cut into datagrams of `segment` bytes, the
+/// last one possibly shorter, each with `tos` in its IP header. The kernel
+/// refuses (EINVAL, EIO, EOPNOTSUPP, ...) when it cannot segment; then
+/// nothing was sent. At most [`MAX_SEGMENT_PARTS`] pieces, [`MAX_SEGMENTS`]
+/// datagrams and [`MAX_SEGMENTED_BYTES`] bytes.
+pub fn send_segments(
+    socket: &UdpSocket,
+    dest: SocketAddr,
+    tos: u8,
+    segment: u16,
+    parts: &[&[u8]],
+) -> io::Result<()> {
+    if parts.len() > MAX_SEGMENT_PARTS {
+        return Err(io::Error::from(io::ErrorKind::InvalidInput));
+    }
+    send_msg(socket, dest, tos, Some(segment), parts)
+}
+
+/// One `sendmsg` of the gathered `parts` (at most [`MAX_SEGMENT_PARTS`])
+/// with an IP_TOS / IPV6_TCLASS control message unless `tos` is 0, and a
+/// UDP_SEGMENT one when `segment` is given.
+fn send_msg(
+    socket: &UdpSocket,
+    dest: SocketAddr,
+    tos: u8,
+    segment: Option<u16>,
+    parts: &[&[u8]],
+) -> io::Result<()> {
     // SAFETY: an all-zero iovec is valid (null pointer, zero length).
-    let mut iovs: [libc::iovec; MAX_PARTS] = unsafe { MaybeUninit::zeroed().assume_init() };
+    let mut iovs: [libc::iovec; MAX_SEGMENT_PARTS] = unsafe { MaybeUninit::zeroed().assume_init() };
+    let count = parts.len().min(MAX_SEGMENT_PARTS);
     for (iov, part) in iovs.iter_mut().zip(parts) {
         iov.iov_base = part.as_ptr() as *mut libc::c_void;
         iov.iov_len = part.len();
@@ -85,26 +152,46 @@ pub fn send_parts(
         (libc::IPPROTO_IP, libc::IP_TOS)
     };
     let mut control = [0u64; CMSG_WORDS];
-    let value = libc::c_int::from(tos);
     // SAFETY: an all-zero msghdr is valid (null pointers, zero lengths).
     let mut msg: libc::msghdr = unsafe { MaybeUninit::zeroed().assume_init() };
     msg.msg_name = addr.as_ptr() as *mut libc::c_void;
     msg.msg_namelen = addr.len();
     msg.msg_iov = iovs.as_mut_ptr();
-    msg.msg_iovlen = parts.len() as _;
+    msg.msg_iovlen = count as _;
+    // SAFETY: CMSG_SPACE only computes sizes.
+    let (tos_space, segment_space) = unsafe {
+        (
+            libc::CMSG_SPACE(size_of::<libc::c_int>() as u32) as usize,
+            libc::CMSG_SPACE(size_of::<u16>() as u32) as usize,
+        )
+    };
     // TOS 0 goes without a control message (see send_with_tos).
-    if tos != 0 {
+    let controllen =
+        if tos != 0 { tos_space } else { 0 } + if segment.is_some() { segment_space } else { 0 };
+    if controllen > 0 {
         msg.msg_control = control.as_mut_ptr().cast();
-        // SAFETY: CMSG_SPACE only computes a size.
-        msg.msg_controllen = unsafe { libc::CMSG_SPACE(size_of::<libc::c_int>() as u32) } as _;
-        // SAFETY: msg_control points at `control`, aligned and larger than
-        // CMSG_SPACE(int), so the first header and its int payload fit in it.
+        msg.msg_controllen = controllen as _;
+        // SAFETY: msg_control points at `control`, aligned for cmsghdr and
+        // larger than both control messages together (CMSG_WORDS words), and
+        // msg_controllen says exactly how much of it they take, so
+        // CMSG_FIRSTHDR / CMSG_NXTHDR return headers inside it with room for
+        // their payloads, written unaligned.
         unsafe {
-            let cmsg = libc::CMSG_FIRSTHDR(&msg);
-            (*cmsg).cmsg_level = level;
-            (*cmsg).cmsg_type = kind;
-            (*cmsg).cmsg_len = libc::CMSG_LEN(size_of::<libc::c_int>() as u32) as _;
-            std::ptr::write_unaligned(libc::CMSG_DATA(cmsg).cast::<libc::c_int>(), value);
+            let mut cmsg = libc::CMSG_FIRSTHDR(&msg);
+            if tos != 0 {
+                (*cmsg).cmsg_level = level;
+                (*cmsg).cmsg_type = kind;
+                (*cmsg).cmsg_len = libc::CMSG_LEN(size_of::<libc::c_int>() as u32) as _;
+                let value = libc::c_int::from(tos);
+                std::ptr::write_unaligned(libc::CMSG_DATA(cmsg).cast::<libc::c_int>(), value);
+                cmsg = libc::CMSG_NXTHDR(&msg, cmsg);
+            }
+            if let Some(size) = segment {
+                (*cmsg).cmsg_level = libc::SOL_UDP;
+                (*cmsg).cmsg_type = libc::UDP_SEGMENT;
+                (*cmsg).cmsg_len = libc::CMSG_LEN(size_of::<u16>() as u32) as _;
+                std::ptr::write_unaligned(libc::CMSG_DATA(cmsg).cast::<u16>(), size);
+            }
         }
     }
     // SAFETY: every pointer in `msg` refers to a live local (address, iovecs
@@ -151,7 +238,7 @@ pub fn recv_with_tos(socket: &UdpSocket, buf: &mut [u8]) -> io::Result<Received>
     if n < 0 {
         return Err(io::Error::last_os_error());
     }
-    let tos = tos_of(&msg);
+    let tos = control_of(&msg).0;
     let from = source_of(storage, msg.msg_namelen)
         .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "non-IP source address"))?;
     Ok(Received {
@@ -161,10 +248,12 @@ pub fn recv_with_tos(socket: &UdpSocket, buf: &mut [u8]) -> io::Result<Received>
     })
 }
 
-/// The TOS / traffic-class byte in the control messages of a `msg` the
-/// kernel filled (0 when there is none).
-fn tos_of(msg: &libc::msghdr) -> u8 {
+/// The TOS / traffic-class byte (0 when there is none) and the GRO segment
+/// size (0 when the datagram arrived alone) in the control messages of a
+/// `msg` the kernel filled.
+fn control_of(msg: &libc::msghdr) -> (u8, usize) {
     let mut tos = 0u8;
+    let mut segment = 0usize;
     // SAFETY: the kernel set msg_controllen to the bytes it wrote into the
     // control buffer `msg` points at; CMSG_FIRSTHDR/NXTHDR stay within that,
     // and each payload is read unaligned and only as far as its cmsg_len says.
@@ -172,11 +261,11 @@ fn tos_of(msg: &libc::msghdr) -> u8 {
         let mut cmsg = libc::CMSG_FIRSTHDR(msg);
         while !cmsg.is_null() {
             let c = &*cmsg;
+            let payload = (c.cmsg_len as usize).saturating_sub(libc::CMSG_LEN(0) as usize);
+            let data = libc::CMSG_DATA(cmsg);
             let is_tos = (c.cmsg_level == libc::IPPROTO_IP && c.cmsg_type == libc::IP_TOS)
                 || (c.cmsg_level == libc::IPPROTO_IPV6 && c.cmsg_type == libc::IPV6_TCLASS);
             if is_tos {
-                let payload = (c.cmsg_len as usize).saturating_sub(libc::CMSG_LEN(0) as usize);
-                let data = libc::CMSG_DATA(cmsg);
                 // IPv4 delivers one byte, IPv6 an int.
                 tos = if payload >= size_of::<libc::c_int>() {
                     std::ptr::read_unaligned(data.cast::<libc::c_int>()) as u8
@@ -185,11 +274,17 @@ fn tos_of(msg: &libc::msghdr) -> u8 {
                 } else {
                     0
                 };
+            } else if c.cmsg_level == libc::SOL_UDP
+                && c.cmsg_type == libc::UDP_GRO
+                && payload >= size_of::<libc::c_int>()
+            {
+                let size = std::ptr::read_unaligned(data.cast::<libc::c_int>());
+                segment = usize::try_from(size).unwrap_or(0);
             }
             cmsg = libc::CMSG_NXTHDR(msg, cmsg);
         }
     }
-    tos
+    (tos, segment)
 }
 
 /// The IP source address the kernel wrote into `storage` (`len` bytes).
@@ -202,13 +297,17 @@ fn source_of(storage: libc::sockaddr_storage, len: libc::socklen_t) -> Option<So
 /// Most datagrams one [`RecvBatch::recv`] takes (one `recvmmsg`).
 pub const RECV_BATCH_MAX: usize = 16;
 
-/// One datagram of a [`RecvBatch`]: where it came from, its TOS byte, and
-/// its bytes at `slot * slot_len .. + len` of the batch buffer.
+/// One arrival of a [`RecvBatch`]: where it came from, its TOS byte, and
+/// its bytes at `slot * slot_len .. + len` of the batch buffer. With GRO
+/// (see [`enable_gro`]) these may be several datagrams of `segment` bytes
+/// each, the last possibly shorter, all with the same TOS.
 #[derive(Clone, Copy, Debug)]
 pub struct Slot {
     pub len: usize,
     pub from: Option<SocketAddr>,
     pub tos: u8,
+    /// GRO segment size; 0 when the slot holds one datagram.
+    pub segment: usize,
     /// The datagram was longer than the slot (MSG_TRUNC): not usable.
     pub truncated: bool,
 }
@@ -288,10 +387,12 @@ impl RecvBatch {
         let n = (n as usize).min(self.count);
         for (h, name) in hdrs.iter().zip(names).take(n) {
             let m = &h.msg_hdr;
+            let (tos, segment) = control_of(m);
             self.slots.push(Slot {
                 len: (h.msg_len as usize).min(self.slot_len),
                 from: source_of(name, m.msg_namelen),
-                tos: tos_of(m),
+                tos,
+                segment,
                 truncated: m.msg_flags & libc::MSG_TRUNC != 0,
             });
         }
@@ -369,6 +470,30 @@ impl Poller {
     /// The socket index of the `k`-th ready entry of the last `poll`.
     pub fn ready(&self, k: usize) -> usize {
         self.events[k].u64 as usize
+    }
+}
+
+/// Turn off UDP checksums on `socket` (SO_NO_CHECK), which makes the
+/// kernel refuse segmented sends with EINVAL: how tests reach the GSO
+/// fallback.
+#[cfg(test)]
+pub fn disable_checksums(socket: &UdpSocket) -> io::Result<()> {
+    let on: libc::c_int = 1;
+    // SAFETY: the fd is a live socket owned by `socket`; the option value is
+    // a c_int on the stack whose size is passed alongside.
+    let rc = unsafe {
+        libc::setsockopt(
+            socket.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_NO_CHECK,
+            (&on as *const libc::c_int).cast(),
+            size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
     }
 }
 
@@ -472,5 +597,115 @@ mod tests {
             return;
         }
         round_trip("[::1]:0");
+    }
+
+    /// Everything `socket` (non-blocking) receives within a few seconds
+    /// until `want` datagrams arrived, cut at GRO segment boundaries:
+    /// (TOS, bytes) per datagram, and how many receives held several.
+    fn receive_cut(socket: &UdpSocket, want: usize) -> (Vec<(u8, Vec<u8>)>, usize) {
+        let mut batch = RecvBatch::new(4, 65536);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        let mut got = Vec::new();
+        let mut coalesced = 0;
+        while got.len() < want {
+            assert!(std::time::Instant::now() < deadline, "got {}", got.len());
+            let n = batch.recv(socket).unwrap_or(0);
+            for k in 0..n {
+                let (slot, bytes) = batch.get(k);
+                assert!(!slot.truncated);
+                let segment = if slot.segment > 0 {
+                    slot.segment
+                } else {
+                    bytes.len()
+                };
+                if bytes.len() > segment {
+                    coalesced += 1;
+                }
+                for d in bytes.chunks(segment) {
+                    got.push((slot.tos, d.to_vec()));
+                }
+            }
+        }
+        (got, coalesced)
+    }
+
+    fn datagram(seed: u8, len: usize) -> Vec<u8> {
+        (0..len)
+            .map(|i| seed.wrapping_mul(31).wrapping_add(i as u8))
+            .collect()
+    }
+
+    fn segmented_round_trip(local: &str, gro: bool) {
+        let (a, b) = pair(local);
+        b.set_nonblocking(true).unwrap();
+        if gro {
+            enable_gro(&b).unwrap();
+        }
+        let dest = b.local_addr().unwrap();
+        // Runs of 4096-byte datagrams, one with a short last segment, with
+        // different TOS bytes; then a lone datagram.
+        let runs: [(u8, Vec<usize>); 4] = [
+            (0x02, vec![4096; 5]),
+            (0x00, vec![4096, 4096, 4096, 1000]),
+            (0x03, vec![512, 512, 7]),
+            (0x2E, vec![300]),
+        ];
+        let mut sent = Vec::new();
+        for (r, (tos, sizes)) in runs.iter().enumerate() {
+            let bodies: Vec<Vec<u8>> = sizes
+                .iter()
+                .enumerate()
+                .map(|(i, &len)| datagram((r * 16 + i) as u8, len))
+                .collect();
+            // Each datagram in two pieces (headers, payload), as the driver
+            // gathers them.
+            let parts: Vec<&[u8]> = bodies
+                .iter()
+                .flat_map(|b| {
+                    let (head, payload) = b.split_at(b.len().min(10));
+                    [head, payload]
+                })
+                .collect();
+            send_segments(&a, dest, *tos, sizes[0] as u16, &parts).unwrap();
+            sent.extend(bodies.into_iter().map(|b| (*tos, b)));
+        }
+        let (got, coalesced) = receive_cut(&b, sent.len());
+        assert_eq!(got.len(), sent.len());
+        for (k, ((stos, sbytes), (gtos, gbytes))) in sent.iter().zip(&got).enumerate() {
+            assert_eq!(gbytes.len(), sbytes.len(), "datagram {k}");
+            assert_eq!(gbytes, sbytes, "datagram {k}");
+            assert_eq!(gtos, stos, "datagram {k}");
+        }
+        if gro {
+            assert!(coalesced >= 1, "no coalesced arrival");
+        } else {
+            assert_eq!(coalesced, 0);
+        }
+    }
+
+    #[test]
+    fn segmented_sends_arrive_as_the_datagrams_sent_with_gro() {
+        segmented_round_trip("127.0.0.1:0", true);
+        if UdpSocket::bind("[::1]:0").is_ok() {
+            segmented_round_trip("[::1]:0", true);
+        }
+    }
+
+    #[test]
+    fn segmented_sends_arrive_as_the_datagrams_sent_without_gro() {
+        segmented_round_trip("127.0.0.1:0", false);
+    }
+
+    #[test]
+    fn segmented_send_is_refused_without_checksums() {
+        let (a, b) = pair("127.0.0.1:0");
+        disable_checksums(&a).unwrap();
+        let one = [7u8; 100];
+        let err = send_segments(&a, b.local_addr().unwrap(), 0, 100, &[&one, &one]).unwrap_err();
+        assert_eq!(err.raw_os_error(), Some(libc::EINVAL));
+        // A plain send still works.
+        send_with_tos(&a, b.local_addr().unwrap(), 0, &one).unwrap();
+        let mut buf = [0u8; 200];
+        assert_eq!(recv_with_tos(&b, &mut buf).unwrap().len, 100);
     }
 }
