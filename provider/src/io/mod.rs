@@ -127,6 +127,10 @@ pub struct Endpoint {
     pool_idle: u32,
     idle_polls: u32,
     spin_before_yield: u32,
+    /// `FI_UET_DEFER_ACKS`: whether `progress_app` may hold ACKs.
+    defer_acks: bool,
+    /// ACKs held by the last application progress call, for the next call.
+    acks_deferred: bool,
     /// `FI_UET_TRACE` output, when asked for.
     trace: Option<trace::TraceFile>,
 }
@@ -212,6 +216,8 @@ impl Endpoint {
             pool_idle: 0,
             idle_polls: 0,
             spin_before_yield: config.spin_before_yield,
+            defer_acks: config.defer_acks,
+            acks_deferred: false,
             trace,
         })
     }
@@ -258,7 +264,7 @@ impl Endpoint {
         }
         let now = self.now();
         self.engine.post_send(now, op)?;
-        self.flush(now);
+        self.flush_reply(now);
         Ok(())
     }
 
@@ -269,7 +275,7 @@ impl Endpoint {
         }
         let now = self.now();
         self.engine.post_rma(now, op)?;
-        self.flush(now);
+        self.flush_reply(now);
         Ok(())
     }
 
@@ -282,7 +288,9 @@ impl Endpoint {
     pub fn recv(&mut self, op: RecvOp) -> Result<()> {
         let now = self.now();
         self.engine.post_recv(now, op)?;
-        self.flush(now);
+        // Posting a receive is how an application readies for the next
+        // message before it answers this one: held ACKs keep waiting.
+        self.flush_holding_acks(now, self.acks_deferred);
         Ok(())
     }
 
@@ -312,7 +320,7 @@ impl Endpoint {
     /// even without input: zero when a transmit is pending, the time to the
     /// next timer otherwise, `None` when nothing is armed.
     pub fn idle_budget(&self) -> Option<std::time::Duration> {
-        if self.stalled.is_some() || self.engine.has_completions() {
+        if self.stalled.is_some() || self.acks_deferred || self.engine.has_completions() {
             return Some(std::time::Duration::ZERO);
         }
         let now = self.now();
@@ -326,9 +334,28 @@ impl Endpoint {
     }
 
     /// Move packets and fire timers. Returns true when anything happened.
+    /// For background threads: every ACK leaves in the call that queues it.
     pub fn progress(&mut self) -> bool {
+        self.progress_holding(false)
+    }
+
+    /// [`progress`](Self::progress) for the application thread that takes
+    /// the completions: when the call completes a message, its ACKs are
+    /// held (`FI_UET_DEFER_ACKS`) until the next send, RMA or progress
+    /// call, so a reply the application posts at once leaves ahead of them
+    /// instead of waiting out an ACK's system call. ACKs held once go out
+    /// in the next call whatever it completes, and [`idle_budget`] is zero
+    /// meanwhile, so nobody sleeps on them.
+    ///
+    /// [`idle_budget`]: Self::idle_budget
+    pub fn progress_app(&mut self) -> bool {
+        self.progress_holding(self.defer_acks)
+    }
+
+    fn progress_holding(&mut self, may_hold: bool) -> bool {
         let now = self.now();
         let mut busy = false;
+        let released = std::mem::take(&mut self.acks_deferred);
         // Peers address everything to socket 0; the pool sockets see only
         // strays and ICMP errors, drained every so often.
         busy |= self.receive(0, now) > 0;
@@ -344,7 +371,8 @@ impl Endpoint {
         if self.engine.next_timeout().is_some_and(|t| t <= now) {
             self.engine.handle_timeout(now);
         }
-        busy |= self.flush(now);
+        let hold = may_hold && !released && self.engine.has_completions();
+        busy |= self.flush_holding_acks(now, hold);
         busy |= self.engine.has_completions();
         if let Some(t) = self.trace.as_mut() {
             t.drain(&mut self.engine);
@@ -404,6 +432,24 @@ impl Endpoint {
             }
         }
         got
+    }
+
+    /// After posting a send or RMA: its data first, then ACKs held for it.
+    fn flush_reply(&mut self, now: u64) {
+        self.flush_holding_acks(now, self.acks_deferred);
+        if std::mem::take(&mut self.acks_deferred) {
+            self.flush(now);
+        }
+    }
+
+    /// [`flush`](Self::flush), keeping queued ACKs back when `hold`
+    /// (remembered in `acks_deferred`).
+    fn flush_holding_acks(&mut self, now: u64, hold: bool) -> bool {
+        self.engine.hold_acks(hold);
+        let sent = self.flush(now);
+        self.engine.hold_acks(false);
+        self.acks_deferred = hold && self.engine.has_queued_acks();
+        sent
     }
 
     /// Send everything the engine has ready (and held datagrams now due);
@@ -554,6 +600,18 @@ impl Endpoint {
             return None;
         }
         Some(out)
+    }
+}
+
+impl Drop for Endpoint {
+    /// ACKs held for a reply that never came still go out: an application
+    /// that closes right after reading its last message must not leave the
+    /// sender retransmitting to a closed port.
+    fn drop(&mut self) {
+        if self.acks_deferred {
+            let now = self.now();
+            self.flush(now);
+        }
     }
 }
 

@@ -400,3 +400,92 @@ fn unnamed_port_means_the_uet_port_when_free() {
     let named: SocketAddr = "127.0.0.77:4793".parse().unwrap();
     assert!(Endpoint::bind(&cfg, named).is_err());
 }
+
+/// Progress `b` for the application until a completion is waiting.
+fn progress_app_until_completion(b: &mut Endpoint) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !b.has_completions() {
+        assert!(Instant::now() < deadline, "nothing arrived");
+        b.progress_app();
+    }
+}
+
+#[test]
+fn application_progress_holds_acks_until_the_next_call() {
+    let cfg = config(1);
+    let mut a = Endpoint::bind(&cfg, LOOPBACK.parse().unwrap()).unwrap();
+    let mut b = Endpoint::bind(&cfg, LOOPBACK.parse().unwrap()).unwrap();
+    let (op, _buf) = recv_op(64, 1);
+    b.recv(op).unwrap();
+    a.send(send_op(b.local_addr(), pattern(1, 64), 1)).unwrap();
+    progress_app_until_completion(&mut b);
+    // The call that completed the message kept its ACK back, and says so.
+    assert_eq!(b.engine_stats().acks_sent, 0);
+    assert_eq!(b.idle_budget(), Some(Duration::ZERO));
+    // Posting the next receive keeps it waiting; the reply releases it,
+    // after the reply's data.
+    let (op, _buf) = recv_op(64, 2);
+    b.recv(op).unwrap();
+    assert_eq!(b.engine_stats().acks_sent, 0);
+    let sent = b.stats().sent[0];
+    b.send(send_op(a.local_addr(), pattern(2, 64), 2)).unwrap();
+    assert_eq!(b.engine_stats().acks_sent, 1);
+    assert_eq!(b.stats().sent[0], sent + 2);
+
+    // Without a reply, the next progress call sends it whatever it finds.
+    a.send(send_op(b.local_addr(), pattern(3, 64), 3)).unwrap();
+    while b.poll_completion().is_some() {}
+    progress_app_until_completion(&mut b);
+    let acks = b.engine_stats().acks_sent;
+    b.progress_app();
+    assert_eq!(b.engine_stats().acks_sent, acks + 1);
+}
+
+#[test]
+fn background_progress_and_the_knob_never_hold_acks() {
+    for (defer_acks, app) in [(true, false), (false, true)] {
+        let cfg = Config {
+            defer_acks,
+            ..config(1)
+        };
+        let mut a = Endpoint::bind(&cfg, LOOPBACK.parse().unwrap()).unwrap();
+        let mut b = Endpoint::bind(&cfg, LOOPBACK.parse().unwrap()).unwrap();
+        let (op, _buf) = recv_op(64, 1);
+        b.recv(op).unwrap();
+        a.send(send_op(b.local_addr(), pattern(1, 64), 1)).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !b.has_completions() {
+            assert!(Instant::now() < deadline, "nothing arrived");
+            if app {
+                b.progress_app();
+            } else {
+                b.progress();
+            }
+        }
+        assert_eq!(b.engine_stats().acks_sent, 1, "defer_acks {defer_acks}");
+    }
+}
+
+#[test]
+fn held_acks_leave_when_the_endpoint_closes() {
+    let cfg = config(1);
+    let mut a = Endpoint::bind(&cfg, LOOPBACK.parse().unwrap()).unwrap();
+    let mut b = Endpoint::bind(&cfg, LOOPBACK.parse().unwrap()).unwrap();
+    let (op, _buf) = recv_op(64, 1);
+    b.recv(op).unwrap();
+    a.send(send_op(b.local_addr(), pattern(1, 64), 1)).unwrap();
+    progress_app_until_completion(&mut b);
+    assert_eq!(b.engine_stats().acks_sent, 0);
+    drop(b);
+    // The ACK reached a: its send completes.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        assert!(Instant::now() < deadline, "send never acknowledged");
+        a.progress();
+        if let Some(c) = a.poll_completion() {
+            assert_eq!((c.kind, c.error), (CompletionKind::Send, None));
+            assert_eq!(a.engine_stats().retransmits, 0);
+            break;
+        }
+    }
+}
