@@ -265,7 +265,12 @@ impl EpInner {
             let mut signal = true;
             let mut flags = 0;
             let context_token = c.context;
-            if let Some(p) = st.pending.remove(&c.context) {
+            // Only tokens are pending; skip the lookup for plain contexts.
+            let pending = match c.context & TOKEN_BASE {
+                0 => None,
+                _ => st.pending.remove(&c.context),
+            };
+            if let Some(p) = pending {
                 c.context = p.context;
                 signal = p.signal;
                 if let Some(k) = &cntr {
