@@ -229,4 +229,10 @@ impl Engine {
     pub fn has_queued_acks(&self) -> bool {
         !self.ack_queue.is_empty()
     }
+
+    /// True when control packets or data (of a peer the window lets send)
+    /// are queued: anything besides ACKs.
+    pub fn has_queued_data(&self) -> bool {
+        !self.control_queue.is_empty() || !self.send_ring.is_empty()
+    }
 }

@@ -289,8 +289,11 @@ impl Endpoint {
         let now = self.now();
         self.engine.post_recv(now, op)?;
         // Posting a receive is how an application readies for the next
-        // message before it answers this one: held ACKs keep waiting.
-        self.flush_holding_acks(now, self.acks_deferred);
+        // message before it answers this one: held ACKs keep waiting,
+        // unless the receive set data moving (a pull), which must not
+        // overtake them.
+        let hold = self.acks_deferred && !self.engine.has_queued_data();
+        self.flush_holding_acks(now, hold);
         Ok(())
     }
 
@@ -371,7 +374,13 @@ impl Endpoint {
         if self.engine.next_timeout().is_some_and(|t| t <= now) {
             self.engine.handle_timeout(now);
         }
-        let hold = may_hold && !released && self.engine.has_completions();
+        // Only ACKs may wait: were data of this call's own (a read
+        // response, a retransmission) to overtake them, the peer would see
+        // that operation finish before the one the ACK completes.
+        let hold = may_hold
+            && !released
+            && self.engine.has_completions()
+            && !self.engine.has_queued_data();
         busy |= self.flush_holding_acks(now, hold);
         busy |= self.engine.has_completions();
         if let Some(t) = self.trace.as_mut() {
