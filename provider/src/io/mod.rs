@@ -343,9 +343,10 @@ impl Endpoint {
     }
 
     /// [`progress`](Self::progress) for the application thread that takes
-    /// the completions: when the call completes a message, its ACKs are
-    /// held (`FI_UET_DEFER_ACKS`) until the next send, RMA or progress
-    /// call, so a reply the application posts at once leaves ahead of them
+    /// the completions: when the call completes a message and has nothing
+    /// but ACKs to send, they are held (`FI_UET_DEFER_ACKS`) until the next
+    /// send, RMA or progress call, so a reply the application posts at once
+    /// leaves ahead of them
     /// instead of waiting out an ACK's system call. ACKs held once go out
     /// in the next call whatever it completes, and [`idle_budget`] is zero
     /// meanwhile, so nobody sleeps on them.
