@@ -73,7 +73,7 @@ pub const PARAMS: &[ParamSpec] = &[
     ParamSpec {
         name: "defer_acks",
         kind: ParamKind::Bool,
-        help: "When a progress call made by the application completes a message, hold the ACKs that call would send until the application's next send, RMA or progress call, so a reply it posts at once leaves ahead of them; background progress threads never hold ACKs, and a call that finds ACKs held sends them whatever it completes (default 1; 0 = ACKs leave in the call that queues them).",
+        help: "When a progress call made by the application completes a message and has only ACKs to send, and the application answered the last such call with a send or RMA, hold those ACKs until its next send, RMA or progress call, so a reply it posts at once leaves ahead of them; the hold is reported in the ACK's service time; background progress threads never hold ACKs, and a call that finds ACKs held sends them whatever it completes (default 1; 0 = ACKs leave in the call that queues them).",
     },
     ParamSpec {
         name: "src_addr",

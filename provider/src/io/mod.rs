@@ -131,6 +131,13 @@ pub struct Endpoint {
     defer_acks: bool,
     /// ACKs held by the last application progress call, for the next call.
     acks_deferred: bool,
+    /// The last application progress call completed a message and had
+    /// ACKs it could hold: the next call tells whether the application
+    /// answers (a send or RMA) or just polls on.
+    awaiting_reply: bool,
+    /// It answered last time: ACKs are worth holding. A receiver that only
+    /// polls (streaming) never holds its ACKs, which clock the sender.
+    replies_follow: bool,
     /// `FI_UET_TRACE` output, when asked for.
     trace: Option<trace::TraceFile>,
 }
@@ -218,6 +225,8 @@ impl Endpoint {
             spin_before_yield: config.spin_before_yield,
             defer_acks: config.defer_acks,
             acks_deferred: false,
+            awaiting_reply: false,
+            replies_follow: false,
             trace,
         })
     }
@@ -344,9 +353,10 @@ impl Endpoint {
 
     /// [`progress`](Self::progress) for the application thread that takes
     /// the completions: when the call completes a message and has nothing
-    /// but ACKs to send, they are held (`FI_UET_DEFER_ACKS`) until the next
-    /// send, RMA or progress call, so a reply the application posts at once
-    /// leaves ahead of them
+    /// but ACKs to send, and the application answered the last such call
+    /// with a send or RMA, they are held (`FI_UET_DEFER_ACKS`) until the
+    /// next send, RMA or progress call, so a reply the application posts at
+    /// once leaves ahead of them
     /// instead of waiting out an ACK's system call. ACKs held once go out
     /// in the next call whatever it completes, and [`idle_budget`] is zero
     /// meanwhile, so nobody sleeps on them.
@@ -360,6 +370,10 @@ impl Endpoint {
         let now = self.now();
         let mut busy = false;
         let released = std::mem::take(&mut self.acks_deferred);
+        if may_hold && std::mem::take(&mut self.awaiting_reply) {
+            // Back to polling instead of answering.
+            self.replies_follow = false;
+        }
         // Peers address everything to socket 0; the pool sockets see only
         // strays and ICMP errors, drained every so often.
         busy |= self.receive(0, now) > 0;
@@ -378,11 +392,13 @@ impl Endpoint {
         // Only ACKs may wait: were data of this call's own (a read
         // response, a retransmission) to overtake them, the peer would see
         // that operation finish before the one the ACK completes.
-        let hold = may_hold
+        let answerable = may_hold
             && !released
             && self.engine.has_completions()
+            && self.engine.has_queued_acks()
             && !self.engine.has_queued_data();
-        busy |= self.flush_holding_acks(now, hold);
+        self.awaiting_reply = answerable;
+        busy |= self.flush_holding_acks(now, answerable && self.replies_follow);
         busy |= self.engine.has_completions();
         if let Some(t) = self.trace.as_mut() {
             t.drain(&mut self.engine);
@@ -446,6 +462,9 @@ impl Endpoint {
 
     /// After posting a send or RMA: its data first, then ACKs held for it.
     fn flush_reply(&mut self, now: u64) {
+        if std::mem::take(&mut self.awaiting_reply) {
+            self.replies_follow = true;
+        }
         self.flush_holding_acks(now, self.acks_deferred);
         if std::mem::take(&mut self.acks_deferred) {
             self.flush(now);
