@@ -71,6 +71,11 @@ pub const PARAMS: &[ParamSpec] = &[
         help: "With FI_PROGRESS_MANUAL, a domain thread progresses any endpoint the application has not progressed for this many microseconds, so retransmissions, ACKs and held packets still move while the application blocks elsewhere (default 1000; 0 = only the application progresses).",
     },
     ParamSpec {
+        name: "defer_acks",
+        kind: ParamKind::Bool,
+        help: "When a progress call made by the application completes a message and has only ACKs to send, and the application answered the last such call with a send or RMA, hold those ACKs until its next send, RMA or progress call, so a reply it posts at once leaves ahead of them; the hold is reported in the ACK's service time; background progress threads never hold ACKs, and a call that finds ACKs held sends them whatever it completes (default 1; 0 = ACKs leave in the call that queues them).",
+    },
+    ParamSpec {
         name: "src_addr",
         kind: ParamKind::Str,
         help: "IP address an endpoint binds when the application names no source or destination address (default 127.0.0.1; \"auto\" = the address of the interface holding the default route).",
@@ -227,6 +232,9 @@ pub struct Config {
     /// Microseconds without application progress before the domain thread
     /// steps in (manual progress); 0 = never.
     pub idle_progress_us: u64,
+    /// ACKs of a progress call that completes a message wait for the
+    /// application's next call (see `io::Endpoint::progress_app`).
+    pub defer_acks: bool,
     /// Delivery-context ID pool size per endpoint.
     pub max_pdcs: usize,
     pub port: u16,
@@ -281,6 +289,7 @@ impl Default for Config {
             inject_size: 4096,
             spin_before_yield: 64,
             idle_progress_us: 1000,
+            defer_acks: true,
             max_pdcs: 16384,
             port: 0,
             pdc_idle_us: 1_000_000,
@@ -376,6 +385,7 @@ impl Config {
             "nscc_variant" => return Some(ParamValue::Str(self.nscc_variant.name())),
             "nscc_trimming" => return Some(ParamValue::Bool(self.trimming)),
             "gso" => return Some(ParamValue::Bool(self.gso)),
+            "defer_acks" => return Some(ParamValue::Bool(self.defer_acks)),
             "fabric" => return Some(ParamValue::Str(self.fabric.clone())),
             _ => {}
         }
@@ -490,6 +500,11 @@ impl Config {
             "nscc_trimming" => match value {
                 ParamValue::Bool(b) => self.trimming = b,
                 ParamValue::Int(v) => self.trimming = v != 0,
+                _ => return Err(err("expects a boolean".into())),
+            },
+            "defer_acks" => match value {
+                ParamValue::Bool(b) => self.defer_acks = b,
+                ParamValue::Int(v) => self.defer_acks = v != 0,
                 _ => return Err(err("expects a boolean".into())),
             },
             "link_gbps" => self.link_gbps = int(1, 3200)? as u32,

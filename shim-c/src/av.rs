@@ -24,7 +24,8 @@ pub(crate) const FI_ADDR_UNSPEC: fi_addr_t = u64::MAX;
 #[derive(Default)]
 pub(crate) struct Table {
     addrs: Vec<Option<SocketAddr>>,
-    reverse: HashMap<SocketAddr, fi_addr_t>,
+    /// Looked up for every received message's source: a fast hash.
+    reverse: HashMap<SocketAddr, fi_addr_t, foldhash::fast::RandomState>,
 }
 
 impl Table {

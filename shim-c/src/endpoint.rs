@@ -192,11 +192,20 @@ fn level_of(flags: u64) -> Option<CompletionLevel> {
 }
 
 impl EpInner {
-    /// Move packets, then route finished operations to the bound CQs.
+    /// Move packets, then route finished operations to the bound CQs; for
+    /// the application, which may answer what it reads before this call's
+    /// ACKs leave (`FI_UET_DEFER_ACKS`).
     pub(crate) fn progress(&self) {
         self.app_progress.fetch_add(1, Ordering::Relaxed);
         let mut guard = self.state.lock();
-        self.progress_locked(&mut guard);
+        self.progress_locked(&mut guard, true);
+    }
+
+    /// [`progress`](Self::progress) for the domain's auto-progress thread:
+    /// nobody answers from here, so ACKs leave at once.
+    pub(crate) fn progress_background(&self) {
+        let mut guard = self.state.lock();
+        self.progress_locked(&mut guard, false);
     }
 
     /// Progress on behalf of an application that has not called in since the
@@ -209,16 +218,20 @@ impl EpInner {
             return false;
         }
         if let Some(mut guard) = self.state.try_lock() {
-            self.progress_locked(&mut guard);
+            self.progress_locked(&mut guard, false);
         }
         true
     }
 
-    fn progress_locked(&self, st: &mut EpState) {
+    fn progress_locked(&self, st: &mut EpState, app: bool) {
         if st.closed {
             return;
         }
-        st.ep.progress();
+        if app {
+            st.ep.progress_app();
+        } else {
+            st.ep.progress();
+        }
         while let Some(mut c) = st.ep.poll_completion() {
             let (cq, cntr) = match c.kind {
                 CompletionKind::Send => (st.tx_cq.as_ref(), st.tx_cntr.as_ref()),
@@ -252,7 +265,12 @@ impl EpInner {
             let mut signal = true;
             let mut flags = 0;
             let context_token = c.context;
-            if let Some(p) = st.pending.remove(&c.context) {
+            // Only tokens are pending; skip the lookup for plain contexts.
+            let pending = match c.context & TOKEN_BASE {
+                0 => None,
+                _ => st.pending.remove(&c.context),
+            };
+            if let Some(p) = pending {
                 c.context = p.context;
                 signal = p.signal;
                 if let Some(k) = &cntr {

@@ -93,7 +93,7 @@ fn run(s: &Shared, mode: Mode) {
         match mode {
             Mode::Always => {
                 for ep in &eps {
-                    ep.progress();
+                    ep.progress_background();
                 }
                 wait::sleep(&eps, &s.waker, None);
             }

@@ -156,6 +156,7 @@ impl Engine {
         };
         let arrival = rx.arrive(req.psn);
         rx.last_psn = req.psn;
+        rx.last_arrival_at = now;
         rx.last_was_retx = req.flags & pflags::RETX != 0;
         let ce = Ecn::from_tos(tos) == Ecn::Ce;
         if ce {
@@ -633,13 +634,19 @@ impl Engine {
             .min(peer.tx.counted_bytes());
         let ecn = ack.flags & pflags::ACK_M != 0;
         let retx_echo = ack.flags & pflags::ACK_RETX != 0;
+        // Congestion control sees the network's round trip: not the time
+        // the receiver held the packet before acknowledging it (a delayed
+        // ACK, or one held while its application replied).
+        let network_rtt = out
+            .rtt_raw
+            .map(|raw| raw.saturating_sub(ack.service_time_ns()));
         peer.cc.on_ack(
             now,
             &AckFeedback {
                 newly_acked_bytes: newly,
                 in_flight_bytes: peer.in_flight_bytes,
                 ecn,
-                rtt: out.rtt_raw.map(|raw| {
+                rtt: network_rtt.map(|raw| {
                     let sample = RttSample::validate(raw, out.trigger_sends, retx_echo);
                     // Only a packet of at least half the MTU sets the base RTT.
                     if (out.trigger_bytes as u64) < mtu / 2 {
@@ -678,7 +685,7 @@ impl Engine {
         lost += peer.tx.probe_answered(now, 2 * Self::probe_rtt(peer));
         peer.forget_lost();
         self.stats.sleek_retransmits += lost as u64;
-        let (entropy, rtt) = (out.trigger_entropy.unwrap_or(0), out.rtt_raw.unwrap_or(0));
+        let (entropy, rtt) = (out.trigger_entropy.unwrap_or(0), network_rtt.unwrap_or(0));
         self.record(p, now, TraceKind::Ack, entropy, rtt, ecn);
         for &kind in &out.newly_acked {
             if let SlotKind::Data { msg_id, .. } = kind {

@@ -155,7 +155,8 @@ pub struct TraceEvent {
     pub kind: TraceKind,
     /// Entropy of the packet the feedback is about.
     pub entropy: u16,
-    /// Raw RTT of the triggering packet (ACK only; 0 otherwise).
+    /// RTT of the triggering packet less the receiver's service time, as
+    /// congestion control sees it (ACK only; 0 otherwise).
     pub rtt_ns: u64,
     pub ecn: bool,
     pub cwnd: u64,
@@ -346,6 +347,9 @@ pub struct Engine {
     unexpected: VecDeque<Unexpected>,
     completions: VecDeque<Completion>,
     ack_queue: VecDeque<usize>,
+    /// While set, `ack_queue` waits and only control and data leave (see
+    /// [`Engine::hold_acks`]).
+    acks_held: bool,
     /// NACKs and control packets, sent ahead of ACKs and data.
     control_queue: VecDeque<(SocketAddr, ControlOut)>,
     send_ring: VecDeque<usize>,
@@ -404,6 +408,7 @@ impl Engine {
             unexpected: VecDeque::new(),
             completions: VecDeque::new(),
             ack_queue: VecDeque::new(),
+            acks_held: false,
             control_queue: VecDeque::new(),
             send_ring: VecDeque::new(),
             ack_timer: 0,

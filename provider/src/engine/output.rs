@@ -1,4 +1,4 @@
-//! Datagram output: ACKs ahead of data, peers taking turns, packet building.
+//! Datagram output: ACKs ahead of data (unless held), peers taking turns, packet building.
 
 use super::*;
 use crate::ses::RmaTx;
@@ -87,11 +87,14 @@ impl Engine {
                 None,
             ));
         }
-        while let Some(p) = self.ack_queue.pop_front() {
+        while !self.acks_held {
+            let Some(p) = self.ack_queue.pop_front() else {
+                break;
+            };
             let peer = &mut self.peers[p];
             peer.in_ack_queue = false;
             if let Some(rx) = peer.rx.as_mut() {
-                let ack = rx.build_ack();
+                let ack = rx.build_ack(now);
                 ack.emit(buf);
                 self.stats.acks_sent += 1;
                 return Some((

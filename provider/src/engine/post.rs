@@ -216,4 +216,23 @@ impl Engine {
     pub fn has_completions(&self) -> bool {
         !self.completions.is_empty()
     }
+
+    /// Keep queued ACKs back while `held`: the transmit calls return only
+    /// control packets and data. A driver holds them while the application
+    /// has a message just completed to answer, so the answer does not queue
+    /// behind an ACK; ACKs are cumulative, so one sent later says as much.
+    pub fn hold_acks(&mut self, held: bool) {
+        self.acks_held = held;
+    }
+
+    /// True when ACKs are queued to send.
+    pub fn has_queued_acks(&self) -> bool {
+        !self.ack_queue.is_empty()
+    }
+
+    /// True when control packets or data (of a peer the window lets send)
+    /// are queued: anything besides ACKs.
+    pub fn has_queued_data(&self) -> bool {
+        !self.control_queue.is_empty() || !self.send_ring.is_empty()
+    }
 }

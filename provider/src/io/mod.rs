@@ -183,6 +183,17 @@ pub struct Endpoint {
     pool_idle: u32,
     idle_polls: u32,
     spin_before_yield: u32,
+    /// `FI_UET_DEFER_ACKS`: whether `progress_app` may hold ACKs.
+    defer_acks: bool,
+    /// ACKs held by the last application progress call, for the next call.
+    acks_deferred: bool,
+    /// The last application progress call completed a message and had
+    /// ACKs it could hold: the next call tells whether the application
+    /// answers (a send or RMA) or just polls on.
+    awaiting_reply: bool,
+    /// It answered last time: ACKs are worth holding. A receiver that only
+    /// polls (streaming) never holds its ACKs, which clock the sender.
+    replies_follow: bool,
     /// `FI_UET_TRACE` output, when asked for.
     trace: Option<trace::TraceFile>,
 }
@@ -292,6 +303,10 @@ impl Endpoint {
             pool_idle: 0,
             idle_polls: 0,
             spin_before_yield: config.spin_before_yield,
+            defer_acks: config.defer_acks,
+            acks_deferred: false,
+            awaiting_reply: false,
+            replies_follow: false,
             trace,
         })
     }
@@ -338,7 +353,7 @@ impl Endpoint {
         }
         let now = self.now();
         self.engine.post_send(now, op)?;
-        self.flush(now);
+        self.flush_reply(now);
         Ok(())
     }
 
@@ -349,7 +364,7 @@ impl Endpoint {
         }
         let now = self.now();
         self.engine.post_rma(now, op)?;
-        self.flush(now);
+        self.flush_reply(now);
         Ok(())
     }
 
@@ -362,7 +377,12 @@ impl Endpoint {
     pub fn recv(&mut self, op: RecvOp) -> Result<()> {
         let now = self.now();
         self.engine.post_recv(now, op)?;
-        self.flush(now);
+        // Posting a receive is how an application readies for the next
+        // message before it answers this one: held ACKs keep waiting,
+        // unless the receive set data moving (a pull), which must not
+        // overtake them.
+        let hold = self.acks_deferred && !self.engine.has_queued_data();
+        self.flush_holding_acks(now, hold);
         Ok(())
     }
 
@@ -392,7 +412,7 @@ impl Endpoint {
     /// even without input: zero when a transmit is pending, the time to the
     /// next timer otherwise, `None` when nothing is armed.
     pub fn idle_budget(&self) -> Option<std::time::Duration> {
-        if !self.stalled.is_empty() || self.engine.has_completions() {
+        if !self.stalled.is_empty() || self.acks_deferred || self.engine.has_completions() {
             return Some(std::time::Duration::ZERO);
         }
         let now = self.now();
@@ -406,10 +426,35 @@ impl Endpoint {
     }
 
     /// Move packets and fire timers. Returns true when anything happened.
+    /// For background threads: every ACK leaves in the call that queues it.
     pub fn progress(&mut self) -> bool {
+        self.progress_holding(false)
+    }
+
+    /// [`progress`](Self::progress) for the application thread that takes
+    /// the completions: when the call completes a message and has nothing
+    /// but ACKs to send, and the application answered the last such call
+    /// with a send or RMA, they are held (`FI_UET_DEFER_ACKS`) until the
+    /// next send, RMA or progress call, so a reply the application posts at
+    /// once leaves ahead of them
+    /// instead of waiting out an ACK's system call. ACKs held once go out
+    /// in the next call whatever it completes, and [`idle_budget`] is zero
+    /// meanwhile, so nobody sleeps on them.
+    ///
+    /// [`idle_budget`]: Self::idle_budget
+    pub fn progress_app(&mut self) -> bool {
+        self.progress_holding(self.defer_acks)
+    }
+
+    fn progress_holding(&mut self, may_hold: bool) -> bool {
         let now = self.now();
 
         let mut busy = false;
+        let released = std::mem::take(&mut self.acks_deferred);
+        if may_hold && std::mem::take(&mut self.awaiting_reply) {
+            // Back to polling instead of answering.
+            self.replies_follow = false;
+        }
         // Peers address everything to socket 0; the pool sockets see only
         // strays and ICMP errors, drained every so often.
         busy |= self.receive(0, now) > 0;
@@ -425,7 +470,16 @@ impl Endpoint {
         if self.engine.next_timeout().is_some_and(|t| t <= now) {
             self.engine.handle_timeout(now);
         }
-        busy |= self.flush(now);
+        // Only ACKs may wait: were data of this call's own (a read
+        // response, a retransmission) to overtake them, the peer would see
+        // that operation finish before the one the ACK completes.
+        let answerable = may_hold
+            && !released
+            && self.engine.has_completions()
+            && self.engine.has_queued_acks()
+            && !self.engine.has_queued_data();
+        self.awaiting_reply = answerable;
+        busy |= self.flush_holding_acks(now, answerable && self.replies_follow);
         busy |= self.engine.has_completions();
         if let Some(t) = self.trace.as_mut() {
             t.drain(&mut self.engine);
@@ -496,6 +550,27 @@ impl Endpoint {
             }
         }
         got
+    }
+
+    /// After posting a send or RMA: its data first, then ACKs held for it.
+    fn flush_reply(&mut self, now: u64) {
+        if std::mem::take(&mut self.awaiting_reply) {
+            self.replies_follow = true;
+        }
+        self.flush_holding_acks(now, self.acks_deferred);
+        if std::mem::take(&mut self.acks_deferred) {
+            self.flush(now);
+        }
+    }
+
+    /// [`flush`](Self::flush), keeping queued ACKs back when `hold`
+    /// (remembered in `acks_deferred`).
+    fn flush_holding_acks(&mut self, now: u64, hold: bool) -> bool {
+        self.engine.hold_acks(hold);
+        let sent = self.flush(now);
+        self.engine.hold_acks(false);
+        self.acks_deferred = hold && self.engine.has_queued_acks();
+        sent
     }
 
     /// Send everything the engine has ready (and held datagrams now due);
@@ -748,6 +823,18 @@ fn deliver(
         stats.trimmed_received += 1;
     }
     engine.handle_datagram(now, from, tos, data);
+}
+
+impl Drop for Endpoint {
+    /// ACKs held for a reply that never came still go out: an application
+    /// that closes right after reading its last message must not leave the
+    /// sender retransmitting to a closed port.
+    fn drop(&mut self) {
+        if self.acks_deferred {
+            let now = self.now();
+            self.flush(now);
+        }
+    }
 }
 
 /// Send the remaining copies of `out` (bytes in `data`); false when the

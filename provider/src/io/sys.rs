@@ -322,18 +322,61 @@ pub struct RecvBatch {
     slot_len: usize,
     count: usize,
     slots: Vec<Slot>,
+    /// `recvmmsg`'s headers and what they point at, built once: a busy
+    /// poller's call that finds nothing then costs no setup. The pointers
+    /// refer to these vectors' heap buffers, which never move or grow.
+    names: Vec<libc::sockaddr_storage>,
+    /// Read only through `hdrs`.
+    _controls: Vec<[u64; CMSG_WORDS]>,
+    _iovs: Vec<libc::iovec>,
+    hdrs: Vec<libc::mmsghdr>,
 }
+
+// SAFETY: the raw pointers in `iovs` and `hdrs` refer only to this batch's
+// own heap buffers (`buf`, `names`, `_controls`, `_iovs`), which move with it;
+// nothing reachable through them is shared with another owner.
+unsafe impl Send for RecvBatch {}
 
 impl RecvBatch {
     /// `count` slots (at most [`RECV_BATCH_MAX`]) of `slot_len` bytes each.
     /// Pages are touched only as datagrams fill them.
     pub fn new(count: usize, slot_len: usize) -> RecvBatch {
         let count = count.clamp(1, RECV_BATCH_MAX);
+        let mut buf = vec![0u8; count * slot_len];
+        // SAFETY: all-zero sockaddr_storage, iovec and mmsghdr are valid
+        // (unspecified address, null pointers, zero lengths).
+        let zeroed = || unsafe { MaybeUninit::<libc::sockaddr_storage>::zeroed().assume_init() };
+        let mut names: Vec<libc::sockaddr_storage> = (0..count).map(|_| zeroed()).collect();
+        let mut controls = vec![[0u64; CMSG_WORDS]; count];
+        let base = buf.as_mut_ptr();
+        let mut iovs: Vec<libc::iovec> = (0..count)
+            .map(|k| libc::iovec {
+                // SAFETY: slot k lies within `buf` (count * slot_len bytes).
+                iov_base: unsafe { base.add(k * slot_len) }.cast(),
+                iov_len: slot_len,
+            })
+            .collect();
+        let hdrs = (0..count)
+            .map(|k| {
+                // SAFETY: as above.
+                let mut h: libc::mmsghdr = unsafe { MaybeUninit::zeroed().assume_init() };
+                let m = &mut h.msg_hdr;
+                m.msg_name = (&mut names[k] as *mut libc::sockaddr_storage).cast();
+                m.msg_iov = &mut iovs[k];
+                m.msg_iovlen = 1;
+                m.msg_control = controls[k].as_mut_ptr().cast();
+                h
+            })
+            .collect();
         RecvBatch {
-            buf: vec![0; count * slot_len],
+            buf,
             slot_len,
             count,
             slots: Vec::with_capacity(count),
+            names,
+            _controls: controls,
+            _iovs: iovs,
+            hdrs,
         }
     }
 
@@ -346,35 +389,19 @@ impl RecvBatch {
     /// (the socket is non-blocking). Returns how many datagrams arrived;
     /// fewer than [`capacity`](Self::capacity) means the socket was drained.
     pub fn recv(&mut self, socket: &UdpSocket) -> io::Result<usize> {
-        const N: usize = RECV_BATCH_MAX;
-        // SAFETY: all-zero sockaddr_storage, iovec, mmsghdr are valid
-        // (unspecified address, null pointers, zero lengths).
-        let mut names: [libc::sockaddr_storage; N] = unsafe { MaybeUninit::zeroed().assume_init() };
-        let mut controls = [[0u64; CMSG_WORDS]; N];
-        // SAFETY: as above.
-        let mut iovs: [libc::iovec; N] = unsafe { MaybeUninit::zeroed().assume_init() };
-        // SAFETY: as above.
-        let mut hdrs: [libc::mmsghdr; N] = unsafe { MaybeUninit::zeroed().assume_init() };
-        let base = self.buf.as_mut_ptr();
-        for k in 0..self.count {
-            // SAFETY: slot k lies within `buf` (count * slot_len bytes).
-            iovs[k].iov_base = unsafe { base.add(k * self.slot_len) }.cast();
-            iovs[k].iov_len = self.slot_len;
-            let m = &mut hdrs[k].msg_hdr;
-            m.msg_name = (&mut names[k] as *mut libc::sockaddr_storage).cast();
-            m.msg_namelen = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
-            m.msg_iov = &mut iovs[k];
-            m.msg_iovlen = 1;
-            m.msg_control = controls[k].as_mut_ptr().cast();
-            m.msg_controllen = size_of::<[u64; CMSG_WORDS]>() as _;
+        // The kernel shrinks these to what it wrote: give back the room.
+        for h in &mut self.hdrs {
+            h.msg_hdr.msg_namelen = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+            h.msg_hdr.msg_controllen = size_of::<[u64; CMSG_WORDS]>() as _;
         }
-        // SAFETY: the first `count` headers point at live locals and at
-        // disjoint slots of `buf`, each with its true size; the kernel writes
-        // at most that much and fills msg_len/namelen/controllen/flags.
+        // SAFETY: the `count` headers point at this batch's own name,
+        // control and iovec entries and at disjoint slots of `buf`, each with
+        // its true size (set in `new`, never moved); the kernel writes at
+        // most that much and fills msg_len/namelen/controllen/flags.
         let n = unsafe {
             libc::recvmmsg(
                 socket.as_raw_fd(),
-                hdrs.as_mut_ptr(),
+                self.hdrs.as_mut_ptr(),
                 self.count as libc::c_uint,
                 libc::MSG_DONTWAIT,
                 std::ptr::null_mut(),
@@ -385,12 +412,12 @@ impl RecvBatch {
             return Err(io::Error::last_os_error());
         }
         let n = (n as usize).min(self.count);
-        for (h, name) in hdrs.iter().zip(names).take(n) {
+        for (h, name) in self.hdrs.iter().zip(&self.names).take(n) {
             let m = &h.msg_hdr;
             let (tos, segment) = control_of(m);
             self.slots.push(Slot {
                 len: (h.msg_len as usize).min(self.slot_len),
-                from: source_of(name, m.msg_namelen),
+                from: source_of(*name, m.msg_namelen),
                 tos,
                 segment,
                 truncated: m.msg_flags & libc::MSG_TRUNC != 0,

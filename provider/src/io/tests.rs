@@ -502,3 +502,122 @@ fn gso_refused_by_the_kernel_falls_back_without_losing_a_packet() {
     exchange(&mut a, &mut b, &[300_000]);
     assert_eq!(a.stats().gso_fallbacks, 1);
 }
+
+/// Progress `b` for the application until a completion is waiting.
+fn progress_app_until_completion(b: &mut Endpoint) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !b.has_completions() {
+        assert!(Instant::now() < deadline, "nothing arrived");
+        b.progress_app();
+    }
+}
+
+/// One message a -> b, completed by b's application progress; returns the
+/// ACKs b had sent before the completing call and after it.
+fn deliver(a: &mut Endpoint, b: &mut Endpoint, seed: u64) -> (u64, u64) {
+    let (op, _buf) = recv_op(64, seed);
+    b.recv(op).unwrap();
+    let before = b.engine_stats().acks_sent;
+    a.send(send_op(b.local_addr(), pattern(seed, 64), seed))
+        .unwrap();
+    progress_app_until_completion(b);
+    while b.poll_completion().is_some() {}
+    (before, b.engine_stats().acks_sent)
+}
+
+#[test]
+fn application_progress_holds_acks_once_it_sees_replies() {
+    let cfg = config(1);
+    let mut a = Endpoint::bind(&cfg, LOOPBACK.parse().unwrap()).unwrap();
+    let mut b = Endpoint::bind(&cfg, LOOPBACK.parse().unwrap()).unwrap();
+    // Nothing known of the application yet: the ACK leaves at once.
+    let (before, after) = deliver(&mut a, &mut b, 1);
+    assert_eq!(after, before + 1);
+    // It answers; from now on the ACK waits for the answer.
+    b.send(send_op(a.local_addr(), pattern(2, 64), 2)).unwrap();
+    let (before, after) = deliver(&mut a, &mut b, 3);
+    assert_eq!(
+        after, before,
+        "ACK held while the application holds the message"
+    );
+    assert_eq!(b.idle_budget(), Some(Duration::ZERO));
+    // Posting the next receive keeps it waiting; the reply releases it,
+    // after the reply's data.
+    let (op, _buf) = recv_op(64, 4);
+    b.recv(op).unwrap();
+    assert_eq!(b.engine_stats().acks_sent, after);
+    let sent = b.stats().sent[0];
+    b.send(send_op(a.local_addr(), pattern(5, 64), 5)).unwrap();
+    assert_eq!(b.engine_stats().acks_sent, after + 1);
+    assert_eq!(b.stats().sent[0], sent + 2);
+
+    // Held, then no reply: the next progress call sends it whatever it
+    // finds, and the endpoint stops holding (a receiver that only polls).
+    let (_, held) = deliver(&mut a, &mut b, 6);
+    b.progress_app();
+    assert_eq!(b.engine_stats().acks_sent, held + 1);
+    let (before, after) = deliver(&mut a, &mut b, 7);
+    assert_eq!(after, before + 1);
+}
+
+#[test]
+fn background_progress_and_the_knob_never_hold_acks() {
+    for (defer_acks, app) in [(true, false), (false, true)] {
+        let cfg = Config {
+            defer_acks,
+            ..config(1)
+        };
+        let mut a = Endpoint::bind(&cfg, LOOPBACK.parse().unwrap()).unwrap();
+        let mut b = Endpoint::bind(&cfg, LOOPBACK.parse().unwrap()).unwrap();
+        for seed in [1, 3] {
+            let (op, _buf) = recv_op(64, seed);
+            b.recv(op).unwrap();
+            let acks = b.engine_stats().acks_sent;
+            a.send(send_op(b.local_addr(), pattern(seed, 64), seed))
+                .unwrap();
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while !b.has_completions() {
+                assert!(Instant::now() < deadline, "nothing arrived");
+                if app {
+                    b.progress_app();
+                } else {
+                    b.progress();
+                }
+            }
+            while b.poll_completion().is_some() {}
+            assert_eq!(
+                b.engine_stats().acks_sent,
+                acks + 1,
+                "defer_acks {defer_acks}"
+            );
+            // An answer, which would make application progress hold.
+            b.send(send_op(a.local_addr(), pattern(seed + 1, 64), seed + 1))
+                .unwrap();
+        }
+    }
+}
+
+#[test]
+fn held_acks_leave_when_the_endpoint_closes() {
+    let cfg = config(1);
+    let mut a = Endpoint::bind(&cfg, LOOPBACK.parse().unwrap()).unwrap();
+    let mut b = Endpoint::bind(&cfg, LOOPBACK.parse().unwrap()).unwrap();
+    deliver(&mut a, &mut b, 1);
+    b.send(send_op(a.local_addr(), pattern(2, 64), 2)).unwrap();
+    let (before, after) = deliver(&mut a, &mut b, 3);
+    assert_eq!(after, before);
+    drop(b);
+    // The ACK reached a: its send completes.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        assert!(Instant::now() < deadline, "send never acknowledged");
+        a.progress();
+        if let Some(c) = a.poll_completion() {
+            assert_eq!(c.error, None);
+            if (c.kind, c.context) == (CompletionKind::Send, 3) {
+                assert_eq!(a.engine_stats().retransmits, 0);
+                break;
+            }
+        }
+    }
+}

@@ -35,6 +35,8 @@ pub struct RxPdc {
     pub unacked_bytes: usize,
     /// PSN of the latest arrival, reported as the ACK's trigger.
     pub last_psn: u32,
+    /// When it arrived: the ACK reports how long after (its service time).
+    pub last_arrival_at: u64,
     pub last_was_retx: bool,
     /// A packet since the last ACK arrived with ECN CE: echo it (M flag).
     pub ecn_echo: bool,
@@ -62,6 +64,7 @@ impl RxPdc {
             rcvd_bytes: 0,
             unacked_bytes: 0,
             last_psn: start_psn.wrapping_sub(1),
+            last_arrival_at: 0,
             last_was_retx: false,
             ecn_echo: false,
             ooo_count: 0,
@@ -136,9 +139,9 @@ impl RxPdc {
         Arrival::New
     }
 
-    /// Fill the PDS fields of an ACK for the current state and reset the
-    /// coalescing counters.
-    pub fn build_ack(&mut self) -> AckRepr {
+    /// Fill the PDS fields of the ACK sent at `now` for the current state
+    /// and reset the coalescing counters.
+    pub fn build_ack(&mut self, now: u64) -> AckRepr {
         let skip = self.sack_skip();
         let bitmap = self.sack_bitmap_from(skip);
         let offset = self.last_psn.wrapping_sub(self.cack) as i32;
@@ -161,6 +164,7 @@ impl RxPdc {
             sack_bitmap: bitmap,
             rcvd_bytes: ((self.rcvd_bytes >> 8) & 0x00ff_ffff) as u32,
             ooo_count: self.ooo_count,
+            service_time: AckRepr::service_time_of(now.saturating_sub(self.last_arrival_at)),
             ..AckRepr::default()
         };
         self.ack_pending = false;
@@ -236,7 +240,7 @@ mod tests {
                         .filter(|&i| rx.bit(base.wrapping_add(i)))
                         .fold(0u64, |b, i| b | 1 << i);
                     assert_eq!(rx.sack_bitmap(), naive, "window {window} start {start}");
-                    assert_eq!(rx.build_ack().sack_bitmap, naive);
+                    assert_eq!(rx.build_ack(0).sack_bitmap, naive);
                 }
             }
         }
@@ -250,7 +254,7 @@ mod tests {
             rx.arrive(psn);
             rx.last_psn = psn;
         }
-        let ack = rx.build_ack();
+        let ack = rx.build_ack(0);
         assert_eq!(ack.cack_psn, u32::MAX);
         // The bitmap covers 37..=100: the trigger and the 63 before it.
         assert_eq!(ack.sack_offset, 38);
@@ -262,13 +266,13 @@ mod tests {
         assert!(sacked(100) && sacked(37) && !sacked(36));
         // A trigger within 64 of the hole keeps the bitmap at the hole.
         rx.last_psn = 50;
-        let ack = rx.build_ack();
+        let ack = rx.build_ack(0);
         assert_eq!(ack.sack_offset, 1);
         assert_eq!(ack.sack_bitmap, u64::MAX << 1);
         // So does a duplicate below the cumulative point.
         rx.arrive(0);
         rx.last_psn = 0;
-        let ack = rx.build_ack();
+        let ack = rx.build_ack(0);
         assert_eq!((ack.cack_psn, ack.sack_offset), (100, 1));
     }
 
@@ -289,7 +293,7 @@ mod tests {
         assert_eq!(rx.arrive(100), Arrival::New);
         assert_eq!(rx.arrive(102), Arrival::New);
         assert_eq!(rx.arrive(104), Arrival::New);
-        let ack = rx.build_ack();
+        let ack = rx.build_ack(0);
         assert_eq!(ack.cack_psn, 100);
         assert_eq!(ack.sack_bitmap, 0b1010);
         assert_eq!(rx.arrive(101), Arrival::New);

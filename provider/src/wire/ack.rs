@@ -11,7 +11,10 @@
 //! 14 sack_offset (s16): bit i of the bitmap is PSN cack_psn + sack_offset + i
 //! 16 SACK bitmap (u64, bit 0 = least significant)
 //! -- ACK_CC only --
-//! 24 service_time (u16, in 64 ns units)
+//! 24 service_time (u16, in 64 ns units): from the triggering packet's
+//!    arrival to the ACK's departure; the sender takes it off the RTT its
+//!    congestion control sees
+
 //! 26 restore_cwnd (1 bit) | rcv_cwnd_pend (7 bits)
 //! 27 rcvd_bytes (24 bits, 256-byte units, wrapping)
 //! 30 out-of-order count (u16)
@@ -184,6 +187,19 @@ pub struct AckRepr {
 
 impl AckRepr {
     pub const LEN: usize = 32;
+    /// Nanoseconds per unit of `service_time`.
+    pub const SERVICE_TIME_UNIT_NS: u64 = 64;
+
+    /// `service_time` for `ns` nanoseconds (rounded down, saturating at
+    /// about 4.2 ms).
+    pub fn service_time_of(ns: u64) -> u16 {
+        (ns / Self::SERVICE_TIME_UNIT_NS).min(u16::MAX as u64) as u16
+    }
+
+    /// How long the receiver held the triggering packet before acknowledging it.
+    pub fn service_time_ns(&self) -> u64 {
+        self.service_time as u64 * Self::SERVICE_TIME_UNIT_NS
+    }
 
     /// Parse an ACK_CC; never panics.
     pub fn parse(b: &[u8]) -> Result<Self, WireError> {

@@ -1,0 +1,109 @@
+//! ACKs held while the application answers (`Engine::hold_acks`): the reply
+//! leaves first, the ACK follows with the time it was held as its service
+//! time, and the sender's congestion control sees the round trip without it.
+
+mod common;
+
+use std::net::SocketAddr;
+
+use uet::engine::{TraceEvent, TraceKind};
+use uet::wire::{AckRepr, PacketType, Prologue};
+use uet::{Config, Engine};
+
+use common::{recv, send};
+
+/// Everything `from` has ready at `now`, as (packet type, bytes).
+fn drain(from: &mut Engine, now: u64) -> Vec<(PacketType, Vec<u8>)> {
+    let mut buf = vec![0u8; 65536];
+    let mut out = Vec::new();
+    while let Some(t) = from.poll_transmit(now, &mut buf) {
+        let ptype = Prologue::parse(&buf[..t.len]).unwrap().ptype;
+        out.push((ptype, buf[..t.len].to_vec()));
+    }
+    out
+}
+
+fn is_data(t: PacketType) -> bool {
+    matches!(t, PacketType::RudRequest | PacketType::RodRequest)
+}
+
+#[test]
+fn held_ack_follows_the_reply_and_reports_its_hold_time() {
+    let addrs: [SocketAddr; 2] = [
+        "10.0.0.1:4793".parse().unwrap(),
+        "10.0.0.2:4793".parse().unwrap(),
+    ];
+    let cfg = Config::default();
+    let mut a = Engine::new(&cfg, addrs[0], 1);
+    let mut b = Engine::new(&cfg, addrs[1], 2);
+    a.enable_trace();
+    a.post_recv(0, recv(64, None, 10)).unwrap();
+    b.post_recv(0, recv(64, None, 20)).unwrap();
+
+    // Ping: a -> b, one packet (asks for an immediate ACK).
+    a.post_send(0, send(addrs[1], vec![1; 64], None, 1))
+        .unwrap();
+    let ping = drain(&mut a, 0);
+    assert_eq!(ping.len(), 1);
+    let arrival = 10_000;
+    b.handle_datagram(arrival, addrs[0], 0, &ping[0].1);
+    assert!(b.has_completions());
+    assert!(b.has_queued_acks());
+
+    // While held, nothing but data leaves; the reply goes out first.
+    b.hold_acks(true);
+    assert!(drain(&mut b, arrival).is_empty());
+    let reply_at = arrival + 6_400;
+    b.post_send(reply_at, send(addrs[0], vec![2; 64], None, 2))
+        .unwrap();
+    let reply = drain(&mut b, reply_at);
+    assert_eq!(reply.len(), 1);
+    assert!(is_data(reply[0].0), "{:?}", reply[0].0);
+    assert!(b.has_queued_acks());
+
+    // Released: the ACK, reporting how long after the ping it left.
+    b.hold_acks(false);
+    let ack = drain(&mut b, reply_at);
+    assert_eq!(ack.len(), 1);
+    assert_eq!(ack[0].0, PacketType::AckCc);
+    let parsed = AckRepr::parse(&ack[0].1).unwrap();
+    assert_eq!(parsed.service_time_ns(), 6_400);
+
+    // The sender's congestion control sees the round trip less the hold.
+    let ack_arrival = reply_at + 3_000;
+    a.handle_datagram(ack_arrival, addrs[1], 0, &reply[0].1);
+    a.handle_datagram(ack_arrival, addrs[1], 0, &ack[0].1);
+    let mut trace: Vec<TraceEvent> = Vec::new();
+    a.take_trace(&mut trace);
+    let acks: Vec<u64> = trace
+        .iter()
+        .filter(|e| e.kind == TraceKind::Ack)
+        .map(|e| e.rtt_ns)
+        .collect();
+    assert_eq!(acks, vec![ack_arrival - 6_400]);
+}
+
+#[test]
+fn acks_leave_at_once_when_not_held() {
+    let addrs: [SocketAddr; 2] = [
+        "10.0.0.1:4793".parse().unwrap(),
+        "10.0.0.2:4793".parse().unwrap(),
+    ];
+    let cfg = Config::default();
+    let mut a = Engine::new(&cfg, addrs[0], 1);
+    let mut b = Engine::new(&cfg, addrs[1], 2);
+    b.post_recv(0, recv(64, None, 20)).unwrap();
+    a.post_send(0, send(addrs[1], vec![1; 64], None, 1))
+        .unwrap();
+    let ping = drain(&mut a, 0);
+    b.handle_datagram(10_000, addrs[0], 0, &ping[0].1);
+    b.post_send(10_000, send(addrs[0], vec![2; 64], None, 2))
+        .unwrap();
+    // Control ahead of data, and nothing held: no service time.
+    let out = drain(&mut b, 10_000);
+    let types: Vec<PacketType> = out.iter().map(|(t, _)| *t).collect();
+    assert_eq!(types.len(), 2);
+    assert_eq!(types[0], PacketType::AckCc);
+    assert!(is_data(types[1]));
+    assert_eq!(AckRepr::parse(&out[0].1).unwrap().service_time, 0);
+}
