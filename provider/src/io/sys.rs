@@ -90,15 +90,24 @@ pub const MAX_SEGMENTED_BYTES: usize = 65507;
 /// then takes them all, and [`RecvBatch`] reports the segment size to cut
 /// them at.
 pub fn enable_gro(socket: &UdpSocket) -> io::Result<()> {
-    let on: libc::c_int = 1;
+    set_int_option(socket, libc::SOL_UDP, libc::UDP_GRO, 1)
+}
+
+/// `setsockopt` of an integer option (ones socket2 does not cover).
+fn set_int_option(
+    socket: &UdpSocket,
+    level: libc::c_int,
+    name: libc::c_int,
+    value: libc::c_int,
+) -> io::Result<()> {
     // SAFETY: the fd is a live socket owned by `socket`; the option value is
     // a c_int on the stack whose size is passed alongside.
     let rc = unsafe {
         libc::setsockopt(
             socket.as_raw_fd(),
-            libc::SOL_UDP,
-            libc::UDP_GRO,
-            (&on as *const libc::c_int).cast(),
+            level,
+            name,
+            (&value as *const libc::c_int).cast(),
             size_of::<libc::c_int>() as libc::socklen_t,
         )
     };
@@ -505,23 +514,7 @@ impl Poller {
 /// fallback.
 #[cfg(test)]
 pub fn disable_checksums(socket: &UdpSocket) -> io::Result<()> {
-    let on: libc::c_int = 1;
-    // SAFETY: the fd is a live socket owned by `socket`; the option value is
-    // a c_int on the stack whose size is passed alongside.
-    let rc = unsafe {
-        libc::setsockopt(
-            socket.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_NO_CHECK,
-            (&on as *const libc::c_int).cast(),
-            size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
+    set_int_option(socket, libc::SOL_SOCKET, libc::SO_NO_CHECK, 1)
 }
 
 #[cfg(test)]
