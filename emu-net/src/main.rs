@@ -29,6 +29,8 @@ const USAGE: &str = "usage:
       --check fails unless the traffic crossed the relay.
       --slowdown K stretches time K times (rates / K, delays and times x K;
       bytes unchanged) for a machine too busy for the written rates.
+      --max-lag-us N: the relay kept up when 99% of its deliveries left
+      within N us of their model time (default 100 x the slowdown).
   uet-emu sim SCENARIO --out DIR [--variant NAME] [--plot SCRIPT] [--first-host N] [--quiet]
       The same scenario in virtual time: every host is the provider's engine
       (no processes or sockets), the model between them, one simulated clock.
@@ -288,6 +290,11 @@ fn run(args: &Args) -> ExitCode {
                 ])
             })
     });
+    let slowdown = args
+        .opt("--slowdown")
+        .and_then(|v| v.parse().ok())
+        .filter(|k: &f64| k.is_finite() && *k >= 1.0)
+        .unwrap_or(1.0);
     let opts = RunOptions {
         out: out.clone(),
         variant: args.opt("--variant").map(str::to_string),
@@ -297,16 +304,14 @@ fn run(args: &Args) -> ExitCode {
             .opt("--first-host")
             .and_then(|v| v.parse().ok())
             .unwrap_or(2),
+        // Lag is judged against the scenario's own time scale: stretched K
+        // times, a delivery K times later is the same error.
         max_lag_us: args
             .opt("--max-lag-us")
             .and_then(|v| v.parse().ok())
-            .unwrap_or(100),
+            .unwrap_or((100.0 * slowdown).round() as u64),
         realtime: true,
-        slowdown: args
-            .opt("--slowdown")
-            .and_then(|v| v.parse().ok())
-            .filter(|k: &f64| k.is_finite() && *k >= 1.0)
-            .unwrap_or(1.0),
+        slowdown,
     };
     if opts.slowdown != 1.0 {
         scenario = runner::slowed(&scenario, opts.slowdown);
