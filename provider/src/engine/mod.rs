@@ -288,7 +288,6 @@ impl Peer {
             })
     }
 
-    /// Nothing posted, queued or unacknowledged on the send side.
     /// Queue a message the engine itself sends on behalf of an operation
     /// (read data, a rendezvous pull or its data): no completion of its
     /// own. Returns its message ID. The caller counts it in
@@ -318,6 +317,7 @@ impl Peer {
         id
     }
 
+    /// Nothing posted, queued or unacknowledged on the send side.
     fn tx_idle(&self) -> bool {
         self.tx.in_flight() == 0 && self.queue.is_empty() && self.messages.is_empty()
     }

@@ -27,7 +27,7 @@
 //! The send completes, and its payload is released, once its eager packet
 //! is acknowledged and the pull's data is acknowledged (or a zero-length
 //! pull said none is wanted). A key that names no waiting send gets an SES
-//! response with [`ACCESS_DENIED`]; the receive then fails.
+//! response with [`ACCESS_DENIED`](super::rma::ACCESS_DENIED); the receive then fails.
 //!
 //! Liveness: while an endpoint waits on a peer for a rendezvous (a send not
 //! yet pulled, or a pull not yet in) and has nothing in flight to it, a peer
@@ -36,7 +36,6 @@
 //! backoff; after `FI_UET_MAX_RETRIES` unanswered probes the peer is failed
 //! like one that stopped acknowledging (`FI_EIO`).
 
-use super::rma::ACCESS_DENIED;
 use super::*;
 use crate::ses::{PullState, RmaTx};
 
@@ -330,12 +329,7 @@ impl Engine {
             }
         });
         if !accepted {
-            peer.queue.push_back(TxItem::Response {
-                msg_id: s.message_id,
-                len: 0,
-                code: ACCESS_DENIED,
-            });
-            self.mark_ready(p);
+            self.deny_access(p, s.message_id);
             return;
         }
         if len == 0 {

@@ -393,12 +393,7 @@ impl Engine {
         self.retire_rma_inbound(p, s.message_id);
         let peer = &mut self.peers[p];
         let Some(memory) = memory else {
-            peer.queue.push_back(TxItem::Response {
-                msg_id: s.message_id,
-                len: 0,
-                code: ACCESS_DENIED,
-            });
-            self.mark_ready(p);
+            self.deny_access(p, s.message_id);
             return;
         };
         let mut data = vec![0u8; memory.len()];
@@ -462,12 +457,7 @@ impl Engine {
         };
         let peer_addr = self.peers[p].addr;
         let Some((op, dt, mut mem, n)) = target else {
-            self.peers[p].queue.push_back(TxItem::Response {
-                msg_id: s.message_id,
-                len: 0,
-                code: ACCESS_DENIED,
-            });
-            self.mark_ready(p);
+            self.deny_access(p, s.message_id);
             return;
         };
         let mut cur = vec![0u8; n];
@@ -488,29 +478,12 @@ impl Engine {
         });
         let peer = &mut self.peers[p];
         if fetch {
-            let id = peer.next_msg_id;
-            peer.next_msg_id = id.wrapping_add(1);
-            peer.messages.insert(
-                id,
-                TxMessage {
-                    tagged: false,
-                    tag: 0,
-                    cq_data: None,
-                    payload: Payload::Owned(old),
-                    context: 0,
-                    level: CompletionLevel::Transmit,
-                    signal: false,
-                    next_offset: 0,
-                    started: false,
-                    unacked_packets: 0,
-                    completed: true,
-                    delivered: false,
-                    rma: Some(RmaTx::ReadData {
-                        read_id: s.message_id,
-                    }),
+            peer.queue_internal(
+                Payload::Owned(old),
+                RmaTx::ReadData {
+                    read_id: s.message_id,
                 },
             );
-            peer.queue.push_back(TxItem::Message(id));
             self.sends_outstanding += 1;
         } else if s.flags & sflags::DC != 0 {
             peer.queue.push_back(TxItem::Response {
@@ -519,6 +492,16 @@ impl Engine {
                 code: 0,
             });
         }
+        self.mark_ready(p);
+    }
+
+    /// Answer request `msg_id` of peer `p` with [`ACCESS_DENIED`].
+    pub(super) fn deny_access(&mut self, p: usize, msg_id: u16) {
+        self.peers[p].queue.push_back(TxItem::Response {
+            msg_id,
+            len: 0,
+            code: ACCESS_DENIED,
+        });
         self.mark_ready(p);
     }
 
