@@ -9,7 +9,7 @@ use std::net::SocketAddr;
 
 use criterion::{criterion_group, criterion_main, BatchSize, BenchmarkId, Criterion};
 
-use uet::cms::{AckFeedback, CcConfig, CongestionControl, RttSample};
+use uet::cms::{CcConfig, CongestionControl};
 use uet::engine::Engine;
 use uet::pds::{AckOutcome, SlotKind, TxPdc};
 use uet::ses::PostedQueues;
@@ -272,12 +272,7 @@ fn nscc(c: &mut Criterion) {
         b.iter(|| {
             now += 300;
             i += 1;
-            let fb = AckFeedback {
-                newly_acked_bytes: 4152,
-                in_flight_bytes: 100_000,
-                ecn: i.is_multiple_of(4),
-                rtt: Some(RttSample::validate(12_000 + (i % 16) * 1000, 1, false)),
-            };
+            let fb = uet::cms::nscc::cost_workload_ack(i);
             cc.on_ack(now, black_box(&fb));
             black_box(cc.cwnd())
         })

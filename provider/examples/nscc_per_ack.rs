@@ -16,7 +16,7 @@
 use std::hint::black_box;
 use std::sync::Arc;
 
-use uet::cms::{nscc, AckFeedback, CcConfig, CongestionControl, RttSample};
+use uet::cms::{nscc, CcConfig, CongestionControl};
 
 fn main() {
     let n: u64 = std::env::args()
@@ -28,12 +28,7 @@ fn main() {
     let mut now = 0u64;
     for i in 0..n {
         now += 300;
-        let fb = AckFeedback {
-            newly_acked_bytes: 4152,
-            in_flight_bytes: 100_000,
-            ecn: i.is_multiple_of(4),
-            rtt: Some(RttSample::validate(12_000 + (i % 16) * 1000, 1, false)),
-        };
+        let fb = nscc::cost_workload_ack(i);
         cc.on_ack(now, black_box(&fb));
         black_box(cc.cwnd());
     }

@@ -528,6 +528,25 @@ impl Nscc {
     }
 }
 
+/// The `i`-th ACK of the per-ACK cost workload shared by the criterion
+/// bench and the callgrind example (`make bench-nscc`), so both measure the
+/// same mix: every fourth ACK marked, queueing delays around the 100 Gb/s
+/// target, one 4 KiB packet acknowledged each time.
+#[doc(hidden)]
+#[inline]
+pub fn cost_workload_ack(i: u64) -> super::AckFeedback {
+    super::AckFeedback {
+        newly_acked_bytes: 4152,
+        in_flight_bytes: 100_000,
+        ecn: i.is_multiple_of(4),
+        rtt: Some(super::RttSample::validate(
+            12_000 + (i % 16) * 1000,
+            1,
+            false,
+        )),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
