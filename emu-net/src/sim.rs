@@ -111,16 +111,18 @@ pub fn engine_config(env: &BTreeMap<String, String>, mtu: usize) -> Result<Confi
     Ok(config)
 }
 
+/// Length of the pattern table's period. A prime: a shift by any power of
+/// two still misaligns.
+const PATTERN_LEN: usize = 65_521;
+
 /// The byte at `offset` of flow `id`'s message: a table of pseudo-random
 /// bytes read at a per-flow offset, so a byte placed at the wrong offset or
 /// in the wrong flow's buffer shows.
 fn pattern() -> &'static [u8] {
     static TABLE: OnceLock<Vec<u8>> = OnceLock::new();
-    // A prime length: a shift by any power of two still misaligns.
-    const LEN: usize = 65_521;
     TABLE.get_or_init(|| {
         let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
-        (0..2 * LEN)
+        (0..2 * PATTERN_LEN)
             .map(|_| {
                 x ^= x << 13;
                 x ^= x >> 7;
@@ -132,8 +134,7 @@ fn pattern() -> &'static [u8] {
 }
 
 fn pattern_start(id: usize, offset: usize) -> usize {
-    const LEN: usize = 65_521;
-    (offset + id.wrapping_mul(7919)) % LEN
+    (offset + id.wrapping_mul(7919)) % PATTERN_LEN
 }
 
 /// Visit flow `id`'s pattern bytes `offset..offset + len` in pieces.

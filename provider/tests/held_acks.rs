@@ -23,19 +23,25 @@ fn drain(from: &mut Engine, now: u64) -> Vec<(PacketType, Vec<u8>)> {
     out
 }
 
+/// Two engines with default settings and their addresses.
+fn pair() -> ([SocketAddr; 2], Engine, Engine) {
+    let addrs: [SocketAddr; 2] = [
+        "10.0.0.1:4793".parse().unwrap(),
+        "10.0.0.2:4793".parse().unwrap(),
+    ];
+    let cfg = Config::default();
+    let a = Engine::new(&cfg, addrs[0], 1);
+    let b = Engine::new(&cfg, addrs[1], 2);
+    (addrs, a, b)
+}
+
 fn is_data(t: PacketType) -> bool {
     matches!(t, PacketType::RudRequest | PacketType::RodRequest)
 }
 
 #[test]
 fn held_ack_follows_the_reply_and_reports_its_hold_time() {
-    let addrs: [SocketAddr; 2] = [
-        "10.0.0.1:4793".parse().unwrap(),
-        "10.0.0.2:4793".parse().unwrap(),
-    ];
-    let cfg = Config::default();
-    let mut a = Engine::new(&cfg, addrs[0], 1);
-    let mut b = Engine::new(&cfg, addrs[1], 2);
+    let (addrs, mut a, mut b) = pair();
     a.enable_trace();
     a.post_recv(0, recv(64, None, 10)).unwrap();
     b.post_recv(0, recv(64, None, 20)).unwrap();
@@ -85,13 +91,7 @@ fn held_ack_follows_the_reply_and_reports_its_hold_time() {
 
 #[test]
 fn acks_leave_at_once_when_not_held() {
-    let addrs: [SocketAddr; 2] = [
-        "10.0.0.1:4793".parse().unwrap(),
-        "10.0.0.2:4793".parse().unwrap(),
-    ];
-    let cfg = Config::default();
-    let mut a = Engine::new(&cfg, addrs[0], 1);
-    let mut b = Engine::new(&cfg, addrs[1], 2);
+    let (addrs, mut a, mut b) = pair();
     b.post_recv(0, recv(64, None, 20)).unwrap();
     a.post_send(0, send(addrs[1], vec![1; 64], None, 1))
         .unwrap();
