@@ -72,7 +72,7 @@ extern "C" {
 #define FI_UET_PARAM_LINK_GBPS         "FI_UET_LINK_GBPS"         /* link rate NSCC scales with, Gb/s [100] */
 #define FI_UET_PARAM_LINK_MBPS         "FI_UET_LINK_MBPS"         /* link rate in Mb/s, replaces LINK_GBPS when set [0] */
 #define FI_UET_PARAM_BASE_RTT_US       "FI_UET_BASE_RTT_US"       /* base RTT seed, us [0 = measure] */
-#define FI_UET_PARAM_LB                "FI_UET_LB"                /* load balancer: reps | reps_paper | bitmap | oblivious | single [reps] */
+#define FI_UET_PARAM_LB                "FI_UET_LB"                /* load balancer: auto (single on loopback, else reps) | reps | reps_paper | bitmap | oblivious | single [auto] */
 #define FI_UET_PARAM_NSCC_VARIANT      "FI_UET_NSCC_VARIANT"      /* sim | paper | list of target,maxwnd,wtd,qa_scaling,fast_increase,md_rtt [sim] */
 #define FI_UET_PARAM_NSCC_TARGET_PCT   "FI_UET_NSCC_TARGET_PCT"   /* target queueing delay, % of base RTT [0 = from variant: 75/100/50] */
 #define FI_UET_PARAM_NSCC_TRIMMING     "FI_UET_NSCC_TRIMMING"     /* fabric trims (target 0.75 R0) or drops (1.0 R0) [1] */

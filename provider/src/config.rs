@@ -138,7 +138,7 @@ pub const PARAMS: &[ParamSpec] = &[
     ParamSpec {
         name: "lb",
         kind: ParamKind::Str,
-        help: "Load balancer choosing the entropy (UDP source port) per packet: reps (default; recycles good entropies, simulator form), reps_paper (explore then one cached entropy), bitmap (per-entropy penalties), oblivious (spray without feedback), single (one path).",
+        help: "Load balancer choosing the entropy (UDP source port) per packet: auto (default: single on an endpoint bound to a loopback address and sending directly, where the kernel has one path and spraying only spreads packets over sockets, reps otherwise), reps (recycles good entropies, simulator form), reps_paper (explore then one cached entropy), bitmap (per-entropy penalties), oblivious (spray without feedback), single (one path: every packet leaves from the endpoint's own socket).",
     },
     ParamSpec {
         name: "nscc_variant",
@@ -168,7 +168,7 @@ pub const PARAMS: &[ParamSpec] = &[
     ParamSpec {
         name: "entropies",
         kind: ParamKind::Int,
-        help: "UDP sockets per endpoint, bound to consecutive ports; the source port carries a packet's entropy (path choice). Socket 0 is the endpoint's address (default 16; 1..256).",
+        help: "UDP sockets per endpoint, bound to consecutive ports; the source port carries a packet's entropy (path choice). Socket 0 is the endpoint's address (default 16; 1..256). With the single load balancer only socket 0 is bound.",
     },
     ParamSpec {
         name: "gso",
@@ -254,7 +254,8 @@ pub struct Config {
     pub link_mbps: u32,
     /// 0 = measure.
     pub base_rtt_us: u64,
-    pub lb: LbAlgorithm,
+    /// `None` = auto (see [`Config::effective_lb`]).
+    pub lb: Option<LbAlgorithm>,
     pub nscc_variant: PaperFeatures,
     /// 0 = from the variant.
     pub nscc_target_pct: u32,
@@ -302,7 +303,7 @@ impl Default for Config {
             link_gbps: 100,
             link_mbps: 0,
             base_rtt_us: 0,
-            lb: LbAlgorithm::Reps,
+            lb: None,
             nscc_variant: PaperFeatures::default(),
             nscc_target_pct: 0,
             trimming: true,
@@ -370,6 +371,20 @@ impl Config {
         }
     }
 
+    /// The load balancer of an endpoint bound at `local`, sending through
+    /// an emu-net relay or not. Directly over loopback the kernel has one
+    /// path whatever the source port, so spraying would only spread packets
+    /// over sockets (colder caches, shorter segmentation runs); through a
+    /// relay or a real network the entropy picks the path, and REPS is the
+    /// default.
+    pub fn effective_lb(&self, local: std::net::IpAddr, relayed: bool) -> LbAlgorithm {
+        match self.lb {
+            Some(lb) => lb,
+            None if local.is_loopback() && !relayed => LbAlgorithm::Single,
+            None => LbAlgorithm::Reps,
+        }
+    }
+
     /// The current value of a parameter, by its `PARAMS` name.
     pub fn get(&self, name: &str) -> Option<ParamValue> {
         match name {
@@ -381,7 +396,7 @@ impl Config {
                     if self.ordered { "rod" } else { "rud" }.into(),
                 ))
             }
-            "lb" => return Some(ParamValue::Str(self.lb.name().into())),
+            "lb" => return Some(ParamValue::Str(self.lb.map_or("auto", |l| l.name()).into())),
             "nscc_variant" => return Some(ParamValue::Str(self.nscc_variant.name())),
             "nscc_trimming" => return Some(ParamValue::Bool(self.trimming)),
             "gso" => return Some(ParamValue::Bool(self.gso)),
@@ -485,11 +500,14 @@ impl Config {
             }
             "lb" => {
                 let t = text()?;
-                self.lb = LbAlgorithm::parse(&t).ok_or_else(|| {
-                    err(format!(
-                        "{t:?} is not oblivious, reps, reps_paper, bitmap or single"
-                    ))
-                })?
+                self.lb = match t.trim() {
+                    "auto" => None,
+                    _ => Some(LbAlgorithm::parse(&t).ok_or_else(|| {
+                        err(format!(
+                            "{t:?} is not auto, oblivious, reps, reps_paper, bitmap or single"
+                        ))
+                    })?),
+                }
             }
             "nscc_variant" => {
                 let t = text()?;
@@ -624,7 +642,21 @@ mod tests {
         c.set("cc", ParamValue::Str("none".into())).unwrap();
         assert_eq!(c.cc, CcAlgorithm::None);
         c.set("lb", ParamValue::Str(" Bitmap ".into())).unwrap();
-        assert_eq!(c.lb, LbAlgorithm::Bitmap);
+        assert_eq!(c.lb, Some(LbAlgorithm::Bitmap));
+        assert_eq!(
+            c.effective_lb([127, 0, 0, 1].into(), false),
+            LbAlgorithm::Bitmap
+        );
+        c.set("lb", ParamValue::Str("auto".into())).unwrap();
+        assert!(matches!(c.get("lb"), Some(ParamValue::Str(s)) if s == "auto"));
+        // Auto: one path over loopback, REPS through a relay or elsewhere.
+        let lo = std::net::IpAddr::from([127, 0, 0, 1]);
+        let v6lo = std::net::IpAddr::from(std::net::Ipv6Addr::LOCALHOST);
+        let lan = std::net::IpAddr::from([10, 0, 0, 1]);
+        assert_eq!(c.effective_lb(lo, false), LbAlgorithm::Single);
+        assert_eq!(c.effective_lb(v6lo, false), LbAlgorithm::Single);
+        assert_eq!(c.effective_lb(lo, true), LbAlgorithm::Reps);
+        assert_eq!(c.effective_lb(lan, false), LbAlgorithm::Reps);
         c.set("nscc_variant", ParamValue::Str("wtd,qa_scaling".into()))
             .unwrap();
         assert!(

@@ -30,7 +30,7 @@ fn sprayed_data_matches_in_order_from_the_canonical_address() {
         mtu: 1500,
         window: 64,
         entropies: ENTROPIES,
-        lb: uet::cms::LbAlgorithm::Oblivious,
+        lb: Some(uet::cms::LbAlgorithm::Oblivious),
         ..Config::default()
     };
     let addrs: [SocketAddr; 2] = [

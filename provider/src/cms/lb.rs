@@ -86,7 +86,9 @@ impl LbConfig {
         };
         let bdp = rtt_ns as f64 * cfg.link_rate_gbps() / 8.0;
         LbConfig {
-            algorithm: cfg.lb,
+            // Unresolved auto (an engine without an endpoint, as in emu-net's
+            // simulation): a fabric with paths to choose from.
+            algorithm: cfg.lb.unwrap_or(LbAlgorithm::Reps),
             entropies: cfg.entropies,
             freeze_ns: cfg.rto_min_us.saturating_mul(1000),
             explore_packets: (bdp / mtu.max(1) as f64).ceil() as u64,

@@ -37,6 +37,7 @@ use std::time::Instant;
 
 use socket2::{Domain, Protocol, Socket, Type};
 
+use crate::cms::LbAlgorithm;
 use crate::engine::{Engine, PayloadRef, Transmit};
 use crate::ops::{Completion, Context, RecvOp, SendOp};
 use crate::wire::ip::{self, Ecn};
@@ -213,10 +214,17 @@ impl Endpoint {
         if fabric.is_some_and(|f| f.is_ipv4() != addr.is_ipv4()) {
             return Err(Error::Unreachable(fabric.unwrap_or(addr)));
         }
-        let sockets = bind_pool(config, addr, config.entropies.max(1) as usize)?;
+        let mut config = config.clone();
+        let lb = config.effective_lb(addr.ip(), fabric.is_some());
+        config.lb = Some(lb);
+        // One path needs no pool of source ports.
+        let pool = match lb {
+            LbAlgorithm::Single => 1,
+            _ => config.entropies.max(1) as usize,
+        };
+        let sockets = bind_pool(&config, addr, pool)?;
         let local = sockets[0].local_addr()?;
         let seed = seed_from(local);
-        let mut config = config.clone();
         config.mtu = config.effective_mtu(local.ip());
         if fabric.is_some() {
             // The relay header rides in front of every packet, within the

@@ -103,7 +103,7 @@ fn config(entropies: u16) -> Config {
     Config {
         entropies,
         // Spreads every message over all entropies without feedback.
-        lb: crate::cms::LbAlgorithm::Oblivious,
+        lb: Some(crate::cms::LbAlgorithm::Oblivious),
         mtu: 4096,
         ..Config::default()
     }
@@ -135,6 +135,28 @@ fn pool_binds_consecutive_ports_and_sprays_data_only() {
     // Everything is addressed to socket 0.
     assert!(sb.received[0] > 0 && sb.received[1..].iter().all(|&n| n == 0));
     assert_eq!(b.engine_stats().unknown_pdc, 0);
+}
+
+/// The default load balancer over loopback is one path: one socket, every
+/// packet from it, and no pool to bind; asking for spraying brings the pool
+/// back.
+#[test]
+fn loopback_defaults_to_one_path_without_a_pool() {
+    let cfg = Config {
+        mtu: 4096,
+        ..Config::default()
+    };
+    let mut a = Endpoint::bind(&cfg, LOOPBACK.parse().unwrap()).unwrap();
+    let mut b = Endpoint::bind(&cfg, LOOPBACK.parse().unwrap()).unwrap();
+    assert_eq!(a.entropy_addrs().len(), 1);
+    exchange(&mut a, &mut b, &[100_000, 1, 0, 50_000]);
+    assert!(a.stats().sent[0] > 0);
+    let reps = Config {
+        lb: Some(crate::cms::LbAlgorithm::Reps),
+        ..cfg
+    };
+    let c = Endpoint::bind(&reps, LOOPBACK.parse().unwrap()).unwrap();
+    assert_eq!(c.entropy_addrs().len(), reps.entropies as usize);
 }
 
 /// A relay like emu-net's: forwards between endpoints, rewriting the
