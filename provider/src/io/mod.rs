@@ -183,6 +183,11 @@ pub struct Endpoint {
     /// Progress calls since the pool was last looked at.
     pool_idle: u32,
     idle_polls: u32,
+    /// The engine's next deadline as last scanned (a scan is O(peers)),
+    /// valid while `timers_known`: the engine's deadlines change only when
+    /// it is called, so an idle poll reuses it.
+    timer_due: Option<u64>,
+    timers_known: bool,
     spin_before_yield: u32,
     /// `FI_UET_DEFER_ACKS`: whether `progress_app` may hold ACKs.
     defer_acks: bool,
@@ -310,6 +315,8 @@ impl Endpoint {
             poller,
             pool_idle: 0,
             idle_polls: 0,
+            timer_due: None,
+            timers_known: false,
             spin_before_yield: config.spin_before_yield,
             defer_acks: config.defer_acks,
             acks_deferred: false,
@@ -356,6 +363,7 @@ impl Endpoint {
 
     /// Post a send and push its first packets out at once.
     pub fn send(&mut self, op: SendOp) -> Result<()> {
+        self.timers_known = false;
         if op.dest.is_ipv4() != self.local.is_ipv4() {
             return Err(Error::Unreachable(op.dest));
         }
@@ -367,6 +375,7 @@ impl Endpoint {
 
     /// Post an RMA write or read and push its first packets out at once.
     pub fn rma(&mut self, op: crate::ops::RmaOp) -> Result<()> {
+        self.timers_known = false;
         if op.dest.is_ipv4() != self.local.is_ipv4() {
             return Err(Error::Unreachable(op.dest));
         }
@@ -378,11 +387,13 @@ impl Endpoint {
 
     /// Memory peers may access with RMA.
     pub fn set_memory_regions(&mut self, regions: std::sync::Arc<dyn crate::ops::MemoryRegions>) {
+        self.timers_known = false;
         self.engine.set_memory_regions(regions);
     }
 
     /// Post a receive buffer (or a peek/claim/discard request).
     pub fn recv(&mut self, op: RecvOp) -> Result<()> {
+        self.timers_known = false;
         let now = self.now();
         self.engine.post_recv(now, op)?;
         // Posting a receive is how an application readies for the next
@@ -397,6 +408,7 @@ impl Endpoint {
     /// Cancel a posted receive; true when one was found (an FI_ECANCELED
     /// completion is then queued).
     pub fn cancel(&mut self, context: Context) -> bool {
+        self.timers_known = false;
         self.engine.cancel(context)
     }
 
@@ -475,8 +487,15 @@ impl Endpoint {
                 busy |= self.receive(i, now) > 0;
             }
         }
-        if self.engine.next_timeout().is_some_and(|t| t <= now) {
+        // Rescan after any engine work, and every POOL_CHECK_EVERY polls
+        // whatever happened (cheap insurance against a missed change).
+        if busy || !self.timers_known || self.pool_idle == 0 {
+            self.timer_due = self.engine.next_timeout();
+            self.timers_known = true;
+        }
+        if self.timer_due.is_some_and(|t| t <= now) {
             self.engine.handle_timeout(now);
+            self.timers_known = false;
         }
         // Only ACKs may wait: were data of this call's own (a read
         // response, a retransmission) to overtake them, the peer would see
@@ -494,6 +513,7 @@ impl Endpoint {
         }
         if busy {
             self.idle_polls = 0;
+            self.timers_known = false;
         } else {
             self.idle_polls += 1;
             if self.idle_polls >= self.spin_before_yield {
