@@ -188,6 +188,9 @@ pub struct Endpoint {
     /// it is called, so an idle poll reuses it.
     timer_due: Option<u64>,
     timers_known: bool,
+    /// Socket 0 had something at the last look: take arrivals in batches.
+    /// After an empty look the next one is a single `recvmsg`.
+    rx_burst: bool,
     spin_before_yield: u32,
     /// `FI_UET_DEFER_ACKS`: whether `progress_app` may hold ACKs.
     defer_acks: bool,
@@ -317,6 +320,7 @@ impl Endpoint {
             idle_polls: 0,
             timer_due: None,
             timers_known: false,
+            rx_burst: false,
             spin_before_yield: config.spin_before_yield,
             defer_acks: config.defer_acks,
             acks_deferred: false,
@@ -528,9 +532,15 @@ impl Endpoint {
     fn receive(&mut self, i: usize, now: u64) -> usize {
         let mut got = 0;
         let mut calls = 0;
+        let single = i == 0 && !self.rx_burst;
         while got < RX_BURST && calls < RX_BURST {
             calls += 1;
-            let n = match self.rx.recv(&self.sockets[i]) {
+            let taken = if single {
+                self.rx.recv_one(&self.sockets[i])
+            } else {
+                self.rx.recv(&self.sockets[i])
+            };
+            let n = match taken {
                 Ok(n) => n,
                 // ICMP port unreachable from an earlier send surfaces here as
                 // ECONNREFUSED on Linux; the engine's timers handle dead peers.
@@ -573,9 +583,12 @@ impl Endpoint {
                 got += count as usize;
                 self.stats.received[i] += count;
             }
-            if n < self.rx.capacity() {
+            if single || n < self.rx.capacity() {
                 break;
             }
+        }
+        if i == 0 {
+            self.rx_burst = got > 0;
         }
         got
     }

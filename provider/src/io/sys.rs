@@ -398,11 +398,7 @@ impl RecvBatch {
     /// (the socket is non-blocking). Returns how many datagrams arrived;
     /// fewer than [`capacity`](Self::capacity) means the socket was drained.
     pub fn recv(&mut self, socket: &UdpSocket) -> io::Result<usize> {
-        // The kernel shrinks these to what it wrote: give back the room.
-        for h in &mut self.hdrs {
-            h.msg_hdr.msg_namelen = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
-            h.msg_hdr.msg_controllen = size_of::<[u64; CMSG_WORDS]>() as _;
-        }
+        self.reset_headers(self.count);
         // SAFETY: the `count` headers point at this batch's own name,
         // control and iovec entries and at disjoint slots of `buf`, each with
         // its true size (set in `new`, never moved); the kernel writes at
@@ -433,6 +429,45 @@ impl RecvBatch {
             });
         }
         Ok(n)
+    }
+
+    /// Receive one datagram (or one coalesced GRO arrival) into slot 0 with
+    /// `recvmsg`. For a poller that found nothing last time: an empty
+    /// check costs less than `recvmmsg`'s, and a lone arrival (a ping-pong's
+    /// message) comes back without the batch's further attempt at an empty
+    /// queue. Returns 0 or 1 like [`recv`](Self::recv), which should follow
+    /// when 1 came: more may be waiting.
+    pub fn recv_one(&mut self, socket: &UdpSocket) -> io::Result<usize> {
+        self.reset_headers(1);
+        let h = &mut self.hdrs[0];
+        // SAFETY: header 0 points at this batch's own name, control and
+        // iovec entries and at slot 0 of `buf`, each with its true size; the
+        // kernel writes at most that much and sets namelen/controllen/flags.
+        let n = unsafe { libc::recvmsg(socket.as_raw_fd(), &mut h.msg_hdr, libc::MSG_DONTWAIT) };
+        self.slots.clear();
+        if n < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        h.msg_len = n as libc::c_uint;
+        let m = &h.msg_hdr;
+        let (tos, segment) = control_of(m);
+        self.slots.push(Slot {
+            len: (n as usize).min(self.slot_len),
+            from: source_of(self.names[0], m.msg_namelen),
+            tos,
+            segment,
+            truncated: m.msg_flags & libc::MSG_TRUNC != 0,
+        });
+        Ok(1)
+    }
+
+    /// The kernel shrinks these to what it wrote: give back the room of the
+    /// first `n` headers.
+    fn reset_headers(&mut self, n: usize) {
+        for h in self.hdrs.iter_mut().take(n) {
+            h.msg_hdr.msg_namelen = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+            h.msg_hdr.msg_controllen = size_of::<[u64; CMSG_WORDS]>() as _;
+        }
     }
 
     /// The `k`-th datagram of the last [`recv`](Self::recv) and its bytes.
