@@ -610,6 +610,10 @@ mod tests {
             batch.recv(&b).map_err(|e| e.kind()),
             Err(io::ErrorKind::WouldBlock)
         );
+        assert_eq!(
+            batch.recv_one(&b).map_err(|e| e.kind()),
+            Err(io::ErrorKind::WouldBlock)
+        );
         let sent: [(u8, &[u8]); 6] = [
             (0x02, b"one"),
             (0x00, b"two"),
@@ -623,9 +627,15 @@ mod tests {
         }
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
         let mut got = Vec::new();
+        // Single and batched receives in turn, as the driver's poll does.
+        let mut calls = 0;
         while got.len() < sent.len() {
             assert!(std::time::Instant::now() < deadline, "got {}", got.len());
-            let n = batch.recv(&b).unwrap_or(0);
+            calls += 1;
+            let n = match calls % 2 {
+                0 => batch.recv(&b).unwrap_or(0),
+                _ => batch.recv_one(&b).unwrap_or(0),
+            };
             assert!(n <= 4);
             for k in 0..n {
                 let (slot, bytes) = batch.get(k);
@@ -664,7 +674,11 @@ mod tests {
         let mut coalesced = 0;
         while got.len() < want {
             assert!(std::time::Instant::now() < deadline, "got {}", got.len());
-            let n = batch.recv(socket).unwrap_or(0);
+            // Single and batched receives in turn, as the driver's poll does.
+            let n = match got.len() % 2 {
+                0 => batch.recv_one(socket).unwrap_or(0),
+                _ => batch.recv(socket).unwrap_or(0),
+            };
             for k in 0..n {
                 let (slot, bytes) = batch.get(k);
                 assert!(!slot.truncated);
