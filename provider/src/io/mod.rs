@@ -33,7 +33,6 @@
 use std::collections::VecDeque;
 use std::io::ErrorKind;
 use std::net::{SocketAddr, UdpSocket};
-use std::time::Instant;
 
 use socket2::{Domain, Protocol, Socket, Type};
 
@@ -162,7 +161,8 @@ pub struct Endpoint {
     /// Socket 0 is the endpoint's address; `1..` the entropy pool.
     sockets: Vec<UdpSocket>,
     local: SocketAddr,
-    epoch: Instant,
+    /// `sys::monotonic_ns` at bind: the engine's time is counted from it.
+    epoch_ns: u64,
     rx: sys::RecvBatch,
     tx_buf: Vec<u8>,
     /// Datagrams the kernel refused with EAGAIN, sent first next time
@@ -287,7 +287,7 @@ impl Endpoint {
             Some(g) => (g.slot_len * g.batch).max(MAX_DATAGRAM + HEADROOM),
             None => MAX_DATAGRAM + HEADROOM,
         };
-        let epoch = Instant::now();
+        let epoch_ns = sys::monotonic_ns();
         let trace = match config.trace.as_str() {
             "" => None,
             pattern => {
@@ -301,7 +301,7 @@ impl Endpoint {
             engine,
             sockets,
             local,
-            epoch,
+            epoch_ns,
             rx: sys::RecvBatch::new(rx_batch, MAX_DATAGRAM),
             tx_buf: vec![0; tx_len],
             stalled: VecDeque::new(),
@@ -362,7 +362,7 @@ impl Endpoint {
     }
 
     fn now(&self) -> u64 {
-        self.epoch.elapsed().as_nanos() as u64
+        sys::monotonic_ns().saturating_sub(self.epoch_ns)
     }
 
     /// Post a send and push its first packets out at once.
@@ -1202,7 +1202,7 @@ fn seed_from(local: SocketAddr) -> u64 {
     use std::hash::{BuildHasher, Hash, Hasher};
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
     local.hash(&mut h);
-    Instant::now().hash(&mut h);
+    std::time::Instant::now().hash(&mut h);
     std::process::id().hash(&mut h);
     h.finish()
 }
