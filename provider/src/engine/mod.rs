@@ -275,6 +275,10 @@ impl Peer {
     /// effect. Entries are tried in order, so a smaller packet behind a
     /// blocked one may pass it.
     fn next_retransmit(&self) -> Option<usize> {
+        // Asked before every packet and after every ACK; nearly always empty.
+        if self.tx.retransmit.is_empty() {
+            return None;
+        }
         self.tx
             .retransmit
             .iter()
