@@ -65,8 +65,8 @@ impl Engine {
         let src = canonical_source(from, &ses);
         // Only a SYN with a context ID to spare makes a stranger a peer, so
         // packets from unknown or spoofed sources cost no memory.
-        let p = match self.peer_by_addr.get(&src) {
-            Some(&p) => Some(p),
+        let p = match self.find_peer(src) {
+            Some(p) => Some(p),
             None if req.syn() && self.pdc_id_available() => Some(self.peer_index(src)),
             None => None,
         };

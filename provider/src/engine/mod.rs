@@ -342,6 +342,10 @@ pub struct Engine {
     rng: SmallRng,
     peers: Vec<Peer>,
     peer_by_addr: FastMap<SocketAddr, usize>,
+    /// The peer found last by address: one comparison instead of hashing
+    /// the address when the same peer comes up again (ping-pong, a stream).
+    /// Peers are never removed, so the index stays valid.
+    last_peer: usize,
     tx_by_id: FastMap<u16, usize>,
     rx_by_id: FastMap<u16, usize>,
     next_pdc_id: u16,
@@ -404,6 +408,7 @@ impl Engine {
             rng: SmallRng::seed_from_u64(seed),
             peers: Vec::new(),
             peer_by_addr: FastMap::default(),
+            last_peer: 0,
             tx_by_id: FastMap::default(),
             rx_by_id: FastMap::default(),
             next_pdc_id: 1,
@@ -553,8 +558,23 @@ impl Engine {
         true
     }
 
+    /// The peer at `addr`, if it is one.
+    fn find_peer(&mut self, addr: SocketAddr) -> Option<usize> {
+        if self
+            .peers
+            .get(self.last_peer)
+            .is_some_and(|peer| peer.addr == addr)
+        {
+            return Some(self.last_peer);
+        }
+        let i = *self.peer_by_addr.get(&addr)?;
+        self.last_peer = i;
+        Some(i)
+    }
+
+    /// The peer at `addr`, made one if it is not yet.
     fn peer_index(&mut self, addr: SocketAddr) -> usize {
-        if let Some(&i) = self.peer_by_addr.get(&addr) {
+        if let Some(i) = self.find_peer(addr) {
             return i;
         }
         let i = self.peers.len();
