@@ -1,5 +1,7 @@
 //! Datagram input: requests, SES payload and responses, ACKs.
 
+use std::collections::hash_map::Entry;
+
 use super::*;
 use crate::ses::{RendezvousRx, RmaTx};
 use crate::wire::RendezvousRepr;
@@ -126,6 +128,7 @@ impl Engine {
                 }
             }
         }
+        let mut matched = false;
         if let Ses::Request(s, rdv) = &ses {
             let new = self.peers[p]
                 .rx
@@ -150,6 +153,7 @@ impl Engine {
                 }
                 return;
             }
+            matched = new && send && payload_len > 0;
         }
         let Some(rx) = self.peers[p].rx.as_mut() else {
             return;
@@ -203,7 +207,9 @@ impl Engine {
             }
         }
         match ses {
-            Ses::Request(s, rdv) => self.on_ses_request(p, &s, rdv.as_ref(), &body[payload_at..]),
+            Ses::Request(s, rdv) => {
+                self.on_ses_request(p, &s, rdv.as_ref(), &body[payload_at..], matched)
+            }
             Ses::Response(r) => self.on_ses_response(p, &r),
         }
     }
@@ -289,40 +295,45 @@ impl Engine {
         }
     }
 
-    /// Create the receive state of a message on its first packet (any of
+    /// The receive state of a message, created on its first packet (any of
     /// them: each carries the header).
-    fn ensure_inbound(&mut self, p: usize, s: &SesRequestRepr, rdv: Option<&RendezvousRepr>) {
-        let peer = &mut self.peers[p];
-        let id = s.message_id;
-        if let Some(inb) = peer.inbound.get_mut(&id) {
-            // A rendezvous send's first packet may come after others.
-            if let (Some(r), None) = (rdv, &inb.rendezvous) {
-                inb.rendezvous = Some(RendezvousRx::from(r));
+    fn ensure_inbound<'a>(
+        peer: &'a mut Peer,
+        s: &SesRequestRepr,
+        rdv: Option<&RendezvousRepr>,
+    ) -> &'a mut Inbound {
+        let next_match_seq = peer.next_match_seq;
+        match peer.inbound.entry(s.message_id) {
+            Entry::Occupied(e) => {
+                let inb = e.into_mut();
+                // A rendezvous send's first packet may come after others.
+                if let (Some(r), None) = (rdv, &inb.rendezvous) {
+                    inb.rendezvous = Some(RendezvousRx::from(r));
+                }
+                inb
             }
-            return;
+            Entry::Vacant(e) => {
+                // Message IDs are consecutive per peer; the distance from
+                // the next one to match recovers the full sequence number.
+                let ahead = s.message_id.wrapping_sub(next_match_seq as u16) as u64;
+                e.insert(Inbound {
+                    seq: next_match_seq + ahead,
+                    header: MsgHeader {
+                        tagged: matches!(
+                            s.opcode(),
+                            Ok(SesOpcode::TaggedSend | SesOpcode::RendezvousTaggedSend)
+                        ),
+                        tag: s.match_bits,
+                        len: s.request_length as u64,
+                        cq_data: None,
+                        want_response: s.flags & sflags::DC != 0,
+                    },
+                    received: 0,
+                    state: InboundState::Staged(Vec::new()),
+                    rendezvous: rdv.map(RendezvousRx::from),
+                })
+            }
         }
-        // Message IDs are consecutive per peer; the distance from the next
-        // one to match recovers the full sequence number.
-        let ahead = id.wrapping_sub(peer.next_match_seq as u16) as u64;
-        peer.inbound.insert(
-            id,
-            Inbound {
-                seq: peer.next_match_seq + ahead,
-                header: MsgHeader {
-                    tagged: matches!(
-                        s.opcode(),
-                        Ok(SesOpcode::TaggedSend | SesOpcode::RendezvousTaggedSend)
-                    ),
-                    tag: s.match_bits,
-                    len: s.request_length as u64,
-                    cq_data: None,
-                    want_response: s.flags & sflags::DC != 0,
-                },
-                received: 0,
-                state: InboundState::Staged(Vec::new()),
-                rendezvous: rdv.map(RendezvousRx::from),
-            },
-        );
     }
 
     /// Whether the payload of a new packet can be taken: always when its
@@ -337,7 +348,7 @@ impl Engine {
         rdv: &Option<RendezvousRepr>,
         len: usize,
     ) -> bool {
-        self.ensure_inbound(p, s, rdv.as_ref());
+        Self::ensure_inbound(&mut self.peers[p], s, rdv.as_ref());
         self.match_in_order(p);
         let growth = self.peers[p]
             .inbound
@@ -346,22 +357,22 @@ impl Engine {
         growth == 0 || self.staged_bytes + growth <= self.stage_budget
     }
 
+    /// `matched`: [`stage_has_room`](Self::stage_has_room) already
+    /// created this packet's message and ran the matcher.
     pub(super) fn on_ses_request(
         &mut self,
         p: usize,
         s: &SesRequestRepr,
         rdv: Option<&RendezvousRepr>,
         payload: &[u8],
+        matched: bool,
     ) {
         if self.on_rma_request(p, s, payload) {
             return;
         }
-        self.ensure_inbound(p, s, rdv);
         let peer = &mut self.peers[p];
         let id = s.message_id;
-        let Some(inb) = peer.inbound.get_mut(&id) else {
-            return;
-        };
+        let inb = Self::ensure_inbound(peer, s, rdv);
         if s.flags & sflags::SOM != 0 && s.flags & sflags::HD != 0 {
             inb.header.cq_data = Some(s.header_data);
         }
@@ -369,7 +380,8 @@ impl Engine {
         // Delivery complete (fi_cq(3)): the message was processed here once
         // all its bytes are in, whether placed in a posted buffer or held
         // as unexpected until the application posts one.
-        if inb.complete() && inb.header.want_response {
+        let complete = inb.complete();
+        if complete && inb.header.want_response {
             let len = inb.header.len.min(u32::MAX as u64) as u32;
             peer.queue.push_back(TxItem::Response {
                 msg_id: id,
@@ -378,12 +390,19 @@ impl Engine {
             });
             self.mark_ready(p);
         }
-        self.match_in_order(p);
+        // Placing bytes changes no message's turn: only a message the
+        // matcher has not seen yet needs it.
+        if !matched {
+            self.match_in_order(p);
+        }
         if rdv.is_some() {
             // Matched before its first packet came: pull now.
             self.start_pull(p, id);
         }
-        self.finish_if_complete(p, id);
+        // Only matching or a pull changes `received` after `place`.
+        if complete || !matched || rdv.is_some() {
+            self.finish_if_complete(p, id);
+        }
     }
 
     pub(super) fn on_ses_response(&mut self, p: usize, r: &SesResponseRepr) {

@@ -1,28 +1,34 @@
 //! Matching incoming messages to posted receives, in each sender's order, and
 //! completing them.
 
+use std::collections::hash_map::Entry;
+
 use super::*;
 
 impl Engine {
     // ----- matching and delivery ----------------------------------------------------
 
     /// Attach a receive to an incoming message (unexpected or just matched).
-    pub(super) fn bind_receive(&mut self, p: usize, msg_id: u16, mut recv: RecvOp) {
+    pub(super) fn bind_receive(&mut self, p: usize, msg_id: u16, recv: RecvOp) {
         let Some(inb) = self.peers[p].inbound.get_mut(&msg_id) else {
             return;
         };
-        self.staged_bytes = self.staged_bytes.saturating_sub(inb.staged_bytes());
-        if let InboundState::Staged(stage) | InboundState::Unexpected(stage) = &inb.state {
-            // Parts not yet arrived are zero here and overwritten on arrival.
-            if !stage.is_empty() {
-                let n = stage.len().min(recv.buffer.len());
-                recv.buffer.write_at(0, &stage[..n]);
-            }
+        self.staged_bytes = self.staged_bytes.saturating_sub(inb.bind(recv));
+        let (rendezvous, complete) = (inb.rendezvous.is_some(), inb.complete());
+        self.after_bind(p, msg_id, rendezvous, complete);
+    }
+
+    /// What follows binding a receive to message `msg_id` (`rendezvous`:
+    /// it is a rendezvous send; `complete`: all its bytes are in).
+    fn after_bind(&mut self, p: usize, msg_id: u16, rendezvous: bool, complete: bool) {
+        // A rendezvous message pulls its remainder into the buffer now
+        // (which may complete it: the part it does not pull counts as in).
+        if rendezvous {
+            self.start_pull(p, msg_id);
         }
-        inb.state = InboundState::Posted(recv);
-        // A rendezvous message pulls its remainder into the buffer now.
-        self.start_pull(p, msg_id);
-        self.finish_if_complete(p, msg_id);
+        if rendezvous || complete {
+            self.finish_if_complete(p, msg_id);
+        }
     }
 
     pub(super) fn discard(&mut self, p: usize, msg_id: u16) {
@@ -41,13 +47,17 @@ impl Engine {
             let peer = &mut self.peers[p];
             let seq = peer.next_match_seq;
             let id = seq as u16;
-            let header = match peer.inbound.get(&id) {
-                Some(inb) if inb.seq == seq && matches!(inb.state, InboundState::Staged(_)) => {
-                    inb.header
-                }
+            let Some(inb) = peer.inbound.get_mut(&id) else {
+                return;
+            };
+            if inb.seq != seq {
+                return;
+            }
+            match inb.state {
+                InboundState::Staged(_) => {}
                 // RMA takes its turn in the sender's message order but
                 // matches no receive.
-                Some(inb) if inb.seq == seq && matches!(inb.state, InboundState::Rma(_)) => {
+                InboundState::Rma(_) => {
                     peer.next_match_seq += 1;
                     if inb.complete() {
                         peer.inbound.remove(&id);
@@ -55,19 +65,22 @@ impl Engine {
                     continue;
                 }
                 _ => return,
-            };
+            }
             peer.next_match_seq += 1;
+            let header = inb.header;
             let src = peer.addr;
             match self
                 .posted
                 .take_match_len(src, header.tagged, header.tag, header.len)
             {
-                Some(recv) => self.bind_receive(p, id, recv),
+                Some(recv) => {
+                    self.staged_bytes = self.staged_bytes.saturating_sub(inb.bind(recv));
+                    let (rendezvous, complete) = (inb.rendezvous.is_some(), inb.complete());
+                    self.after_bind(p, id, rendezvous, complete);
+                }
                 None => {
-                    if let Some(inb) = self.peers[p].inbound.get_mut(&id) {
-                        if let InboundState::Staged(stage) = &mut inb.state {
-                            inb.state = InboundState::Unexpected(std::mem::take(stage));
-                        }
+                    if let InboundState::Staged(stage) = &mut inb.state {
+                        inb.state = InboundState::Unexpected(std::mem::take(stage));
                     }
                     self.unexpected.push_back(Unexpected {
                         peer: p,
@@ -85,15 +98,14 @@ impl Engine {
     /// Complete a matched (or discarded) message once all its bytes are in.
     pub(super) fn finish_if_complete(&mut self, p: usize, msg_id: u16) {
         let peer = &mut self.peers[p];
-        let done = peer.inbound.get(&msg_id).is_some_and(|m| {
-            m.complete() && matches!(m.state, InboundState::Posted(_) | InboundState::Discard)
-        });
-        if !done {
-            return;
-        }
-        let Some(inb) = peer.inbound.remove(&msg_id) else {
+        let Entry::Occupied(entry) = peer.inbound.entry(msg_id) else {
             return;
         };
+        let m = entry.get();
+        if !(m.complete() && matches!(m.state, InboundState::Posted(_) | InboundState::Discard)) {
+            return;
+        }
+        let inb = entry.remove();
         let h = inb.header;
         if let InboundState::Posted(recv) = inb.state {
             let cap = recv.buffer.len() as u64;

@@ -219,6 +219,21 @@ impl Inbound {
         }
     }
 
+    /// Take the application's buffer for this message: what is staged
+    /// moves into it. Returns the staging bytes freed.
+    pub fn bind(&mut self, mut recv: RecvOp) -> usize {
+        let staged = self.staged_bytes();
+        if let InboundState::Staged(stage) | InboundState::Unexpected(stage) = &self.state {
+            // Parts not yet arrived are zero here and overwritten on arrival.
+            if !stage.is_empty() {
+                let n = stage.len().min(recv.buffer.len());
+                recv.buffer.write_at(0, &stage[..n]);
+            }
+        }
+        self.state = InboundState::Posted(recv);
+        staged
+    }
+
     /// Store one packet's payload at `offset` (already bounds-checked
     /// against the header's length). Returns the staging bytes added.
     pub fn place(&mut self, offset: u64, data: &[u8]) -> usize {
