@@ -717,15 +717,19 @@ impl Engine {
 
     pub(super) fn on_packet_acked(&mut self, p: usize, msg_id: u16) {
         let peer = &mut self.peers[p];
-        let Some(m) = peer.messages.get_mut(&msg_id) else {
+        let Entry::Occupied(mut entry) = peer.messages.entry(msg_id) else {
             return;
         };
+        let m = entry.get_mut();
         m.unacked_packets = m.unacked_packets.saturating_sub(1);
         let pulled_from = match m.rma {
             Some(RmaTx::PullData { send_id, .. }) if m.fully_acked() => Some(send_id),
             _ => None,
         };
-        self.settle_message(p, msg_id);
+        if Self::settle(m, &mut self.completions) {
+            entry.remove();
+            self.sends_outstanding -= 1;
+        }
         if let Some(send_id) = pulled_from {
             self.on_pull_data_acked(p, send_id);
         }
@@ -735,11 +739,20 @@ impl Engine {
     /// came) and retire a message whose packets are all acknowledged.
     pub(super) fn settle_message(&mut self, p: usize, msg_id: u16) {
         let peer = &mut self.peers[p];
-        let Some(m) = peer.messages.get_mut(&msg_id) else {
+        let Entry::Occupied(mut entry) = peer.messages.entry(msg_id) else {
             return;
         };
+        if Self::settle(entry.get_mut(), &mut self.completions) {
+            entry.remove();
+            self.sends_outstanding -= 1;
+        }
+    }
+
+    /// [`settle_message`](Self::settle_message) on the message itself:
+    /// true when it is to be retired.
+    fn settle(m: &mut TxMessage, completions: &mut VecDeque<Completion>) -> bool {
         if !m.fully_acked() {
-            return;
+            return false;
         }
         let due = match m.level {
             CompletionLevel::Transmit => true,
@@ -748,22 +761,22 @@ impl Engine {
         };
         if due && !m.completed {
             m.completed = true;
-            self.completions
-                .push_back(Completion::send(m.context, m.tagged, m.len() as usize));
+            completions.push_back(Completion::send(m.context, m.tagged, m.len() as usize));
         }
-        if Self::retire_message(peer, msg_id) {
-            self.sends_outstanding -= 1;
-        }
+        Self::retirable(m)
+    }
+
+    /// Its completion is out and its packets are all acked.
+    fn retirable(m: &TxMessage) -> bool {
+        m.fully_acked()
+            && m.completed
+            && (m.level != CompletionLevel::Delivery || m.delivered || !m.signal)
     }
 
     /// Drop a message whose completion is out and whose packets are all
     /// acked; true when it was dropped.
     pub(super) fn retire_message(peer: &mut Peer, msg_id: u16) -> bool {
-        let done = peer.messages.get(&msg_id).is_some_and(|m| {
-            m.fully_acked()
-                && m.completed
-                && (m.level != CompletionLevel::Delivery || m.delivered || !m.signal)
-        });
+        let done = peer.messages.get(&msg_id).is_some_and(Self::retirable);
         if done {
             peer.messages.remove(&msg_id);
         }
