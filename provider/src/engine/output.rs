@@ -60,7 +60,25 @@ impl Engine {
 
     /// The next datagram; with `gather`, also (peer, message, offset, length)
     /// of a payload left out of `buf` (see `poll_transmit_gather`).
+    #[inline]
     fn next_transmit(
+        &mut self,
+        now: u64,
+        buf: &mut [u8],
+        gather: bool,
+    ) -> Option<(Transmit, Option<Gathered>)> {
+        // Drivers poll until nothing is left: that last call stays cheap.
+        if self.control_queue.is_empty()
+            && (self.acks_held || self.ack_queue.is_empty())
+            && self.send_ring.is_empty()
+        {
+            return None;
+        }
+        self.take_transmit(now, buf, gather)
+    }
+
+    /// [`next_transmit`](Self::next_transmit) with something queued.
+    fn take_transmit(
         &mut self,
         now: u64,
         buf: &mut [u8],
