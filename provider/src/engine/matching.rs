@@ -47,6 +47,9 @@ impl Engine {
             let peer = &mut self.peers[p];
             let seq = peer.next_match_seq;
             let id = seq as u16;
+            // Alone in the table: no later message to look for next
+            // (binding only ever removes entries).
+            let last = peer.inbound.len() == 1;
             let Some(inb) = peer.inbound.get_mut(&id) else {
                 return;
             };
@@ -91,6 +94,9 @@ impl Engine {
                         claimed: None,
                     });
                 }
+            }
+            if last {
+                return;
             }
         }
     }
