@@ -559,6 +559,7 @@ impl Engine {
     }
 
     /// The peer at `addr`, if it is one.
+    #[inline]
     fn find_peer(&mut self, addr: SocketAddr) -> Option<usize> {
         if self
             .peers
@@ -567,16 +568,29 @@ impl Engine {
         {
             return Some(self.last_peer);
         }
+        self.find_other_peer(addr)
+    }
+
+    /// [`find_peer`](Self::find_peer) when it is not the last one found
+    /// (out of line: the common case then needs no registers saved).
+    #[inline(never)]
+    fn find_other_peer(&mut self, addr: SocketAddr) -> Option<usize> {
         let i = *self.peer_by_addr.get(&addr)?;
         self.last_peer = i;
         Some(i)
     }
 
     /// The peer at `addr`, made one if it is not yet.
+    #[inline]
     fn peer_index(&mut self, addr: SocketAddr) -> usize {
-        if let Some(i) = self.find_peer(addr) {
-            return i;
+        match self.find_peer(addr) {
+            Some(i) => i,
+            None => self.add_peer(addr),
         }
+    }
+
+    #[inline(never)]
+    fn add_peer(&mut self, addr: SocketAddr) -> usize {
         let i = self.peers.len();
         let start = self.rng.gen();
         let lb = LoadBalancer::new(self.lb_config, self.rng.gen());
