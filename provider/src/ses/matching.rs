@@ -169,6 +169,7 @@ impl PostedQueues {
 
     /// Like [`take_match`](Self::take_match) for a message of `len` bytes: a
     /// multi-receive buffer gives up a piece and stays posted.
+    #[inline]
     pub fn take_match_len(
         &mut self,
         src: SocketAddr,
