@@ -348,12 +348,12 @@ impl Engine {
         rdv: &Option<RendezvousRepr>,
         len: usize,
     ) -> bool {
-        Self::ensure_inbound(&mut self.peers[p], s, rdv.as_ref());
-        self.match_in_order(p);
-        let growth = self.peers[p]
-            .inbound
-            .get(&s.message_id)
-            .map_or(0, |inb| inb.stage_growth(s.buffer_offset, len));
+        let inb = Self::ensure_inbound(&mut self.peers[p], s, rdv.as_ref());
+        let (seq, growth) = (inb.seq, inb.stage_growth(s.buffer_offset, len));
+        // Matching changes the stage only by handing it to a receive.
+        if self.match_watching(p, seq) {
+            return true;
+        }
         growth == 0 || self.staged_bytes + growth <= self.stage_budget
     }
 

@@ -43,6 +43,13 @@ impl Engine {
 
     /// Match every message whose turn has come, in the sender's order.
     pub(super) fn match_in_order(&mut self, p: usize) {
+        self.match_watching(p, u64::MAX);
+    }
+
+    /// [`match_in_order`](Self::match_in_order), telling whether the
+    /// message at sequence number `watch` got a receive.
+    pub(super) fn match_watching(&mut self, p: usize, watch: u64) -> bool {
+        let mut watched_bound = false;
         loop {
             let peer = &mut self.peers[p];
             let seq = peer.next_match_seq;
@@ -51,10 +58,10 @@ impl Engine {
             // (binding only ever removes entries).
             let last = peer.inbound.len() == 1;
             let Some(inb) = peer.inbound.get_mut(&id) else {
-                return;
+                return watched_bound;
             };
             if inb.seq != seq {
-                return;
+                return watched_bound;
             }
             match inb.state {
                 InboundState::Staged(_) => {}
@@ -67,7 +74,7 @@ impl Engine {
                     }
                     continue;
                 }
-                _ => return,
+                _ => return watched_bound,
             }
             peer.next_match_seq += 1;
             let header = inb.header;
@@ -77,6 +84,7 @@ impl Engine {
                 .take_match_len(src, header.tagged, header.tag, header.len)
             {
                 Some(recv) => {
+                    watched_bound |= seq == watch;
                     self.staged_bytes = self.staged_bytes.saturating_sub(inb.bind(recv));
                     let (rendezvous, complete) = (inb.rendezvous.is_some(), inb.complete());
                     self.after_bind(p, id, rendezvous, complete);
@@ -96,7 +104,7 @@ impl Engine {
                 }
             }
             if last {
-                return;
+                return watched_bound;
             }
         }
     }
