@@ -631,8 +631,8 @@ impl Engine {
         let mtu = self.mtu as u64;
         let peer = &mut self.peers[p];
         peer.tx_active_at = now;
-        let mut out = std::mem::take(&mut self.ack_scratch);
-        peer.tx.on_ack_into(&ack, now, &mut out);
+        let out = &mut self.ack_scratch;
+        peer.tx.on_ack_into(&ack, now, out);
         // In flight is clocked by the receiver's cumulative received bytes
         // (24 bits of 256-byte units, wrapping); an older ACK overtaken by a
         // newer one reports nothing new.
@@ -706,12 +706,13 @@ impl Engine {
         self.stats.sleek_retransmits += lost as u64;
         let (entropy, rtt) = (out.trigger_entropy.unwrap_or(0), network_rtt.unwrap_or(0));
         self.record(p, now, TraceKind::Ack, entropy, rtt, ecn);
-        for &kind in &out.newly_acked {
-            if let SlotKind::Data { msg_id, .. } = kind {
+        // By index: settling a message needs the engine, and leaves the
+        // reused outcome alone.
+        for i in 0..self.ack_scratch.newly_acked.len() {
+            if let SlotKind::Data { msg_id, .. } = self.ack_scratch.newly_acked[i] {
                 self.on_packet_acked(p, msg_id);
             }
         }
-        self.ack_scratch = out;
         self.mark_ready(p);
     }
 
