@@ -128,12 +128,12 @@ impl Engine {
                 }
             }
         }
+        // Classified once: nothing before it is recorded below changes the
+        // receive context.
+        let arrival = self.peers[p].rx.as_ref().map(|rx| rx.classify(req.psn));
         let mut matched = false;
         if let Ses::Request(s, rdv) = &ses {
-            let new = self.peers[p]
-                .rx
-                .as_ref()
-                .is_some_and(|rx| rx.classify(req.psn) == Arrival::New);
+            let new = arrival == Some(Arrival::New);
             let send = is_send(s);
             if new && send && payload_len > 0 && !self.stage_has_room(p, s, rdv, payload_len) {
                 // Backpressure: the sender resends later, without counting
@@ -155,10 +155,12 @@ impl Engine {
             }
             matched = new && send && payload_len > 0;
         }
-        let Some(rx) = self.peers[p].rx.as_mut() else {
+        let (Some(rx), Some(arrival)) = (self.peers[p].rx.as_mut(), arrival) else {
             return;
         };
-        let arrival = rx.arrive(req.psn);
+        if arrival == Arrival::New {
+            rx.accept(req.psn);
+        }
         rx.last_psn = req.psn;
         rx.last_arrival_at = now;
         rx.last_was_retx = req.flags & pflags::RETX != 0;
