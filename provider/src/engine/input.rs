@@ -703,7 +703,9 @@ impl Engine {
             let threshold = threshold.min(self.window / 2).max(1);
             lost += peer.tx.sleek(threshold, budget);
         }
-        lost += peer.tx.probe_answered(now, 2 * Self::probe_rtt(peer));
+        if peer.tx.probe_pending() {
+            lost += peer.tx.probe_answered(now, 2 * Self::probe_rtt(peer));
+        }
         peer.forget_lost();
         self.stats.sleek_retransmits += lost as u64;
         let (entropy, rtt) = (out.trigger_entropy.unwrap_or(0), network_rtt.unwrap_or(0));
