@@ -130,6 +130,19 @@ impl PostedQueues {
         if self.tagged_len == 0 {
             return None;
         }
+        let from_src = |p: &Posted| p.recv.src.is_none_or(|s| s == src);
+        // One ignore mask (the usual case): no posting order to compare.
+        if let [class] = self.tagged.as_mut_slice() {
+            let q = class.buckets.get_mut(&(tag & !class.ignore))?;
+            let posted = if q.front().is_some_and(from_src) {
+                q.pop_front()
+            } else {
+                let pos = q.iter().position(from_src)?;
+                q.remove(pos)
+            }?;
+            self.tagged_len -= 1;
+            return Some(posted.recv);
+        }
         // (bucket, position in it, seq) of the earliest candidate. The
         // classes' tables are disjoint, so the winner's bucket is kept
         // borrowed while the others are looked at: no second lookup.
@@ -140,8 +153,8 @@ impl PostedQueues {
             };
             // Usually the bucket's first receive (not directed elsewhere).
             let pos = match q.front() {
-                Some(first) if first.recv.src.is_none_or(|s| s == src) => 0,
-                _ => match q.iter().position(|p| p.recv.src.is_none_or(|s| s == src)) {
+                Some(first) if from_src(first) => 0,
+                _ => match q.iter().position(from_src) {
                     Some(pos) => pos,
                     None => continue,
                 },
