@@ -300,12 +300,12 @@ impl Engine {
     /// The receive state of a message, created on its first packet (any of
     /// them: each carries the header).
     fn ensure_inbound<'a>(
-        peer: &'a mut Peer,
+        inbound: &'a mut FastMap<u16, Inbound>,
+        next_match_seq: u64,
         s: &SesRequestRepr,
         rdv: Option<&RendezvousRepr>,
     ) -> &'a mut Inbound {
-        let next_match_seq = peer.next_match_seq;
-        match peer.inbound.entry(s.message_id) {
+        match inbound.entry(s.message_id) {
             Entry::Occupied(e) => {
                 let inb = e.into_mut();
                 // A rendezvous send's first packet may come after others.
@@ -350,10 +350,36 @@ impl Engine {
         rdv: &Option<RendezvousRepr>,
         len: usize,
     ) -> bool {
-        let inb = Self::ensure_inbound(&mut self.peers[p], s, rdv.as_ref());
+        let peer = &mut self.peers[p];
+        let next = peer.next_match_seq;
+        let src = peer.addr;
+        let inb = Self::ensure_inbound(&mut peer.inbound, next, s, rdv.as_ref());
         let (seq, growth) = (inb.seq, inb.stage_growth(s.buffer_offset, len));
-        // Matching changes the stage only by handing it to a receive.
-        if self.match_watching(p, seq) {
+        if seq == next && matches!(inb.state, InboundState::Staged(_)) {
+            // Its turn (the usual case): matched here, on the entry at hand.
+            peer.next_match_seq += 1;
+            let id = s.message_id;
+            let bound = Self::take_turn(
+                &mut self.posted,
+                &mut self.unexpected,
+                &mut self.staged_bytes,
+                (p, src, id),
+                inb,
+            );
+            // Later messages may have waited for this one (binding only
+            // ever removes entries).
+            let more = self.peers[p].inbound.len() > 1;
+            if let Some((rendezvous, complete)) = bound {
+                self.after_bind(p, id, rendezvous, complete);
+            }
+            if more {
+                self.match_in_order(p);
+            }
+            if bound.is_some() {
+                return true;
+            }
+        } else if self.match_watching(p, seq) {
+            // Matching changes the stage only by handing it to a receive.
             return true;
         }
         growth == 0 || self.staged_bytes + growth <= self.stage_budget
@@ -374,7 +400,7 @@ impl Engine {
         }
         let peer = &mut self.peers[p];
         let id = s.message_id;
-        let inb = Self::ensure_inbound(peer, s, rdv);
+        let inb = Self::ensure_inbound(&mut peer.inbound, peer.next_match_seq, s, rdv);
         if s.flags & sflags::SOM != 0 && s.flags & sflags::HD != 0 {
             inb.header.cq_data = Some(s.header_data);
         }

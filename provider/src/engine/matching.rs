@@ -20,7 +20,7 @@ impl Engine {
 
     /// What follows binding a receive to message `msg_id` (`rendezvous`:
     /// it is a rendezvous send; `complete`: all its bytes are in).
-    fn after_bind(&mut self, p: usize, msg_id: u16, rendezvous: bool, complete: bool) {
+    pub(super) fn after_bind(&mut self, p: usize, msg_id: u16, rendezvous: bool, complete: bool) {
         // A rendezvous message pulls its remainder into the buffer now
         // (which may complete it: the part it does not pull counts as in).
         if rendezvous {
@@ -77,34 +77,54 @@ impl Engine {
                 _ => return watched_bound,
             }
             peer.next_match_seq += 1;
-            let header = inb.header;
             let src = peer.addr;
-            match self
-                .posted
-                .take_match_len(src, header.tagged, header.tag, header.len)
-            {
-                Some(recv) => {
-                    watched_bound |= seq == watch;
-                    self.staged_bytes = self.staged_bytes.saturating_sub(inb.bind(recv));
-                    let (rendezvous, complete) = (inb.rendezvous.is_some(), inb.complete());
-                    self.after_bind(p, id, rendezvous, complete);
-                }
-                None => {
-                    if let InboundState::Staged(stage) = &mut inb.state {
-                        inb.state = InboundState::Unexpected(std::mem::take(stage));
-                    }
-                    self.unexpected.push_back(Unexpected {
-                        peer: p,
-                        src,
-                        msg_id: id,
-                        tagged: header.tagged,
-                        tag: header.tag,
-                        claimed: None,
-                    });
-                }
+            let bound = Self::take_turn(
+                &mut self.posted,
+                &mut self.unexpected,
+                &mut self.staged_bytes,
+                (p, src, id),
+                inb,
+            );
+            if let Some((rendezvous, complete)) = bound {
+                watched_bound |= seq == watch;
+                self.after_bind(p, id, rendezvous, complete);
             }
             if last {
                 return watched_bound;
+            }
+        }
+    }
+
+    /// Message `id` of peer `p` (at `src`) has its turn: bind it to the
+    /// first posted receive that accepts it, or queue it as unexpected.
+    /// When bound, returns (rendezvous send, complete) for
+    /// [`after_bind`](Self::after_bind).
+    pub(super) fn take_turn(
+        posted: &mut PostedQueues,
+        unexpected: &mut VecDeque<Unexpected>,
+        staged_bytes: &mut usize,
+        (p, src, id): (usize, SocketAddr, u16),
+        inb: &mut Inbound,
+    ) -> Option<(bool, bool)> {
+        let header = inb.header;
+        match posted.take_match_len(src, header.tagged, header.tag, header.len) {
+            Some(recv) => {
+                *staged_bytes = staged_bytes.saturating_sub(inb.bind(recv));
+                Some((inb.rendezvous.is_some(), inb.complete()))
+            }
+            None => {
+                if let InboundState::Staged(stage) = &mut inb.state {
+                    inb.state = InboundState::Unexpected(std::mem::take(stage));
+                }
+                unexpected.push_back(Unexpected {
+                    peer: p,
+                    src,
+                    msg_id: id,
+                    tagged: header.tagged,
+                    tag: header.tag,
+                    claimed: None,
+                });
+                None
             }
         }
     }
