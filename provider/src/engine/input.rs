@@ -400,22 +400,28 @@ impl Engine {
         }
         let peer = &mut self.peers[p];
         let id = s.message_id;
-        let inb = Self::ensure_inbound(&mut peer.inbound, peer.next_match_seq, s, rdv);
-        if s.flags & sflags::SOM != 0 && s.flags & sflags::HD != 0 {
-            inb.header.cq_data = Some(s.header_data);
+        if matched && rdv.is_none() {
+            // The usual data packet: stage_has_room created its message and
+            // ran the matcher, so only placing and completing are left, on
+            // the one entry.
+            if let Entry::Occupied(mut entry) = peer.inbound.entry(id) {
+                let (complete, response) =
+                    Self::take_payload(entry.get_mut(), s, payload, &mut self.staged_bytes);
+                if complete && entry.get().bound_or_discarded() {
+                    let addr = peer.addr;
+                    Self::deliver(&mut self.completions, addr, entry.remove());
+                }
+                if let Some(item) = response {
+                    peer.queue.push_back(item);
+                    self.mark_ready(p);
+                }
+                return;
+            }
         }
-        self.staged_bytes += inb.place(s.buffer_offset, payload);
-        // Delivery complete (fi_cq(3)): the message was processed here once
-        // all its bytes are in, whether placed in a posted buffer or held
-        // as unexpected until the application posts one.
-        let complete = inb.complete();
-        if complete && inb.header.want_response {
-            let len = inb.header.len.min(u32::MAX as u64) as u32;
-            peer.queue.push_back(TxItem::Response {
-                msg_id: id,
-                len,
-                code: 0,
-            });
+        let inb = Self::ensure_inbound(&mut peer.inbound, peer.next_match_seq, s, rdv);
+        let (complete, response) = Self::take_payload(inb, s, payload, &mut self.staged_bytes);
+        if let Some(item) = response {
+            peer.queue.push_back(item);
             self.mark_ready(p);
         }
         // Placing bytes changes no message's turn: only a message the
@@ -431,6 +437,31 @@ impl Engine {
         if complete || !matched || rdv.is_some() {
             self.finish_if_complete(p, id);
         }
+    }
+
+    /// Place one packet's payload (and a first packet's CQ data) into its
+    /// message. Returns whether the message is complete, and the SES
+    /// response to queue when the sender asked for delivery completion.
+    fn take_payload(
+        inb: &mut Inbound,
+        s: &SesRequestRepr,
+        payload: &[u8],
+        staged_bytes: &mut usize,
+    ) -> (bool, Option<TxItem>) {
+        if s.flags & sflags::SOM != 0 && s.flags & sflags::HD != 0 {
+            inb.header.cq_data = Some(s.header_data);
+        }
+        *staged_bytes += inb.place(s.buffer_offset, payload);
+        // Delivery complete (fi_cq(3)): the message was processed here once
+        // all its bytes are in, whether placed in a posted buffer or held
+        // as unexpected until the application posts one.
+        let complete = inb.complete();
+        let response = (complete && inb.header.want_response).then(|| TxItem::Response {
+            msg_id: s.message_id,
+            len: inb.header.len.min(u32::MAX as u64) as u32,
+            code: 0,
+        });
+        (complete, response)
     }
 
     pub(super) fn on_ses_response(&mut self, p: usize, r: &SesResponseRepr) {

@@ -136,10 +136,16 @@ impl Engine {
             return;
         };
         let m = entry.get();
-        if !(m.complete() && matches!(m.state, InboundState::Posted(_) | InboundState::Discard)) {
+        if !(m.complete() && m.bound_or_discarded()) {
             return;
         }
-        let inb = entry.remove();
+        let addr = peer.addr;
+        Self::deliver(&mut self.completions, addr, entry.remove());
+    }
+
+    /// The receive completion of a finished message (if it had a receive
+    /// that wants one).
+    pub(super) fn deliver(completions: &mut VecDeque<Completion>, src: SocketAddr, inb: Inbound) {
         let h = inb.header;
         if let InboundState::Posted(recv) = inb.state {
             let cap = recv.buffer.len() as u64;
@@ -147,7 +153,7 @@ impl Engine {
                 overflow: (h.len - cap) as usize,
             });
             if recv.signal || error.is_some() {
-                self.completions.push_back(Completion {
+                completions.push_back(Completion {
                     kind: CompletionKind::Recv,
                     context: recv.context,
                     tagged: h.tagged,
@@ -155,7 +161,7 @@ impl Engine {
                     buf: recv.buffer.base_addr(),
                     tag: h.tag,
                     data: h.cq_data,
-                    src: Some(peer.addr),
+                    src: Some(src),
                     error,
                 });
             }

@@ -199,6 +199,11 @@ impl Inbound {
         self.received >= self.header.len
     }
 
+    /// Matched to a receive, or discarded: no longer waits for one.
+    pub fn bound_or_discarded(&self) -> bool {
+        matches!(self.state, InboundState::Posted(_) | InboundState::Discard)
+    }
+
     /// Bytes of staging memory this message holds.
     pub fn staged_bytes(&self) -> usize {
         match &self.state {
