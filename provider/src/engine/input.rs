@@ -128,8 +128,8 @@ impl Engine {
                 }
             }
         }
-        // Classified once: nothing before it is recorded below changes the
-        // receive context.
+        // Classified once: nothing changes the receive context until the
+        // PSN is recorded below.
         let arrival = self.peers[p].rx.as_ref().map(|rx| rx.classify(req.psn));
         let mut matched = false;
         if let Ses::Request(s, rdv) = &ses {
