@@ -1,5 +1,7 @@
 //! Datagram input: requests, SES payload and responses, ACKs.
 
+use std::collections::hash_map::Entry;
+
 use super::*;
 use crate::ses::{RendezvousRx, RmaTx};
 use crate::wire::RendezvousRepr;
@@ -65,8 +67,8 @@ impl Engine {
         let src = canonical_source(from, &ses);
         // Only a SYN with a context ID to spare makes a stranger a peer, so
         // packets from unknown or spoofed sources cost no memory.
-        let p = match self.peer_by_addr.get(&src) {
-            Some(&p) => Some(p),
+        let p = match self.find_peer(src) {
+            Some(p) => Some(p),
             None if req.syn() && self.pdc_id_available() => Some(self.peer_index(src)),
             None => None,
         };
@@ -126,11 +128,12 @@ impl Engine {
                 }
             }
         }
+        // Classified once: nothing changes the receive context until the
+        // PSN is recorded below.
+        let arrival = self.peers[p].rx.as_ref().map(|rx| rx.classify(req.psn));
+        let mut matched = false;
         if let Ses::Request(s, rdv) = &ses {
-            let new = self.peers[p]
-                .rx
-                .as_ref()
-                .is_some_and(|rx| rx.classify(req.psn) == Arrival::New);
+            let new = arrival == Some(Arrival::New);
             let send = is_send(s);
             if new && send && payload_len > 0 && !self.stage_has_room(p, s, rdv, payload_len) {
                 // Backpressure: the sender resends later, without counting
@@ -150,11 +153,14 @@ impl Engine {
                 }
                 return;
             }
+            matched = new && send && payload_len > 0;
         }
-        let Some(rx) = self.peers[p].rx.as_mut() else {
+        let (Some(rx), Some(arrival)) = (self.peers[p].rx.as_mut(), arrival) else {
             return;
         };
-        let arrival = rx.arrive(req.psn);
+        if arrival == Arrival::New {
+            rx.accept(req.psn);
+        }
         rx.last_psn = req.psn;
         rx.last_arrival_at = now;
         rx.last_was_retx = req.flags & pflags::RETX != 0;
@@ -203,7 +209,9 @@ impl Engine {
             }
         }
         match ses {
-            Ses::Request(s, rdv) => self.on_ses_request(p, &s, rdv.as_ref(), &body[payload_at..]),
+            Ses::Request(s, rdv) => {
+                self.on_ses_request(p, &s, rdv.as_ref(), &body[payload_at..], matched)
+            }
             Ses::Response(r) => self.on_ses_response(p, &r),
         }
     }
@@ -289,40 +297,45 @@ impl Engine {
         }
     }
 
-    /// Create the receive state of a message on its first packet (any of
+    /// The receive state of a message, created on its first packet (any of
     /// them: each carries the header).
-    fn ensure_inbound(&mut self, p: usize, s: &SesRequestRepr, rdv: Option<&RendezvousRepr>) {
-        let peer = &mut self.peers[p];
-        let id = s.message_id;
-        if let Some(inb) = peer.inbound.get_mut(&id) {
-            // A rendezvous send's first packet may come after others.
-            if let (Some(r), None) = (rdv, &inb.rendezvous) {
-                inb.rendezvous = Some(RendezvousRx::from(r));
+    fn ensure_inbound<'a>(
+        inbound: &'a mut FastMap<u16, Inbound>,
+        next_match_seq: u64,
+        s: &SesRequestRepr,
+        rdv: Option<&RendezvousRepr>,
+    ) -> &'a mut Inbound {
+        match inbound.entry(s.message_id) {
+            Entry::Occupied(e) => {
+                let inb = e.into_mut();
+                // A rendezvous send's first packet may come after others.
+                if let (Some(r), None) = (rdv, &inb.rendezvous) {
+                    inb.rendezvous = Some(RendezvousRx::from(r));
+                }
+                inb
             }
-            return;
+            Entry::Vacant(e) => {
+                // Message IDs are consecutive per peer; the distance from
+                // the next one to match recovers the full sequence number.
+                let ahead = s.message_id.wrapping_sub(next_match_seq as u16) as u64;
+                e.insert(Inbound {
+                    seq: next_match_seq + ahead,
+                    header: MsgHeader {
+                        tagged: matches!(
+                            s.opcode(),
+                            Ok(SesOpcode::TaggedSend | SesOpcode::RendezvousTaggedSend)
+                        ),
+                        tag: s.match_bits,
+                        len: s.request_length as u64,
+                        cq_data: None,
+                        want_response: s.flags & sflags::DC != 0,
+                    },
+                    received: 0,
+                    state: InboundState::Staged(Vec::new()),
+                    rendezvous: rdv.map(RendezvousRx::from),
+                })
+            }
         }
-        // Message IDs are consecutive per peer; the distance from the next
-        // one to match recovers the full sequence number.
-        let ahead = id.wrapping_sub(peer.next_match_seq as u16) as u64;
-        peer.inbound.insert(
-            id,
-            Inbound {
-                seq: peer.next_match_seq + ahead,
-                header: MsgHeader {
-                    tagged: matches!(
-                        s.opcode(),
-                        Ok(SesOpcode::TaggedSend | SesOpcode::RendezvousTaggedSend)
-                    ),
-                    tag: s.match_bits,
-                    len: s.request_length as u64,
-                    cq_data: None,
-                    want_response: s.flags & sflags::DC != 0,
-                },
-                received: 0,
-                state: InboundState::Staged(Vec::new()),
-                rendezvous: rdv.map(RendezvousRx::from),
-            },
-        );
     }
 
     /// Whether the payload of a new packet can be taken: always when its
@@ -337,53 +350,118 @@ impl Engine {
         rdv: &Option<RendezvousRepr>,
         len: usize,
     ) -> bool {
-        self.ensure_inbound(p, s, rdv.as_ref());
-        self.match_in_order(p);
-        let growth = self.peers[p]
-            .inbound
-            .get(&s.message_id)
-            .map_or(0, |inb| inb.stage_growth(s.buffer_offset, len));
+        let peer = &mut self.peers[p];
+        let next = peer.next_match_seq;
+        let src = peer.addr;
+        let inb = Self::ensure_inbound(&mut peer.inbound, next, s, rdv.as_ref());
+        let (seq, growth) = (inb.seq, inb.stage_growth(s.buffer_offset, len));
+        if seq == next && matches!(inb.state, InboundState::Staged(_)) {
+            // Its turn (the usual case): matched here, on the entry at hand.
+            peer.next_match_seq += 1;
+            let id = s.message_id;
+            let bound = Self::take_turn(
+                &mut self.posted,
+                &mut self.unexpected,
+                &mut self.staged_bytes,
+                (p, src, id),
+                inb,
+            );
+            // Later messages may have waited for this one (binding only
+            // ever removes entries).
+            let more = self.peers[p].inbound.len() > 1;
+            if let Some((rendezvous, complete)) = bound {
+                self.after_bind(p, id, rendezvous, complete);
+            }
+            if more {
+                self.match_in_order(p);
+            }
+            if bound.is_some() {
+                return true;
+            }
+        } else if self.match_watching(p, seq) {
+            // Matching changes the stage only by handing it to a receive.
+            return true;
+        }
         growth == 0 || self.staged_bytes + growth <= self.stage_budget
     }
 
+    /// `matched`: [`stage_has_room`](Self::stage_has_room) already
+    /// created this packet's message and ran the matcher.
     pub(super) fn on_ses_request(
         &mut self,
         p: usize,
         s: &SesRequestRepr,
         rdv: Option<&RendezvousRepr>,
         payload: &[u8],
+        matched: bool,
     ) {
         if self.on_rma_request(p, s, payload) {
             return;
         }
-        self.ensure_inbound(p, s, rdv);
         let peer = &mut self.peers[p];
         let id = s.message_id;
-        let Some(inb) = peer.inbound.get_mut(&id) else {
-            return;
-        };
-        if s.flags & sflags::SOM != 0 && s.flags & sflags::HD != 0 {
-            inb.header.cq_data = Some(s.header_data);
+        if matched && rdv.is_none() {
+            // The usual data packet: stage_has_room created its message and
+            // ran the matcher, so only placing and completing are left, on
+            // the one entry.
+            if let Entry::Occupied(mut entry) = peer.inbound.entry(id) {
+                let (complete, response) =
+                    Self::take_payload(entry.get_mut(), s, payload, &mut self.staged_bytes);
+                if complete && entry.get().bound_or_discarded() {
+                    let addr = peer.addr;
+                    Self::deliver(&mut self.completions, addr, entry.remove());
+                }
+                if let Some(item) = response {
+                    peer.queue.push_back(item);
+                    self.mark_ready(p);
+                }
+                return;
+            }
         }
-        self.staged_bytes += inb.place(s.buffer_offset, payload);
-        // Delivery complete (fi_cq(3)): the message was processed here once
-        // all its bytes are in, whether placed in a posted buffer or held
-        // as unexpected until the application posts one.
-        if inb.complete() && inb.header.want_response {
-            let len = inb.header.len.min(u32::MAX as u64) as u32;
-            peer.queue.push_back(TxItem::Response {
-                msg_id: id,
-                len,
-                code: 0,
-            });
+        let inb = Self::ensure_inbound(&mut peer.inbound, peer.next_match_seq, s, rdv);
+        let (complete, response) = Self::take_payload(inb, s, payload, &mut self.staged_bytes);
+        if let Some(item) = response {
+            peer.queue.push_back(item);
             self.mark_ready(p);
         }
-        self.match_in_order(p);
+        // Placing bytes changes no message's turn: only a message the
+        // matcher has not seen yet needs it.
+        if !matched {
+            self.match_in_order(p);
+        }
         if rdv.is_some() {
             // Matched before its first packet came: pull now.
             self.start_pull(p, id);
         }
-        self.finish_if_complete(p, id);
+        // Only matching or a pull changes `received` after `place`.
+        if complete || !matched || rdv.is_some() {
+            self.finish_if_complete(p, id);
+        }
+    }
+
+    /// Place one packet's payload (and a first packet's CQ data) into its
+    /// message. Returns whether the message is complete, and the SES
+    /// response to queue when the sender asked for delivery completion.
+    fn take_payload(
+        inb: &mut Inbound,
+        s: &SesRequestRepr,
+        payload: &[u8],
+        staged_bytes: &mut usize,
+    ) -> (bool, Option<TxItem>) {
+        if s.flags & sflags::SOM != 0 && s.flags & sflags::HD != 0 {
+            inb.header.cq_data = Some(s.header_data);
+        }
+        *staged_bytes += inb.place(s.buffer_offset, payload);
+        // Delivery complete (fi_cq(3)): the message was processed here once
+        // all its bytes are in, whether placed in a posted buffer or held
+        // as unexpected until the application posts one.
+        let complete = inb.complete();
+        let response = (complete && inb.header.want_response).then(|| TxItem::Response {
+            msg_id: s.message_id,
+            len: inb.header.len.min(u32::MAX as u64) as u32,
+            code: 0,
+        });
+        (complete, response)
     }
 
     pub(super) fn on_ses_response(&mut self, p: usize, r: &SesResponseRepr) {
@@ -612,8 +690,8 @@ impl Engine {
         let mtu = self.mtu as u64;
         let peer = &mut self.peers[p];
         peer.tx_active_at = now;
-        let mut out = std::mem::take(&mut self.ack_scratch);
-        peer.tx.on_ack_into(&ack, now, &mut out);
+        let out = &mut self.ack_scratch;
+        peer.tx.on_ack_into(&ack, now, out);
         // In flight is clocked by the receiver's cumulative received bytes
         // (24 bits of 256-byte units, wrapping); an older ACK overtaken by a
         // newer one reports nothing new.
@@ -682,31 +760,38 @@ impl Engine {
             let threshold = threshold.min(self.window / 2).max(1);
             lost += peer.tx.sleek(threshold, budget);
         }
-        lost += peer.tx.probe_answered(now, 2 * Self::probe_rtt(peer));
+        if peer.tx.probe_pending() {
+            lost += peer.tx.probe_answered(now, 2 * Self::probe_rtt(peer));
+        }
         peer.forget_lost();
         self.stats.sleek_retransmits += lost as u64;
         let (entropy, rtt) = (out.trigger_entropy.unwrap_or(0), network_rtt.unwrap_or(0));
         self.record(p, now, TraceKind::Ack, entropy, rtt, ecn);
-        for &kind in &out.newly_acked {
-            if let SlotKind::Data { msg_id, .. } = kind {
+        // By index: settling a message needs the engine, and leaves the
+        // reused outcome alone.
+        for i in 0..self.ack_scratch.newly_acked.len() {
+            if let SlotKind::Data { msg_id, .. } = self.ack_scratch.newly_acked[i] {
                 self.on_packet_acked(p, msg_id);
             }
         }
-        self.ack_scratch = out;
         self.mark_ready(p);
     }
 
     pub(super) fn on_packet_acked(&mut self, p: usize, msg_id: u16) {
         let peer = &mut self.peers[p];
-        let Some(m) = peer.messages.get_mut(&msg_id) else {
+        let Entry::Occupied(mut entry) = peer.messages.entry(msg_id) else {
             return;
         };
+        let m = entry.get_mut();
         m.unacked_packets = m.unacked_packets.saturating_sub(1);
         let pulled_from = match m.rma {
             Some(RmaTx::PullData { send_id, .. }) if m.fully_acked() => Some(send_id),
             _ => None,
         };
-        self.settle_message(p, msg_id);
+        if Self::settle(m, &mut self.completions) {
+            entry.remove();
+            self.sends_outstanding -= 1;
+        }
         if let Some(send_id) = pulled_from {
             self.on_pull_data_acked(p, send_id);
         }
@@ -716,11 +801,20 @@ impl Engine {
     /// came) and retire a message whose packets are all acknowledged.
     pub(super) fn settle_message(&mut self, p: usize, msg_id: u16) {
         let peer = &mut self.peers[p];
-        let Some(m) = peer.messages.get_mut(&msg_id) else {
+        let Entry::Occupied(mut entry) = peer.messages.entry(msg_id) else {
             return;
         };
+        if Self::settle(entry.get_mut(), &mut self.completions) {
+            entry.remove();
+            self.sends_outstanding -= 1;
+        }
+    }
+
+    /// [`settle_message`](Self::settle_message) on the message itself:
+    /// true when it is to be retired.
+    fn settle(m: &mut TxMessage, completions: &mut VecDeque<Completion>) -> bool {
         if !m.fully_acked() {
-            return;
+            return false;
         }
         let due = match m.level {
             CompletionLevel::Transmit => true,
@@ -729,22 +823,22 @@ impl Engine {
         };
         if due && !m.completed {
             m.completed = true;
-            self.completions
-                .push_back(Completion::send(m.context, m.tagged, m.len() as usize));
+            completions.push_back(Completion::send(m.context, m.tagged, m.len() as usize));
         }
-        if Self::retire_message(peer, msg_id) {
-            self.sends_outstanding -= 1;
-        }
+        Self::retirable(m)
+    }
+
+    /// Its completion is out and its packets are all acked.
+    fn retirable(m: &TxMessage) -> bool {
+        m.fully_acked()
+            && m.completed
+            && (m.level != CompletionLevel::Delivery || m.delivered || !m.signal)
     }
 
     /// Drop a message whose completion is out and whose packets are all
     /// acked; true when it was dropped.
     pub(super) fn retire_message(peer: &mut Peer, msg_id: u16) -> bool {
-        let done = peer.messages.get(&msg_id).is_some_and(|m| {
-            m.fully_acked()
-                && m.completed
-                && (m.level != CompletionLevel::Delivery || m.delivered || !m.signal)
-        });
+        let done = peer.messages.get(&msg_id).is_some_and(Self::retirable);
         if done {
             peer.messages.remove(&msg_id);
         }

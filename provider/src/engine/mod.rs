@@ -275,6 +275,10 @@ impl Peer {
     /// effect. Entries are tried in order, so a smaller packet behind a
     /// blocked one may pass it.
     fn next_retransmit(&self) -> Option<usize> {
+        // Asked before every packet and after every ACK; nearly always empty.
+        if self.tx.retransmit.is_empty() {
+            return None;
+        }
         self.tx
             .retransmit
             .iter()
@@ -338,6 +342,10 @@ pub struct Engine {
     rng: SmallRng,
     peers: Vec<Peer>,
     peer_by_addr: FastMap<SocketAddr, usize>,
+    /// The peer found last by address: one comparison instead of hashing
+    /// the address when the same peer comes up again (ping-pong, a stream).
+    /// Peers are never removed, so the index stays valid.
+    last_peer: usize,
     tx_by_id: FastMap<u16, usize>,
     rx_by_id: FastMap<u16, usize>,
     next_pdc_id: u16,
@@ -400,6 +408,7 @@ impl Engine {
             rng: SmallRng::seed_from_u64(seed),
             peers: Vec::new(),
             peer_by_addr: FastMap::default(),
+            last_peer: 0,
             tx_by_id: FastMap::default(),
             rx_by_id: FastMap::default(),
             next_pdc_id: 1,
@@ -549,10 +558,39 @@ impl Engine {
         true
     }
 
-    fn peer_index(&mut self, addr: SocketAddr) -> usize {
-        if let Some(&i) = self.peer_by_addr.get(&addr) {
-            return i;
+    /// The peer at `addr`, if it is one.
+    #[inline]
+    fn find_peer(&mut self, addr: SocketAddr) -> Option<usize> {
+        if self
+            .peers
+            .get(self.last_peer)
+            .is_some_and(|peer| peer.addr == addr)
+        {
+            return Some(self.last_peer);
         }
+        self.find_other_peer(addr)
+    }
+
+    /// [`find_peer`](Self::find_peer) when it is not the last one found
+    /// (out of line: the common case then needs no registers saved).
+    #[inline(never)]
+    fn find_other_peer(&mut self, addr: SocketAddr) -> Option<usize> {
+        let i = *self.peer_by_addr.get(&addr)?;
+        self.last_peer = i;
+        Some(i)
+    }
+
+    /// The peer at `addr`, made one if it is not yet.
+    #[inline]
+    fn peer_index(&mut self, addr: SocketAddr) -> usize {
+        match self.find_peer(addr) {
+            Some(i) => i,
+            None => self.add_peer(addr),
+        }
+    }
+
+    #[inline(never)]
+    fn add_peer(&mut self, addr: SocketAddr) -> usize {
         let i = self.peers.len();
         let start = self.rng.gen();
         let lb = LoadBalancer::new(self.lb_config, self.rng.gen());

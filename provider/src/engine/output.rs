@@ -60,7 +60,25 @@ impl Engine {
 
     /// The next datagram; with `gather`, also (peer, message, offset, length)
     /// of a payload left out of `buf` (see `poll_transmit_gather`).
+    #[inline]
     fn next_transmit(
+        &mut self,
+        now: u64,
+        buf: &mut [u8],
+        gather: bool,
+    ) -> Option<(Transmit, Option<Gathered>)> {
+        // Drivers poll until nothing is left: that last call stays cheap.
+        if self.control_queue.is_empty()
+            && (self.acks_held || self.ack_queue.is_empty())
+            && self.send_ring.is_empty()
+        {
+            return None;
+        }
+        self.take_transmit(now, buf, gather)
+    }
+
+    /// [`next_transmit`](Self::next_transmit) with something queued.
+    fn take_transmit(
         &mut self,
         now: u64,
         buf: &mut [u8],
@@ -183,40 +201,39 @@ impl Engine {
             return None;
         }
         // NSCC.md section 6: send only while in_flight + packet <= cwnd.
-        let next_bytes = match *peer.queue.front()? {
-            TxItem::Response { .. } => (RequestRepr::LEN + SesResponseRepr::LEN) as u64,
-            TxItem::Message(id) => peer.messages.get(&id).map_or(0, |m| {
-                DATA_HEADERS as u64
-                    + extension_len(m, m.next_offset) as u64
-                    + (m.wire_len() - m.next_offset).min(max_payload as u64)
-            }),
-        };
-        if !peer.cc.can_send(peer.in_flight_bytes, next_bytes) {
-            return None;
-        }
-        let (kind, last_of_item) = match *peer.queue.front()? {
+        let (kind, next_bytes, last_of_item) = match *peer.queue.front()? {
             TxItem::Response { msg_id, len, code } => {
-                (SlotKind::Response { msg_id, len, code }, true)
+                let bytes = (RequestRepr::LEN + SesResponseRepr::LEN) as u64;
+                if !peer.cc.can_send(peer.in_flight_bytes, bytes) {
+                    return None;
+                }
+                (SlotKind::Response { msg_id, len, code }, bytes, true)
             }
             TxItem::Message(id) => {
                 let Some(m) = peer.messages.get_mut(&id) else {
-                    peer.queue.pop_front();
+                    if peer.cc.can_send(peer.in_flight_bytes, 0) {
+                        peer.queue.pop_front();
+                    }
                     return None;
                 };
                 let offset = m.next_offset;
-                let len =
-                    (m.wire_len() - offset).min((max_payload - extension_len(m, offset)) as u64);
+                let extension = extension_len(m, offset);
+                let bytes = DATA_HEADERS as u64
+                    + extension as u64
+                    + (m.wire_len() - offset).min(max_payload as u64);
+                if !peer.cc.can_send(peer.in_flight_bytes, bytes) {
+                    return None;
+                }
+                let len = (m.wire_len() - offset).min((max_payload - extension) as u64);
                 m.next_offset += len;
                 m.started = true;
                 m.unacked_packets += 1;
-                (
-                    SlotKind::Data {
-                        msg_id: id,
-                        offset,
-                        len: len as u32,
-                    },
-                    m.fully_sent(),
-                )
+                let kind = SlotKind::Data {
+                    msg_id: id,
+                    offset,
+                    len: len as u32,
+                };
+                (kind, bytes, m.fully_sent())
             }
         };
         if last_of_item {
@@ -412,8 +429,13 @@ fn build_packet(
                 }) => (send_id, base + offset),
                 _ => (msg_id, offset),
             };
-            let Some(source) = peer.messages.get(&source_id) else {
-                return (RequestRepr::LEN, None);
+            let source = if source_id == msg_id {
+                m
+            } else {
+                let Some(source) = peer.messages.get(&source_id) else {
+                    return (RequestRepr::LEN, None);
+                };
+                source
             };
             if gather
                 && len > 0

@@ -82,7 +82,7 @@ impl Engine {
             return self.probe(op);
         }
         let mut op = op;
-        loop {
+        while !self.unexpected.is_empty() {
             let found = self.unexpected.iter().position(|u| u.matches(&op));
             let Some(u) = found.and_then(|i| self.unexpected.remove(i)) else {
                 break;

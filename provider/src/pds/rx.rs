@@ -116,9 +116,14 @@ impl RxPdc {
     /// Classify an arriving PSN and record it when new.
     pub fn arrive(&mut self, psn: u32) -> Arrival {
         let verdict = self.classify(psn);
-        if verdict != Arrival::New {
-            return verdict;
+        if verdict == Arrival::New {
+            self.accept(psn);
         }
+        verdict
+    }
+
+    /// Record a PSN [`classify`](Self::classify) found new.
+    pub fn accept(&mut self, psn: u32) {
         let ahead = psn.wrapping_sub(self.cack).wrapping_sub(1);
         if ahead > 0 {
             self.ooo_count = self.ooo_count.saturating_add(1);
@@ -136,7 +141,6 @@ impl RxPdc {
             self.seen[s / 64] &= !(1 << (s % 64));
             self.cack = next;
         }
-        Arrival::New
     }
 
     /// Fill the PDS fields of the ACK sent at `now` for the current state

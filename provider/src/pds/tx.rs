@@ -426,6 +426,11 @@ impl TxPdc {
         self.sacked
     }
 
+    /// A probe is out and not yet answered.
+    pub fn probe_pending(&self) -> bool {
+        self.probe.is_some()
+    }
+
     pub fn in_recovery(&self) -> bool {
         self.recovery.is_some()
     }

@@ -127,25 +127,51 @@ impl PostedQueues {
             let i = self.msg.iter().position(|r| accepts(r, src, false, tag))?;
             return self.msg.remove(i);
         }
-        // (class, position in its bucket, seq) of the earliest candidate.
-        let mut best: Option<(usize, usize, u64)> = None;
         if self.tagged_len == 0 {
             return None;
         }
-        for (ci, class) in self.tagged.iter().enumerate() {
-            let Some(q) = class.buckets.get(&(tag & !class.ignore)) else {
+        let from_src = |p: &Posted| p.recv.src.is_none_or(|s| s == src);
+        // One ignore mask (the usual case): no posting order to compare.
+        if let [class] = self.tagged.as_mut_slice() {
+            let q = class.buckets.get_mut(&(tag & !class.ignore))?;
+            let posted = if q.front().is_some_and(from_src) {
+                q.pop_front()
+            } else {
+                let pos = q.iter().position(from_src)?;
+                q.remove(pos)
+            }?;
+            self.tagged_len -= 1;
+            return Some(posted.recv);
+        }
+        // (bucket, position in it, seq) of the earliest candidate. The
+        // classes' tables are disjoint, so the winner's bucket is kept
+        // borrowed while the others are looked at: no second lookup.
+        let mut best: Option<(&mut VecDeque<Posted>, usize, u64)> = None;
+        for class in self.tagged.iter_mut() {
+            let Some(q) = class.buckets.get_mut(&(tag & !class.ignore)) else {
                 continue;
             };
-            let Some(pos) = q.iter().position(|p| p.recv.src.is_none_or(|s| s == src)) else {
-                continue;
+            // Usually the bucket's first receive (not directed elsewhere).
+            let pos = match q.front() {
+                Some(first) if from_src(first) => 0,
+                _ => match q.iter().position(from_src) {
+                    Some(pos) => pos,
+                    None => continue,
+                },
             };
             let seq = q[pos].seq;
-            if best.is_none_or(|(_, _, b)| seq < b) {
-                best = Some((ci, pos, seq));
+            if best.as_ref().is_none_or(|&(_, _, b)| seq < b) {
+                best = Some((q, pos, seq));
             }
         }
-        let (ci, pos, _) = best?;
-        self.remove_tagged(ci, tag & !self.tagged[ci].ignore, pos)
+        let (q, pos, _) = best?;
+        let posted = if pos == 0 {
+            q.pop_front()
+        } else {
+            q.remove(pos)
+        }?;
+        self.tagged_len -= 1;
+        Some(posted.recv)
     }
 
     fn remove_tagged(&mut self, ci: usize, key: u64, pos: usize) -> Option<RecvOp> {
@@ -156,6 +182,7 @@ impl PostedQueues {
 
     /// Like [`take_match`](Self::take_match) for a message of `len` bytes: a
     /// multi-receive buffer gives up a piece and stays posted.
+    #[inline]
     pub fn take_match_len(
         &mut self,
         src: SocketAddr,

@@ -199,6 +199,11 @@ impl Inbound {
         self.received >= self.header.len
     }
 
+    /// Matched to a receive, or discarded: no longer waits for one.
+    pub fn bound_or_discarded(&self) -> bool {
+        matches!(self.state, InboundState::Posted(_) | InboundState::Discard)
+    }
+
     /// Bytes of staging memory this message holds.
     pub fn staged_bytes(&self) -> usize {
         match &self.state {
@@ -217,6 +222,21 @@ impl Inbound {
             }
             _ => 0,
         }
+    }
+
+    /// Take the application's buffer for this message: what is staged
+    /// moves into it. Returns the staging bytes freed.
+    pub fn bind(&mut self, mut recv: RecvOp) -> usize {
+        let staged = self.staged_bytes();
+        if let InboundState::Staged(stage) | InboundState::Unexpected(stage) = &self.state {
+            // Parts not yet arrived are zero here and overwritten on arrival.
+            if !stage.is_empty() {
+                let n = stage.len().min(recv.buffer.len());
+                recv.buffer.write_at(0, &stage[..n]);
+            }
+        }
+        self.state = InboundState::Posted(recv);
+        staged
     }
 
     /// Store one packet's payload at `offset` (already bounds-checked
