@@ -1580,6 +1580,37 @@ static void t_completion_levels(void)
 	delivery_complete_unexpected();
 }
 
+/* Manual progress, receiver left alone: A's transmit-complete send needs
+ * B's ACK, and only the domain's idle-progress thread progresses B (this
+ * test never reads B's CQ until A's send is done). Repeated after a
+ * stretch of A-only polling, during which the thread looks less often. */
+static void t_idle_progress(void)
+{
+	enum { LEN = 3000, ROUNDS = 3 };
+	uint8_t *s = xalloc(LEN), *r = xalloc(LEN);
+	struct fi_context2 sctx, rctx;
+	struct comp c;
+	int k;
+
+	setup(NULL);
+	for (k = 0; k < ROUNDS; k++) {
+		fill_pattern(s, LEN, 40 + k);
+		POST(fi_recv(E.ep[1].ep, r, LEN, NULL, FI_ADDR_UNSPEC, &rctx));
+		send_msg(0, 1, s, LEN, &sctx, FI_TRANSMIT_COMPLETE | FI_COMPLETION);
+		while (!E.ep[0].count) {
+			poll_ep(0);
+			if (now() > deadline)
+				FAILF("round %d: send not acknowledged without the receiver "
+				      "progressing", k);
+		}
+		c = wait_ok(0, &sctx);
+		check_flags(&c, FI_SEND | FI_MSG, 0);
+		c = wait_ok(1, &rctx);
+		CHECK(c.len == LEN, "len %zu", c.len);
+		check_pattern(r, LEN, 40 + k, "message");
+	}
+}
+
 /* ------------------------------------------------------------------ */
 /* CQ formats, EQ, MR, close                                           */
 
@@ -1821,6 +1852,7 @@ static const struct test tests[] = {
 	{ "truncation", t_truncate, 0, 0 },
 	{ "selective_completion", t_selective_completion, 0, 0 },
 	{ "completion_levels", t_completion_levels, 0, 0 },
+	{ "idle_progress", t_idle_progress, 0, 0 },
 	{ "cq_formats", t_cq_formats, 0, 0 },
 	{ "eq", t_eq, 0, 0 },
 	{ "mr", t_mr, 0, 0 },
