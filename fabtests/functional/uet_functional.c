@@ -1582,8 +1582,8 @@ static void t_completion_levels(void)
 
 /* Manual progress, receiver left alone: A's transmit-complete send needs
  * B's ACK, and only the domain's idle-progress thread progresses B (this
- * test never reads B's CQ until A's send is done). Repeated after a
- * stretch of A-only polling, during which the thread looks less often. */
+ * test never reads B's CQ until A's send is done). Fails with
+ * FI_UET_IDLE_PROGRESS_US=0: the send then errors out. */
 static void t_idle_progress(void)
 {
 	enum { LEN = 3000, ROUNDS = 3 };

@@ -68,7 +68,7 @@ pub const PARAMS: &[ParamSpec] = &[
     ParamSpec {
         name: "idle_progress_us",
         kind: ParamKind::Int,
-        help: "With FI_PROGRESS_MANUAL, a domain thread progresses any endpoint the application has not progressed for this many microseconds, so retransmissions, ACKs and held packets still move while the application blocks elsewhere (default 1000; 0 = only the application progresses). The thread runs at SCHED_IDLE, so it never preempts a busy thread, and while it finds every endpoint progressed it looks less often, down to once per 8 periods; the first look that finds one left alone brings it back to every period.",
+        help: "With FI_PROGRESS_MANUAL, a domain thread progresses any endpoint the application has not progressed for this many microseconds, so retransmissions, ACKs and held packets still move while the application blocks elsewhere (default 1000; 0 = only the application progresses).",
     },
     ParamSpec {
         name: "defer_acks",

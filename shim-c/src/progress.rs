@@ -12,9 +12,6 @@
 //!   since the last look is progressed by the thread, which then also sleeps
 //!   on its sockets until the application returns. Endpoints the
 //!   application polls are left alone, so the busy path sees no contention.
-//!   The thread runs at SCHED_IDLE and, while every endpoint is progressed
-//!   by its application, stretches its look interval to 8 grace periods:
-//!   each wake-up is a timer interrupt on a core some poller is using.
 //!
 //! The thread stops and is joined when the domain closes.
 
@@ -44,9 +41,6 @@ struct Shared {
     waker: Waker,
     stop: AtomicBool,
 }
-
-/// Longest look interval of the idle-progress thread, in grace periods.
-const IDLE_LOOK_BACKOFF: u32 = 8;
 
 pub(crate) struct AutoProgress {
     shared: Arc<Shared>,
@@ -94,13 +88,6 @@ impl Drop for AutoProgress {
 }
 
 fn run(s: &Shared, mode: Mode) {
-    let mut interval = match mode {
-        Mode::WhenIdle(grace) => {
-            yield_to_busy_threads();
-            grace
-        }
-        Mode::Always => Duration::ZERO,
-    };
     while !s.stop.load(Ordering::Acquire) {
         let eps = wait::live(&s.eps);
         match mode {
@@ -113,34 +100,10 @@ fn run(s: &Shared, mode: Mode) {
             Mode::WhenIdle(grace) => {
                 let idle: Vec<Arc<EpInner>> =
                     eps.into_iter().filter(|ep| ep.progress_if_idle()).collect();
-                // While every endpoint is found progressed by its
-                // application, look less often (each look costs a busy
-                // poller a timer interrupt); back to `grace` at once when
-                // one is left alone.
-                interval = if idle.is_empty() && !s.eps.lock().is_empty() {
-                    (interval * 2).min(grace * IDLE_LOOK_BACKOFF)
-                } else {
-                    grace
-                };
                 // Sockets and timers of idle endpoints only: packets for an
                 // endpoint the application polls must not wake this thread.
-                wait::sleep(&idle, &s.waker, Some(Instant::now() + interval));
+                wait::sleep(&idle, &s.waker, Some(Instant::now() + grace));
             }
         }
     }
-}
-
-/// Run this thread under SCHED_IDLE: its looks then never preempt a thread
-/// that is busy (an application polling its CQ, the peer process on a small
-/// machine), which cost a busy-polling 64 B ping-pong about 9% of its
-/// latency at one look per millisecond. When the application blocks its
-/// core goes idle and the look runs on time; when every core is busy the
-/// thread still gets its small share, so it is late, never starved. Lowering
-/// the own policy needs no privilege; if it fails the thread keeps the
-/// default policy.
-fn yield_to_busy_threads() {
-    let param = libc::sched_param { sched_priority: 0 };
-    // SAFETY: pthread_self() is the calling thread's own handle and `param`
-    // a valid sched_param on the stack; the call only reads it.
-    let _ = unsafe { libc::pthread_setschedparam(libc::pthread_self(), libc::SCHED_IDLE, &param) };
 }
