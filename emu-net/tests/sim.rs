@@ -209,18 +209,20 @@ fn every_shipped_scenario_runs_in_virtual_time() {
     }
 }
 
-/// An 8:1 incast of 128-packet flows whose first windows (1.5 BDP each)
-/// overflow a one-BDP switch buffer many times over, as in
-/// fabtests/scenarios/incast8.toml.
-const DEEP_INCAST: &str = r#"
-name = "virtual-deep-incast"
+/// An incast of `senders` flows of `bytes` each over 1 Gb/s links with
+/// 1 ms delays and 8 KiB packets (a scaled fabtests/scenarios incast),
+/// one NSCC variant with trimming on or off.
+fn deep_incast(name: &str, senders: u32, bytes: u64, variant: &str, trimming: bool) -> String {
+    format!(
+        r#"
+name = "{name}"
 timeout_s = 5
 
 [fabric]
 seed = 1
 [fabric.topology]
 kind = "single"
-hosts = 9
+hosts = {hosts}
 link_gbps = 1.0
 link_delay_ns = 1000000
 
@@ -229,19 +231,29 @@ FI_UET_MTU = "8192"
 
 [[patterns]]
 kind = "incast"
-dst = 8
-senders = 8
-bytes = 1048576
+dst = {senders}
+senders = {senders}
+bytes = {bytes}
 
 [[variants]]
-name = "nscc-trim"
-env = { FI_UET_CC = "nscc" }
-trimming = true
-"#;
+name = "{variant}"
+env = {{ FI_UET_CC = "nscc" }}
+trimming = {trimming}
+"#,
+        hosts = senders + 1
+    )
+}
+
+/// An 8:1 incast of 128-packet flows whose first windows (1.5 BDP each)
+/// overflow a one-BDP switch buffer many times over, as in
+/// fabtests/scenarios/incast8.toml.
+fn deep_trim_incast() -> String {
+    deep_incast("virtual-deep-incast", 8, 1048576, "nscc-trim", true)
+}
 
 #[test]
 fn nscc_incast_resends_only_what_was_trimmed_and_rarely_twice() {
-    let (rs, failed) = sim(DEEP_INCAST, "deep-incast");
+    let (rs, failed) = sim(&deep_trim_incast(), "deep-incast");
     assert!(failed.is_empty(), "{failed:?}");
     let r = variant(&rs, "nscc-trim");
     let s = &r.summary;
@@ -268,36 +280,13 @@ fn nscc_incast_resends_only_what_was_trimmed_and_rarely_twice() {
 /// without trimming), as in fabtests/scenarios/incast15.toml: queueing
 /// delays of several base RTTs, so senders fall silent long enough to
 /// probe while their data is still queued.
-const DEEP_DROP_INCAST: &str = r#"
-name = "virtual-deep-drop-incast"
-timeout_s = 5
-
-[fabric]
-seed = 1
-[fabric.topology]
-kind = "single"
-hosts = 16
-link_gbps = 1.0
-link_delay_ns = 1000000
-
-[env]
-FI_UET_MTU = "8192"
-
-[[patterns]]
-kind = "incast"
-dst = 15
-senders = 15
-bytes = 2097152
-
-[[variants]]
-name = "nscc-drop"
-env = { FI_UET_CC = "nscc" }
-trimming = false
-"#;
+fn deep_drop_incast() -> String {
+    deep_incast("virtual-deep-drop-incast", 15, 2097152, "nscc-drop", false)
+}
 
 #[test]
 fn nscc_incast_without_trimming_resends_only_what_was_dropped() {
-    let (rs, failed) = sim(DEEP_DROP_INCAST, "deep-drop-incast");
+    let (rs, failed) = sim(&deep_drop_incast(), "deep-drop-incast");
     assert!(failed.is_empty(), "{failed:?}");
     let r = variant(&rs, "nscc-drop");
     let s = &r.summary;

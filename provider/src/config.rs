@@ -381,7 +381,7 @@ impl Config {
         match self.lb {
             Some(lb) => lb,
             None if local.is_loopback() && !relayed => LbAlgorithm::Single,
-            None => LbAlgorithm::Reps,
+            None => LbAlgorithm::FABRIC_DEFAULT,
         }
     }
 

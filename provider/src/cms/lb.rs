@@ -26,6 +26,9 @@ pub enum LbAlgorithm {
 }
 
 impl LbAlgorithm {
+    /// What `FI_UET_LB=auto` means where the entropy picks a path.
+    pub const FABRIC_DEFAULT: LbAlgorithm = LbAlgorithm::Reps;
+
     pub fn parse(s: &str) -> Option<LbAlgorithm> {
         Some(match s.trim() {
             "oblivious" => LbAlgorithm::Oblivious,
@@ -88,7 +91,7 @@ impl LbConfig {
         LbConfig {
             // Unresolved auto (an engine without an endpoint, as in emu-net's
             // simulation): a fabric with paths to choose from.
-            algorithm: cfg.lb.unwrap_or(LbAlgorithm::Reps),
+            algorithm: cfg.lb.unwrap_or(LbAlgorithm::FABRIC_DEFAULT),
             entropies: cfg.entropies,
             freeze_ns: cfg.rto_min_us.saturating_mul(1000),
             explore_packets: (bdp / mtu.max(1) as f64).ceil() as u64,

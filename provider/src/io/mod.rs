@@ -1176,24 +1176,8 @@ fn bind_consecutive(
 /// SO_RCVBUFFORCE / SO_SNDBUFFORCE: like SO_RCVBUF / SO_SNDBUF but past the
 /// sysctl cap; needs CAP_NET_ADMIN (socket2 has no wrapper).
 fn force_buffer_size(socket: &Socket, option: libc::c_int, bytes: usize) -> std::io::Result<()> {
-    use std::os::fd::AsRawFd;
     let value = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
-    // SAFETY: the fd is a live socket owned by `socket`; the option value is a
-    // c_int on the stack whose size is passed alongside.
-    let rc = unsafe {
-        libc::setsockopt(
-            socket.as_raw_fd(),
-            libc::SOL_SOCKET,
-            option,
-            (&value as *const libc::c_int).cast(),
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(std::io::Error::last_os_error())
-    }
+    sys::set_int_option(socket, libc::SOL_SOCKET, option, value)
 }
 
 /// Start PSNs and message IDs must differ across restarts of the same

@@ -24,23 +24,7 @@ pub fn enable_recv_tos(socket: &UdpSocket, ipv6: bool) -> io::Result<()> {
     } else {
         (libc::IPPROTO_IP, libc::IP_RECVTOS)
     };
-    let on: libc::c_int = 1;
-    // SAFETY: the fd is a live socket owned by `socket`; the option value is
-    // a c_int on the stack whose size is passed alongside.
-    let rc = unsafe {
-        libc::setsockopt(
-            socket.as_raw_fd(),
-            level,
-            option,
-            (&on as *const libc::c_int).cast(),
-            size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
+    set_int_option(socket, level, option, 1)
 }
 
 /// Nanoseconds of the monotonic clock: what `Instant` reads, without its
@@ -109,8 +93,8 @@ pub fn enable_gro(socket: &UdpSocket) -> io::Result<()> {
 }
 
 /// `setsockopt` of an integer option (ones socket2 does not cover).
-fn set_int_option(
-    socket: &UdpSocket,
+pub fn set_int_option(
+    socket: &impl AsRawFd,
     level: libc::c_int,
     name: libc::c_int,
     value: libc::c_int,
