@@ -176,6 +176,11 @@ pub const PARAMS: &[ParamSpec] = &[
         help: "Batch datagrams through the kernel with UDP segmentation offload (default on): runs of equal-size packets to one peer leave with one sendmsg (UDP_SEGMENT), packets of one progress call grouped by entropy socket, and coalesced arrivals (UDP_GRO) are taken with one receive and cut back into their datagrams. Pays off with small packets (FI_UET_MTU=4096); off with FI_UET_FABRIC, and falls back to one datagram per call where the kernel refuses.",
     },
     ParamSpec {
+        name: "send_burst_us",
+        kind: ParamKind::Int,
+        help: "Send bursts: a send posted within this many microseconds of the previous send, with no other call on the endpoint between, waits until the application's next call of any other kind (a completion read, a receive, ...) or until a GSO batch's worth of data waits, then leaves with the rest of the burst in as few system calls as GSO allows. The first send of a burst leaves at once, unless posted with FI_MORE. Needs FI_UET_GSO (default 20; 0 = every send leaves in its own call; 0..1000000).",
+    },
+    ParamSpec {
         name: "fabric",
         kind: ParamKind::Str,
         help: "ip:port of an emu-net relay: every datagram then goes through it, wrapped in the relay header (default empty: send directly).",
@@ -266,6 +271,9 @@ pub struct Config {
     pub entropies: u16,
     /// UDP GSO on transmit and GRO on receive.
     pub gso: bool,
+    /// `FI_UET_SEND_BURST_US`: longest pause between two sends of a burst
+    /// (0 = no bursts).
+    pub send_burst_us: u32,
     /// Relay address `ip:port`; empty = direct.
     pub fabric: String,
     /// Transmit-side fault injection, per-mille.
@@ -311,6 +319,7 @@ impl Default for Config {
             nscc_min_maxwnd_packets: 16,
             entropies: 16,
             gso: true,
+            send_burst_us: 20,
             fabric: String::new(),
             fault_drop: 0,
             fault_dup: 0,
@@ -400,6 +409,7 @@ impl Config {
             "nscc_variant" => return Some(ParamValue::Str(self.nscc_variant.name())),
             "nscc_trimming" => return Some(ParamValue::Bool(self.trimming)),
             "gso" => return Some(ParamValue::Bool(self.gso)),
+            "send_burst_us" => return Some(ParamValue::Int(self.send_burst_us.into())),
             "defer_acks" => return Some(ParamValue::Bool(self.defer_acks)),
             "fabric" => return Some(ParamValue::Str(self.fabric.clone())),
             _ => {}
@@ -451,6 +461,11 @@ impl Config {
                 ParamValue::Int(v) => Err(err(format!("{v} is outside {lo}..={hi}"))),
                 _ => Err(err("expects an integer".into())),
             }
+        };
+        let boolean = || match value {
+            ParamValue::Bool(b) => Ok(b),
+            ParamValue::Int(v) => Ok(v != 0),
+            _ => Err(err("expects a boolean".into())),
         };
         let text = || match &value {
             ParamValue::Str(s) => Ok(s.trim().to_ascii_lowercase()),
@@ -515,16 +530,8 @@ impl Config {
                     err(format!("{t:?} is not sim, paper or a list of target, maxwnd, wtd, qa_scaling, fast_increase, md_rtt"))
                 })?
             }
-            "nscc_trimming" => match value {
-                ParamValue::Bool(b) => self.trimming = b,
-                ParamValue::Int(v) => self.trimming = v != 0,
-                _ => return Err(err("expects a boolean".into())),
-            },
-            "defer_acks" => match value {
-                ParamValue::Bool(b) => self.defer_acks = b,
-                ParamValue::Int(v) => self.defer_acks = v != 0,
-                _ => return Err(err("expects a boolean".into())),
-            },
+            "nscc_trimming" => self.trimming = boolean()?,
+            "defer_acks" => self.defer_acks = boolean()?,
             "link_gbps" => self.link_gbps = int(1, 3200)? as u32,
             "link_mbps" => self.link_mbps = int(0, 3_200_000)? as u32,
             "base_rtt_us" => self.base_rtt_us = int(0, 1_000_000)? as u64,
@@ -532,11 +539,8 @@ impl Config {
             "nscc_fast_increase_mtus" => self.nscc_fast_increase_mtus = int(1, 64)? as u32,
             "nscc_min_maxwnd_packets" => self.nscc_min_maxwnd_packets = int(0, 65536)? as u32,
             "entropies" => self.entropies = int(1, 256)? as u16,
-            "gso" => match value {
-                ParamValue::Bool(b) => self.gso = b,
-                ParamValue::Int(v) => self.gso = v != 0,
-                _ => return Err(err("expects a boolean".into())),
-            },
+            "send_burst_us" => self.send_burst_us = int(0, 1_000_000)? as u32,
+            "gso" => self.gso = boolean()?,
             "fabric" => match value {
                 ParamValue::Str(s) if s.is_empty() || s.parse::<std::net::SocketAddr>().is_ok() => {
                     self.fabric = s
@@ -685,5 +689,14 @@ mod tests {
         assert!(c.set("link_gbps", ParamValue::Int(0)).is_err());
         assert!(c.set("entropies", ParamValue::Int(0)).is_err());
         assert_eq!(c, before);
+    }
+
+    #[test]
+    fn the_public_header_names_every_parameter() {
+        let header = include_str!("../../include/rdma/fi_ext_uet.h");
+        for p in PARAMS {
+            let name = format!("\"FI_UET_{}\"", p.name.to_ascii_uppercase());
+            assert!(header.contains(&name), "fi_ext_uet.h lacks {name}");
+        }
     }
 }

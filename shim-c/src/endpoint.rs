@@ -483,6 +483,9 @@ impl EpInner {
             level,
             signal: signal || counted,
         };
+        if tx.flags.is_some_and(|f| f & FI_MORE as u64 != 0) {
+            st.ep.expect_more_sends();
+        }
         let r = st.ep.send(op).map_err(|e| fi_errno(&e));
         if r.is_err() && counted {
             st.pending.remove(&context);

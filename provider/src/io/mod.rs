@@ -28,7 +28,15 @@
 //! destination with one TOS as one `sendmsg` with `UDP_SEGMENT`. Its
 //! sockets take arrivals with `UDP_GRO`, and a coalesced arrival is cut
 //! back into its datagrams before the engine sees them. Packets near 64 KB
-//! do not fit twice in one send: such endpoints use neither.
+//! fit twice in one send only when they are short: large datagrams leave
+//! one per call.
+//!
+//! With `send_burst_us`, the first send of a burst leaves at once and the
+//! sends posted right after it (no other call between) wait for the
+//! burst's end, the application's next call of another kind, or for a GSO
+//! batch's worth of bytes: a window of short messages then costs a few
+//! segmented sends instead of one system call each, and the receiver
+//! acknowledges the run once.
 
 use std::collections::VecDeque;
 use std::io::ErrorKind;
@@ -76,6 +84,8 @@ const POOL_BIND_ATTEMPTS: usize = 16;
 /// least the congestion window, and the batch is capped at half the packet
 /// window, the threshold's own cap).
 const GSO_BATCH: usize = 128;
+/// Most bytes of `tx_buf` a GSO batch's packet slots take.
+const GSO_BUFFER_BYTES: usize = 2 << 20;
 
 /// Driver counters.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -196,6 +206,20 @@ pub struct Endpoint {
     defer_acks: bool,
     /// ACKs held by the last application progress call, for the next call.
     acks_deferred: bool,
+    /// `FI_UET_SEND_BURST_US` in ns: a send posted this soon after another
+    /// waits for the end of the burst; a later one leaves at once (with any
+    /// still waiting), so an application that sends now and then never
+    /// waits for its next call. 0 = off.
+    burst_gap_ns: u64,
+    /// The last call was a send: the application is posting a burst.
+    in_send_burst: bool,
+    /// When the last send was posted (engine time).
+    last_send_ns: u64,
+    /// Sends of the burst not pushed out yet, and their payload bytes;
+    /// past `burst_bytes` (a GSO batch) they go.
+    sends_deferred: bool,
+    deferred_bytes: usize,
+    burst_bytes: usize,
     /// The last application progress call completed a message and had
     /// ACKs it could hold: the next call tells whether the application
     /// answers (a send or RMA) or just polls on.
@@ -264,15 +288,21 @@ impl Endpoint {
         } else {
             RX_BATCH_SMALL
         };
-        // Segmenting pays off only when several packets fit one send.
-        let gso = (config.gso && fabric.is_none() && 2 * config.mtu <= sys::MAX_SEGMENTED_BYTES)
-            .then(|| Gso {
-                slot_len: HEADROOM + config.mtu,
-                batch: (engine.window() / 2).clamp(1, GSO_BATCH),
+        // Packets smaller than the MTU (short messages) segment together
+        // whatever the MTU; a batch's slots, which hold whole packets only
+        // when the socket is full, stay within GSO_BUFFER_BYTES.
+        let gso = (config.gso && fabric.is_none()).then(|| {
+            let slot_len = HEADROOM + config.mtu;
+            Gso {
+                slot_len,
+                batch: (engine.window() / 2)
+                    .min(GSO_BUFFER_BYTES / slot_len)
+                    .clamp(1, GSO_BATCH),
                 pending: Vec::with_capacity(GSO_BATCH),
                 order: Vec::with_capacity(GSO_BATCH),
                 starts: vec![0; n + 1],
-            });
+            }
+        });
         if gso.is_some() {
             // Peers run the same configuration, so only endpoints that send
             // segmented take arrivals coalesced (cut up in `receive`); a
@@ -283,6 +313,9 @@ impl Endpoint {
                 let _ = sys::enable_gro(s);
             }
         }
+        let burst_bytes = gso
+            .as_ref()
+            .map_or(0, |g| g.batch * (g.slot_len - HEADROOM));
         let tx_len = match &gso {
             Some(g) => (g.slot_len * g.batch).max(MAX_DATAGRAM + HEADROOM),
             None => MAX_DATAGRAM + HEADROOM,
@@ -324,6 +357,12 @@ impl Endpoint {
             spin_before_yield: config.spin_before_yield,
             defer_acks: config.defer_acks,
             acks_deferred: false,
+            burst_gap_ns: u64::from(config.send_burst_us) * 1000,
+            in_send_burst: false,
+            last_send_ns: 0,
+            sends_deferred: false,
+            deferred_bytes: 0,
+            burst_bytes,
             awaiting_reply: false,
             replies_follow: false,
             trace,
@@ -372,9 +411,42 @@ impl Endpoint {
             return Err(Error::Unreachable(op.dest));
         }
         let now = self.now();
+        let len = op.payload.len();
         self.engine.post_send(now, op)?;
-        self.flush_reply(now);
+        // The first send of a burst leaves at once; those posted right
+        // after it wait for the burst's end (the next call of any other
+        // kind) or a full batch, so they share system calls.
+        self.deferred_bytes += len.max(1);
+        let burst = self.in_send_burst && now.saturating_sub(self.last_send_ns) < self.burst_gap_ns;
+        if burst && self.deferred_bytes < self.burst_bytes {
+            self.sends_deferred = true;
+            self.last_send_ns = now;
+        } else {
+            self.sends_deferred = false;
+            self.deferred_bytes = 0;
+            self.flush_reply(now);
+            // The pause counts from the end of the system calls.
+            self.last_send_ns = self.now();
+        }
+        self.in_send_burst = true;
         Ok(())
+    }
+
+    /// The application's hint (`FI_MORE`) that another send follows the
+    /// next one at once: that one waits for the burst's end too.
+    pub fn expect_more_sends(&mut self) {
+        self.in_send_burst = true;
+        self.last_send_ns = self.now();
+    }
+
+    /// Push out sends a burst left waiting; every call but a send ends a
+    /// burst.
+    fn end_send_burst(&mut self, now: u64) {
+        self.in_send_burst = false;
+        if std::mem::take(&mut self.sends_deferred) {
+            self.deferred_bytes = 0;
+            self.flush_reply(now);
+        }
     }
 
     /// Post an RMA write or read and push its first packets out at once.
@@ -384,6 +456,7 @@ impl Endpoint {
             return Err(Error::Unreachable(op.dest));
         }
         let now = self.now();
+        self.end_send_burst(now);
         self.engine.post_rma(now, op)?;
         self.flush_reply(now);
         Ok(())
@@ -399,6 +472,7 @@ impl Endpoint {
     pub fn recv(&mut self, op: RecvOp) -> Result<()> {
         self.timers_known = false;
         let now = self.now();
+        self.end_send_burst(now);
         self.engine.post_recv(now, op)?;
         // Posting a receive is how an application readies for the next
         // message before it answers this one: held ACKs keep waiting,
@@ -413,6 +487,8 @@ impl Endpoint {
     /// completion is then queued).
     pub fn cancel(&mut self, context: Context) -> bool {
         self.timers_known = false;
+        let now = self.now();
+        self.end_send_burst(now);
         self.engine.cancel(context)
     }
 
@@ -436,7 +512,11 @@ impl Endpoint {
     /// even without input: zero when a transmit is pending, the time to the
     /// next timer otherwise, `None` when nothing is armed.
     pub fn idle_budget(&self) -> Option<std::time::Duration> {
-        if !self.stalled.is_empty() || self.acks_deferred || self.engine.has_completions() {
+        if !self.stalled.is_empty()
+            || self.acks_deferred
+            || self.sends_deferred
+            || self.engine.has_completions()
+        {
             return Some(std::time::Duration::ZERO);
         }
         let now = self.now();
@@ -472,6 +552,7 @@ impl Endpoint {
 
     fn progress_holding(&mut self, may_hold: bool) -> bool {
         let now = self.now();
+        self.end_send_burst(now);
 
         let mut busy = false;
         let released = std::mem::take(&mut self.acks_deferred);
@@ -869,9 +950,10 @@ fn deliver(
 impl Drop for Endpoint {
     /// ACKs held for a reply that never came still go out: an application
     /// that closes right after reading its last message must not leave the
-    /// sender retransmitting to a closed port.
+    /// sender retransmitting to a closed port. So do sends a burst left
+    /// waiting.
     fn drop(&mut self) {
-        if self.acks_deferred {
+        if self.acks_deferred || self.sends_deferred {
             let now = self.now();
             self.flush(now);
         }

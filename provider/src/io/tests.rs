@@ -99,6 +99,24 @@ fn exchange(a: &mut Endpoint, b: &mut Endpoint, sizes: &[usize]) {
     }
 }
 
+/// For tests of ACK holding, whose senders post one send after another
+/// with no call between (a burst, were sends coalesced).
+fn ack_config() -> Config {
+    Config {
+        send_burst_us: 0,
+        ..config(1)
+    }
+}
+
+/// The loopback defaults, with bursts that survive a test thread's
+/// pauses on a loaded machine.
+fn burst_config() -> Config {
+    Config {
+        send_burst_us: 1_000_000,
+        ..Config::default()
+    }
+}
+
 fn config(entropies: u16) -> Config {
     Config {
         entropies,
@@ -549,7 +567,7 @@ fn deliver(a: &mut Endpoint, b: &mut Endpoint, seed: u64) -> (u64, u64) {
 
 #[test]
 fn application_progress_holds_acks_once_it_sees_replies() {
-    let cfg = config(1);
+    let cfg = ack_config();
     let mut a = Endpoint::bind(&cfg, LOOPBACK.parse().unwrap()).unwrap();
     let mut b = Endpoint::bind(&cfg, LOOPBACK.parse().unwrap()).unwrap();
     // Nothing known of the application yet: the ACK leaves at once.
@@ -587,7 +605,7 @@ fn background_progress_and_the_knob_never_hold_acks() {
     for (defer_acks, app) in [(true, false), (false, true)] {
         let cfg = Config {
             defer_acks,
-            ..config(1)
+            ..ack_config()
         };
         let mut a = Endpoint::bind(&cfg, LOOPBACK.parse().unwrap()).unwrap();
         let mut b = Endpoint::bind(&cfg, LOOPBACK.parse().unwrap()).unwrap();
@@ -621,7 +639,7 @@ fn background_progress_and_the_knob_never_hold_acks() {
 
 #[test]
 fn held_acks_leave_when_the_endpoint_closes() {
-    let cfg = config(1);
+    let cfg = ack_config();
     let mut a = Endpoint::bind(&cfg, LOOPBACK.parse().unwrap()).unwrap();
     let mut b = Endpoint::bind(&cfg, LOOPBACK.parse().unwrap()).unwrap();
     deliver(&mut a, &mut b, 1);
@@ -642,4 +660,149 @@ fn held_acks_leave_when_the_endpoint_closes() {
             }
         }
     }
+}
+
+/// Datagrams `a` has put on the wire so far.
+fn sent(a: &Endpoint) -> u64 {
+    a.stats().sent.iter().sum()
+}
+
+/// Post `count` sends of `len` bytes a -> b back to back (b's receives
+/// posted first); returns their payloads.
+fn send_burst(a: &mut Endpoint, b: &mut Endpoint, count: usize, len: usize) -> Vec<Shared> {
+    let mut bufs = Vec::new();
+    for i in 0..count {
+        let (op, buf) = recv_op(len, 100 + i as u64);
+        b.recv(op).unwrap();
+        bufs.push(buf);
+    }
+    for i in 0..count {
+        a.send(send_op(b.local_addr(), pattern(i as u64, len), i as u64))
+            .unwrap();
+    }
+    bufs
+}
+
+/// Progress both until `count` sends and receives completed; check data.
+fn complete_burst(a: &mut Endpoint, b: &mut Endpoint, bufs: &[Shared], len: usize) {
+    let (mut sends, mut recvs) = (0, 0);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while sends < bufs.len() || recvs < bufs.len() {
+        assert!(
+            Instant::now() < deadline,
+            "hung: {sends} sends, {recvs} recvs"
+        );
+        a.progress_app();
+        b.progress_app();
+        while let Some(c) = a.poll_completion() {
+            assert_eq!(c.error, None);
+            sends += 1;
+        }
+        while let Some(c) = b.poll_completion() {
+            assert_eq!(c.error, None);
+            recvs += 1;
+        }
+    }
+    for (i, buf) in bufs.iter().enumerate() {
+        assert!(
+            *buf.0.lock().unwrap() == pattern(i as u64, len),
+            "message {i} corrupted"
+        );
+    }
+}
+
+#[test]
+fn a_burst_of_sends_leaves_together_at_its_end() {
+    // The loopback defaults: 64 KB MTU, one path; short messages still
+    // segment together.
+    let cfg = burst_config();
+    let mut a = Endpoint::bind(&cfg, LOOPBACK.parse().unwrap()).unwrap();
+    let mut b = Endpoint::bind(&cfg, LOOPBACK.parse().unwrap()).unwrap();
+    let bufs = send_burst(&mut a, &mut b, 10, 1000);
+    // The first send left at once; the rest wait for the burst's end, and
+    // nobody may sleep meanwhile.
+    assert_eq!(sent(&a), 1);
+    assert_eq!(a.idle_budget(), Some(Duration::ZERO));
+    let before = a.stats();
+    a.progress_app();
+    let after = a.stats();
+    assert_eq!(sent(&a), 10);
+    assert_eq!(after.gso_sends - before.gso_sends, 1, "{after:?}");
+    assert_eq!(after.gso_segments - before.gso_segments, 9, "{after:?}");
+    complete_burst(&mut a, &mut b, &bufs, 1000);
+    // The run asked for one ACK (its last packet), the first send another.
+    assert!(b.engine_stats().acks_sent <= 3, "{:?}", b.engine_stats());
+}
+
+#[test]
+fn any_other_call_ends_a_burst_and_the_knob_turns_it_off() {
+    let cfg = burst_config();
+    let mut a = Endpoint::bind(&cfg, LOOPBACK.parse().unwrap()).unwrap();
+    let mut b = Endpoint::bind(&cfg, LOOPBACK.parse().unwrap()).unwrap();
+    let bufs = send_burst(&mut a, &mut b, 3, 64);
+    assert_eq!(sent(&a), 1);
+    // Posting a receive is another kind of call.
+    let (op, _spare) = recv_op(64, 999);
+    a.recv(op).unwrap();
+    assert_eq!(sent(&a), 3);
+    complete_burst(&mut a, &mut b, &bufs, 64);
+
+    // A send after a pause longer than FI_UET_SEND_BURST_US leaves at
+    // once, with what waited.
+    let paced = Config {
+        send_burst_us: 100_000,
+        ..Config::default()
+    };
+    let mut a = Endpoint::bind(&paced, LOOPBACK.parse().unwrap()).unwrap();
+    let mut b = Endpoint::bind(&paced, LOOPBACK.parse().unwrap()).unwrap();
+    let mut bufs = send_burst(&mut a, &mut b, 3, 64);
+    assert_eq!(sent(&a), 1);
+    std::thread::sleep(Duration::from_millis(150));
+    let (op, buf) = recv_op(64, 103);
+    b.recv(op).unwrap();
+    bufs.push(buf);
+    a.send(send_op(b.local_addr(), pattern(3, 64), 3)).unwrap();
+    assert_eq!(sent(&a), 4);
+    complete_burst(&mut a, &mut b, &bufs, 64);
+
+    let off = Config {
+        send_burst_us: 0,
+        ..Config::default()
+    };
+    let mut a = Endpoint::bind(&off, LOOPBACK.parse().unwrap()).unwrap();
+    let mut b = Endpoint::bind(&off, LOOPBACK.parse().unwrap()).unwrap();
+    let bufs = send_burst(&mut a, &mut b, 3, 64);
+    assert_eq!(sent(&a), 3);
+    complete_burst(&mut a, &mut b, &bufs, 64);
+}
+
+#[test]
+fn a_full_batch_leaves_without_waiting_for_the_burst_to_end() {
+    let cfg = Config {
+        mtu: 4096,
+        ..burst_config()
+    };
+    let mut a = Endpoint::bind(&cfg, LOOPBACK.parse().unwrap()).unwrap();
+    let mut b = Endpoint::bind(&cfg, LOOPBACK.parse().unwrap()).unwrap();
+    // Far more than a batch of 4 KiB packets (128), posted without a
+    // progress call: what the window allows left before the burst ended.
+    let bufs = send_burst(&mut a, &mut b, 200, 4000);
+    assert!(a.stats().gso_sends > 0, "{:?}", a.stats());
+    complete_burst(&mut a, &mut b, &bufs, 4000);
+}
+
+#[test]
+fn more_hint_holds_even_the_first_send_and_close_sends_what_waits() {
+    let cfg = burst_config();
+    let mut a = Endpoint::bind(&cfg, LOOPBACK.parse().unwrap()).unwrap();
+    let mut b = Endpoint::bind(&cfg, LOOPBACK.parse().unwrap()).unwrap();
+    let (op, buf) = recv_op(64, 1);
+    b.recv(op).unwrap();
+    a.expect_more_sends();
+    a.send(send_op(b.local_addr(), pattern(0, 64), 0)).unwrap();
+    assert_eq!(sent(&a), 0);
+    // Closing the endpoint sends it.
+    drop(a);
+    progress_app_until_completion(&mut b);
+    assert!(*buf.0.lock().unwrap() == pattern(0, 64));
 }
