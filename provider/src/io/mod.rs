@@ -795,7 +795,17 @@ impl Endpoint {
     /// packets to one destination with one TOS in one `sendmsg`. Stops at
     /// the first EAGAIN, keeping what is left whole in `tx_buf`.
     fn flush_batched(&mut self, now: u64) -> bool {
-        let Some(mut gso) = self.gso.take() else {
+        // Fields borrowed apart, so the GSO state stays in place.
+        let Endpoint {
+            gso: Some(gso),
+            engine,
+            tx_buf,
+            sockets,
+            stats,
+            stalled,
+            ..
+        } = self
+        else {
             return false;
         };
         let mut sent = false;
@@ -803,12 +813,12 @@ impl Endpoint {
             gso.pending.clear();
             while gso.pending.len() < gso.batch {
                 let slot = gso.pending.len() * gso.slot_len;
-                let buf = &mut self.tx_buf[slot + HEADROOM..slot + gso.slot_len];
-                let Some((t, payload)) = self.engine.poll_transmit_ref(now, buf) else {
+                let buf = &mut tx_buf[slot + HEADROOM..slot + gso.slot_len];
+                let Some((t, payload)) = engine.poll_transmit_ref(now, buf) else {
                     break;
                 };
                 gso.pending.push(Pending {
-                    socket: t.entropy as usize % self.sockets.len(),
+                    socket: t.entropy as usize % sockets.len(),
                     to: t.dest,
                     tos: ip::tos(0, t.ecn),
                     slot,
@@ -822,38 +832,45 @@ impl Endpoint {
                 break;
             }
             sent = true;
+            let mut batch = Batch {
+                sockets,
+                engine,
+                tx_buf,
+                stats,
+                stalled,
+                gso_on: true,
+            };
+            // A lone packet (a ping-pong's message or ACK) leaves as
+            // flush_gather would send it, without the grouping.
+            if taken == 1 {
+                if batch.send_one_by_one(&gso.pending, &[0]).is_err() {
+                    batch.stall(&gso.pending, &[0]);
+                }
+                break;
+            }
             // A payload the engine no longer has (never within one flush)
             // leaves the headers alone rather than garbage: the receiver
             // drops the short packet. Its length must say so, or it would
             // break a run of segments.
             for p in gso.pending.iter_mut() {
-                if p.payload.is_some_and(|r| self.engine.payload(r).is_none()) {
+                if p.payload.is_some_and(|r| batch.engine.payload(r).is_none()) {
                     p.payload = None;
                     p.len = p.head_len;
                 }
             }
-            group_by_socket(&mut gso, self.sockets.len());
-            let mut batch = Batch {
-                sockets: &self.sockets,
-                engine: &self.engine,
-                tx_buf: &mut self.tx_buf,
-                stats: &mut self.stats,
-                stalled: &mut self.stalled,
-                gso_on: true,
-            };
+            group_by_socket(gso, sockets.len());
             let all_out = batch.send(&gso.pending, &gso.order);
-            let gso_on = batch.gso_on;
-            if !gso_on {
-                self.stats.gso_disabled = true;
+            if !batch.gso_on {
+                stats.gso_disabled = true;
                 // Slots of stalled packets stay valid: flush_gather uses
                 // only the first, and runs once nothing is stalled.
+                self.gso = None;
                 return sent;
             }
             if !all_out || taken < gso.batch {
                 break;
             }
         }
-        self.gso = Some(gso);
         sent
     }
 
