@@ -175,7 +175,7 @@ impl Engine {
                 Some(SlotKind::Data { .. }) if !ordered => peer.lb.next_entropy(now),
                 _ => 0,
             };
-            let Some(slot) = peer.tx.resend(psn, now, entropy) else {
+            let Some(slot) = peer.tx.resend(psn, now, rto, entropy) else {
                 continue;
             };
             if !slot.in_flight {

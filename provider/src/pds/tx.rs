@@ -202,11 +202,17 @@ impl TxPdc {
             in_flight: true,
         });
         self.counted_bytes += bytes as u64;
-        if self.rto_due == 0 {
-            self.rto_due = now + rto;
-        }
+        self.arm_timer(now + rto);
         self.last_sent_at = now;
         psn
+    }
+
+    /// Make sure the retransmission timer fires by `due`. Early is harmless:
+    /// the expiry scan re-arms it for the slots not yet due.
+    fn arm_timer(&mut self, due: u64) {
+        if self.rto_due == 0 || due < self.rto_due {
+            self.rto_due = due;
+        }
     }
 
     pub fn slot(&self, psn: u32) -> Option<&TxSlot> {
@@ -221,7 +227,11 @@ impl TxPdc {
 
     /// Mark a queued retransmission as sent again on `entropy`; returns the
     /// slot as it was (its `in_flight` says whether it still counted).
-    pub fn resend(&mut self, psn: u32, now: u64, entropy: u16) -> Option<TxSlot> {
+    /// A queued packet leaves again; its timer is armed for `now + rto` at
+    /// the latest (the expiry scan skips queued packets, so when every
+    /// outstanding one was queued none was armed, and a lost resend would
+    /// otherwise wait forever).
+    pub fn resend(&mut self, psn: u32, now: u64, rto: u64, entropy: u16) -> Option<TxSlot> {
         let slot = self.slot_mut(psn)?;
         if slot.acked {
             return None;
@@ -236,6 +246,7 @@ impl TxPdc {
         if !before.in_flight {
             self.counted_bytes += before.bytes as u64;
         }
+        self.arm_timer(now + rto);
         self.last_sent_at = now;
         Some(TxSlot { retries, ..before })
     }
@@ -718,11 +729,27 @@ mod tests {
         assert_eq!(tx.on_timeout(999, 1000, 8000), 0);
         assert_eq!(tx.on_timeout(1000, 1000, 8000), 1);
         assert_eq!(tx.retransmit.pop_front(), Some(0));
-        let s = tx.resend(0, 1000, 0).unwrap();
+        let s = tx.resend(0, 1000, 1000, 0).unwrap();
         assert_eq!(s.retries, 1);
         // Second timer is twice as long.
         assert_eq!(tx.on_timeout(2999, 1000, 8000), 0);
         assert_eq!(tx.on_timeout(3000, 1000, 8000), 2);
+    }
+
+    #[test]
+    fn a_resend_arms_the_timer_when_every_packet_was_queued() {
+        let mut tx = TxPdc::new(1, 0);
+        tx.push(data(0), 0, 1000, 100, 0);
+        // Go back N queues it; its timer then finds nothing counted.
+        assert_eq!(tx.go_back_n(8), 1);
+        assert_eq!(tx.on_timeout(1000, 1000, 8000), 0);
+        assert_eq!(tx.rto_due, 0);
+        // The resend is lost too: its own timer must bring it back.
+        tx.retransmit.clear();
+        tx.resend(0, 1500, 1000, 0).unwrap();
+        assert_eq!(tx.rto_due, 2500);
+        assert_eq!(tx.on_timeout(2500, 1000, 8000), 1);
+        assert_eq!(tx.retransmit.pop_front(), Some(0));
     }
 
     #[test]
@@ -736,7 +763,7 @@ mod tests {
         tx.push(data(0), 0, 1000, 100, 0);
         tx.on_timeout(1000, 1000, 8000);
         tx.retransmit.clear();
-        tx.resend(0, 1000, 0).unwrap();
+        tx.resend(0, 1000, 1000, 0).unwrap();
         // The ACK says the retransmission was seen: a valid 500 ns sample.
         let a = AckRepr {
             flags: crate::wire::prologue::flags::ACK_RETX,
@@ -757,7 +784,7 @@ mod tests {
         assert_eq!(tx.retransmit.len(), 4);
         tx.retransmit.clear();
         for psn in 10..14 {
-            tx.resend(psn, 1000, 0);
+            tx.resend(psn, 1000, 1000, 0);
         }
         assert!(tx.nack(12, 1100));
         assert!(!tx.nack(12, 1100), "already queued");
@@ -787,7 +814,7 @@ mod tests {
         assert!(tx.in_recovery());
         // The resend arrives: the cumulative PSN passes 5; 6 and 7 are
         // still below the snapshot, recovery lasts until they are in.
-        tx.resend(1, 200, 0);
+        tx.resend(1, 200, 1000, 0);
         tx.on_ack(&ack(5, 0), 300);
         assert_eq!(tx.sacked(), 0);
         assert_eq!(tx.sleek(4, 8), 0);
@@ -805,7 +832,7 @@ mod tests {
             now += 10;
             assert!(tx.nack(0, now));
             tx.retransmit.clear();
-            tx.resend(0, now, 0);
+            tx.resend(0, now, 1000, 0);
         }
         assert_eq!(tx.slot(0).unwrap().retries, 50);
         // The first timeout after all that is the first strike.
@@ -930,7 +957,7 @@ mod tests {
         assert_eq!(tx.take_lost_bytes(), 0);
         // A resend counts again.
         tx.retransmit.clear();
-        tx.resend(2, 5000, 0);
+        tx.resend(2, 5000, 1000, 0);
         assert_eq!(tx.counted_bytes(), 100);
         tx.on_ack(&ack(3, 0), 6000);
         assert_eq!(tx.counted_bytes(), 0);
@@ -938,7 +965,7 @@ mod tests {
         tx.push(data(4), 7000, 1000, 100, 0);
         tx.uncount(4);
         assert_eq!(tx.counted_bytes(), 0);
-        tx.resend(4, 7100, 0);
+        tx.resend(4, 7100, 1000, 0);
         assert_eq!(tx.counted_bytes(), 100);
     }
 }
