@@ -12,6 +12,7 @@
 //!   since the last look is progressed by the thread, which then also sleeps
 //!   on its sockets until the application returns. Endpoints the
 //!   application polls are left alone, so the busy path sees no contention.
+//!   The thread runs at SCHED_BATCH, so its looks never preempt a poller.
 //!
 //! The thread stops and is joined when the domain closes.
 
