@@ -71,32 +71,7 @@ fn exchange(a: &mut Endpoint, b: &mut Endpoint, sizes: &[usize]) {
         a.send(send_op(b.local_addr(), pattern(i as u64, len), i as u64))
             .unwrap();
     }
-    let (mut sends, mut recvs) = (0, 0);
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while sends < sizes.len() || recvs < sizes.len() {
-        assert!(
-            Instant::now() < deadline,
-            "hung: {sends} sends, {recvs} recvs"
-        );
-        a.progress();
-        b.progress();
-        while let Some(c) = a.poll_completion() {
-            assert_eq!(c.error, None);
-            sends += 1;
-        }
-        while let Some(c) = b.poll_completion() {
-            assert_eq!(c.error, None);
-            assert_eq!(c.kind, CompletionKind::Recv);
-            assert_eq!(c.src, Some(a.local_addr()), "FI_SOURCE is canonical");
-            recvs += 1;
-        }
-    }
-    for (i, b) in bufs.iter().enumerate() {
-        assert!(
-            *b.0.lock().unwrap() == pattern(i as u64, sizes[i]),
-            "message {i} corrupted"
-        );
-    }
+    complete(a, b, &bufs, sizes);
 }
 
 /// For tests of ACK holding, whose senders post one send after another
@@ -683,32 +658,40 @@ fn send_burst(a: &mut Endpoint, b: &mut Endpoint, count: usize, len: usize) -> V
     bufs
 }
 
-/// Progress both until `count` sends and receives completed; check data.
-fn complete_burst(a: &mut Endpoint, b: &mut Endpoint, bufs: &[Shared], len: usize) {
+/// Progress both until every send and receive completed (each message
+/// from a's canonical address) and check message `i` holds `pattern(i)`.
+fn complete(a: &mut Endpoint, b: &mut Endpoint, bufs: &[Shared], sizes: &[usize]) {
     let (mut sends, mut recvs) = (0, 0);
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while sends < bufs.len() || recvs < bufs.len() {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while sends < sizes.len() || recvs < sizes.len() {
         assert!(
             Instant::now() < deadline,
             "hung: {sends} sends, {recvs} recvs"
         );
-        a.progress_app();
-        b.progress_app();
+        a.progress();
+        b.progress();
         while let Some(c) = a.poll_completion() {
             assert_eq!(c.error, None);
             sends += 1;
         }
         while let Some(c) = b.poll_completion() {
             assert_eq!(c.error, None);
+            assert_eq!(c.kind, CompletionKind::Recv);
+            assert_eq!(c.src, Some(a.local_addr()), "FI_SOURCE is canonical");
             recvs += 1;
         }
     }
-    for (i, buf) in bufs.iter().enumerate() {
+    for (i, b) in bufs.iter().enumerate() {
         assert!(
-            *buf.0.lock().unwrap() == pattern(i as u64, len),
+            *b.0.lock().unwrap() == pattern(i as u64, sizes[i]),
             "message {i} corrupted"
         );
     }
+}
+
+/// [`complete`] for `bufs.len()` messages of `len` bytes.
+fn complete_burst(a: &mut Endpoint, b: &mut Endpoint, bufs: &[Shared], len: usize) {
+    complete(a, b, bufs, &vec![len; bufs.len()]);
 }
 
 #[test]
