@@ -60,6 +60,12 @@ fn recv_op(len: usize, context: u64) -> (RecvOp, Shared) {
     (op, buf)
 }
 
+/// Two endpoints on loopback with `cfg`.
+fn pair(cfg: &Config) -> (Endpoint, Endpoint) {
+    let bind = || Endpoint::bind(cfg, LOOPBACK.parse().unwrap()).unwrap();
+    (bind(), bind())
+}
+
 /// Send `sizes` from a to b (receives pre-posted) and check every message
 /// arrives intact, from a's canonical address.
 fn exchange(a: &mut Endpoint, b: &mut Endpoint, sizes: &[usize]) {
@@ -105,8 +111,7 @@ fn config(entropies: u16) -> Config {
 #[test]
 fn pool_binds_consecutive_ports_and_sprays_data_only() {
     let cfg = config(4);
-    let mut a = Endpoint::bind(&cfg, LOOPBACK.parse().unwrap()).unwrap();
-    let mut b = Endpoint::bind(&cfg, LOOPBACK.parse().unwrap()).unwrap();
+    let (mut a, mut b) = pair(&cfg);
     let ports: Vec<u16> = a.entropy_addrs().iter().map(|s| s.port()).collect();
     assert_eq!(ports.len(), 4);
     assert_eq!(ports[0], a.local_addr().port());
@@ -139,8 +144,7 @@ fn loopback_defaults_to_one_path_without_a_pool() {
         mtu: 4096,
         ..Config::default()
     };
-    let mut a = Endpoint::bind(&cfg, LOOPBACK.parse().unwrap()).unwrap();
-    let mut b = Endpoint::bind(&cfg, LOOPBACK.parse().unwrap()).unwrap();
+    let (mut a, mut b) = pair(&cfg);
     assert_eq!(a.entropy_addrs().len(), 1);
     exchange(&mut a, &mut b, &[100_000, 1, 0, 50_000]);
     assert!(a.stats().sent[0] > 0);
@@ -235,8 +239,7 @@ fn relay_carries_traffic_and_delivers_ce_and_trimmed_dscp() {
         fabric: relay.addr.to_string(),
         ..config(4)
     };
-    let mut a = Endpoint::bind(&cfg, LOOPBACK.parse().unwrap()).unwrap();
-    let mut b = Endpoint::bind(&cfg, LOOPBACK.parse().unwrap()).unwrap();
+    let (mut a, mut b) = pair(&cfg);
     // A stray datagram straight to b (not through the relay) is dropped.
     let stray = UdpSocket::bind(LOOPBACK).unwrap();
     stray.send_to(&[0u8; 64], b.local_addr()).unwrap();
@@ -436,8 +439,7 @@ fn settle(a: &mut Endpoint, b: &mut Endpoint) -> (DriverStats, DriverStats) {
 fn gso_batches_sprayed_packets_and_gro_arrivals_are_cut_back() {
     // Four entropies sprayed per packet: runs form by grouping per socket.
     let cfg = config(4);
-    let mut a = Endpoint::bind(&cfg, LOOPBACK.parse().unwrap()).unwrap();
-    let mut b = Endpoint::bind(&cfg, LOOPBACK.parse().unwrap()).unwrap();
+    let (mut a, mut b) = pair(&cfg);
     exchange(&mut a, &mut b, &[2_000_000, 4097, 1, 0, 123_457, 70_000]);
     let (sa, sb) = settle(&mut a, &mut b);
     assert!(!sa.gso_disabled && sa.gso_fallbacks == 0, "{sa:?}");
@@ -463,8 +465,7 @@ fn gso_keeps_the_order_of_ordered_delivery() {
         ordered: true,
         ..config(4)
     };
-    let mut a = Endpoint::bind(&cfg, LOOPBACK.parse().unwrap()).unwrap();
-    let mut b = Endpoint::bind(&cfg, LOOPBACK.parse().unwrap()).unwrap();
+    let (mut a, mut b) = pair(&cfg);
     exchange(&mut a, &mut b, &[1_000_000, 3, 200_000]);
     let (sa, _) = settle(&mut a, &mut b);
     assert!(sa.gso_sends > 0, "{sa:?}");
@@ -494,8 +495,7 @@ fn gso_sender_and_plain_receiver_interoperate() {
 #[test]
 fn gso_refused_by_the_kernel_falls_back_without_losing_a_packet() {
     let cfg = config(4);
-    let mut a = Endpoint::bind(&cfg, LOOPBACK.parse().unwrap()).unwrap();
-    let mut b = Endpoint::bind(&cfg, LOOPBACK.parse().unwrap()).unwrap();
+    let (mut a, mut b) = pair(&cfg);
     // Without UDP checksums the kernel refuses every segmented send (EINVAL).
     for s in &a.sockets {
         sys::disable_checksums(s).unwrap();
@@ -543,8 +543,7 @@ fn deliver(a: &mut Endpoint, b: &mut Endpoint, seed: u64) -> (u64, u64) {
 #[test]
 fn application_progress_holds_acks_once_it_sees_replies() {
     let cfg = ack_config();
-    let mut a = Endpoint::bind(&cfg, LOOPBACK.parse().unwrap()).unwrap();
-    let mut b = Endpoint::bind(&cfg, LOOPBACK.parse().unwrap()).unwrap();
+    let (mut a, mut b) = pair(&cfg);
     // Nothing known of the application yet: the ACK leaves at once.
     let (before, after) = deliver(&mut a, &mut b, 1);
     assert_eq!(after, before + 1);
@@ -582,8 +581,7 @@ fn background_progress_and_the_knob_never_hold_acks() {
             defer_acks,
             ..ack_config()
         };
-        let mut a = Endpoint::bind(&cfg, LOOPBACK.parse().unwrap()).unwrap();
-        let mut b = Endpoint::bind(&cfg, LOOPBACK.parse().unwrap()).unwrap();
+        let (mut a, mut b) = pair(&cfg);
         for seed in [1, 3] {
             let (op, _buf) = recv_op(64, seed);
             b.recv(op).unwrap();
@@ -615,8 +613,7 @@ fn background_progress_and_the_knob_never_hold_acks() {
 #[test]
 fn held_acks_leave_when_the_endpoint_closes() {
     let cfg = ack_config();
-    let mut a = Endpoint::bind(&cfg, LOOPBACK.parse().unwrap()).unwrap();
-    let mut b = Endpoint::bind(&cfg, LOOPBACK.parse().unwrap()).unwrap();
+    let (mut a, mut b) = pair(&cfg);
     deliver(&mut a, &mut b, 1);
     b.send(send_op(a.local_addr(), pattern(2, 64), 2)).unwrap();
     let (before, after) = deliver(&mut a, &mut b, 3);
@@ -699,8 +696,7 @@ fn a_burst_of_sends_leaves_together_at_its_end() {
     // The loopback defaults: 64 KB MTU, one path; short messages still
     // segment together.
     let cfg = burst_config();
-    let mut a = Endpoint::bind(&cfg, LOOPBACK.parse().unwrap()).unwrap();
-    let mut b = Endpoint::bind(&cfg, LOOPBACK.parse().unwrap()).unwrap();
+    let (mut a, mut b) = pair(&cfg);
     let bufs = send_burst(&mut a, &mut b, 10, 1000);
     // The first send left at once; the rest wait for the burst's end, and
     // nobody may sleep meanwhile.
@@ -720,8 +716,7 @@ fn a_burst_of_sends_leaves_together_at_its_end() {
 #[test]
 fn any_other_call_ends_a_burst_and_the_knob_turns_it_off() {
     let cfg = burst_config();
-    let mut a = Endpoint::bind(&cfg, LOOPBACK.parse().unwrap()).unwrap();
-    let mut b = Endpoint::bind(&cfg, LOOPBACK.parse().unwrap()).unwrap();
+    let (mut a, mut b) = pair(&cfg);
     let bufs = send_burst(&mut a, &mut b, 3, 64);
     assert_eq!(sent(&a), 1);
     // Posting a receive is another kind of call.
@@ -736,8 +731,7 @@ fn any_other_call_ends_a_burst_and_the_knob_turns_it_off() {
         send_burst_us: 100_000,
         ..Config::default()
     };
-    let mut a = Endpoint::bind(&paced, LOOPBACK.parse().unwrap()).unwrap();
-    let mut b = Endpoint::bind(&paced, LOOPBACK.parse().unwrap()).unwrap();
+    let (mut a, mut b) = pair(&paced);
     let mut bufs = send_burst(&mut a, &mut b, 3, 64);
     assert_eq!(sent(&a), 1);
     std::thread::sleep(Duration::from_millis(150));
@@ -752,8 +746,7 @@ fn any_other_call_ends_a_burst_and_the_knob_turns_it_off() {
         send_burst_us: 0,
         ..Config::default()
     };
-    let mut a = Endpoint::bind(&off, LOOPBACK.parse().unwrap()).unwrap();
-    let mut b = Endpoint::bind(&off, LOOPBACK.parse().unwrap()).unwrap();
+    let (mut a, mut b) = pair(&off);
     let bufs = send_burst(&mut a, &mut b, 3, 64);
     assert_eq!(sent(&a), 3);
     complete_burst(&mut a, &mut b, &bufs, 64);
@@ -765,8 +758,7 @@ fn a_full_batch_leaves_without_waiting_for_the_burst_to_end() {
         mtu: 4096,
         ..burst_config()
     };
-    let mut a = Endpoint::bind(&cfg, LOOPBACK.parse().unwrap()).unwrap();
-    let mut b = Endpoint::bind(&cfg, LOOPBACK.parse().unwrap()).unwrap();
+    let (mut a, mut b) = pair(&cfg);
     // Far more than a batch of 4 KiB packets (128), posted without a
     // progress call: what the window allows left before the burst ended.
     let bufs = send_burst(&mut a, &mut b, 200, 4000);
@@ -777,8 +769,7 @@ fn a_full_batch_leaves_without_waiting_for_the_burst_to_end() {
 #[test]
 fn more_hint_holds_even_the_first_send_and_close_sends_what_waits() {
     let cfg = burst_config();
-    let mut a = Endpoint::bind(&cfg, LOOPBACK.parse().unwrap()).unwrap();
-    let mut b = Endpoint::bind(&cfg, LOOPBACK.parse().unwrap()).unwrap();
+    let (mut a, mut b) = pair(&cfg);
     let (op, buf) = recv_op(64, 1);
     b.recv(op).unwrap();
     a.expect_more_sends();
