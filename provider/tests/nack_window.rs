@@ -31,28 +31,40 @@ fn drain(e: &mut Engine, now: u64) -> Vec<(SocketAddr, Vec<u8>)> {
 }
 
 fn is_data(d: &[u8]) -> bool {
-    Prologue::parse(d).is_ok_and(|p| p.ptype == PacketType::RudRequest)
+    Prologue::parse(d)
+        .is_ok_and(|p| matches!(p.ptype, PacketType::RudRequest | PacketType::RodRequest))
 }
 
-#[test]
-fn resends_after_nacks_wait_for_the_window() {
-    let cfg = Config {
+/// A configuration whose congestion window starts at `WINDOW_PACKETS`
+/// MTUs and cannot fall below one.
+fn small_window(ordered: bool) -> Config {
+    Config {
         mtu: MTU,
         cc: CcAlgorithm::Nscc,
         link_gbps: 1,
         // bdp = 1 Gb/s * 10 us = 1250 B: maxwnd is its floor, 4 MTUs.
         base_rtt_us: 10,
         nscc_min_maxwnd_packets: WINDOW_PACKETS as u32,
+        ordered,
         ..Config::default()
-    };
+    }
+}
+
+/// Send 64 KiB from a new engine, trim its whole first window on the way
+/// and hand the receiver's NACKs back in the order given by `order` (indices
+/// into the first window). Returns the sender, the receiver, the PSNs of
+/// the first window and what the sender sends next.
+fn trim_first_window(
+    ordered: bool,
+    order: impl Fn(usize) -> usize,
+) -> (Engine, Engine, Vec<u32>, Vec<(SocketAddr, Vec<u8>)>) {
+    let cfg = small_window(ordered);
     let a: SocketAddr = "10.0.0.1:4793".parse().unwrap();
     let b: SocketAddr = "10.0.0.2:4793".parse().unwrap();
     let mut tx = Engine::new(&cfg, a, 1);
     let mut rx = Engine::new(&cfg, b, 2);
     tx.post_send(0, send(b, pattern(1, 64 << 10), None, 1))
         .unwrap();
-
-    // The first window leaves, and a full queue trims all of it.
     let first = drain(&mut tx, 0);
     assert_eq!(first.len(), WINDOW_PACKETS);
     assert!(first.iter().all(|(_, d)| is_data(d)));
@@ -62,13 +74,24 @@ fn resends_after_nacks_wait_for_the_window() {
     }
     let nacks = drain(&mut rx, 1_000);
     assert_eq!(nacks.len(), WINDOW_PACKETS);
-    for (_, d) in &nacks {
-        tx.handle_datagram(2_000, b, 0, d);
+    for i in 0..nacks.len() {
+        tx.handle_datagram(2_000, b, 0, &nacks[order(i)].1);
     }
+    let next = drain(&mut tx, 2_000);
+    let psns = first
+        .iter()
+        .map(|(_, d)| RequestRepr::parse(d).unwrap().psn)
+        .collect();
+    (tx, rx, psns, next)
+}
 
+#[test]
+fn resends_after_nacks_wait_for_the_window() {
+    let a: SocketAddr = "10.0.0.1:4793".parse().unwrap();
+    let b: SocketAddr = "10.0.0.2:4793".parse().unwrap();
     // Nothing is in flight and each NACK took a packet off the window,
     // down to its one-MTU floor: one resend leaves, not the whole burst.
-    let resent = drain(&mut tx, 2_000);
+    let (mut tx, mut rx, _, resent) = trim_first_window(false, |i| i);
     assert_eq!(resent.len(), 1, "{} datagrams", resent.len());
     let req = RequestRepr::parse(&resent[0].1).unwrap();
     assert_ne!(req.flags & RETX, 0);
@@ -81,4 +104,23 @@ fn resends_after_nacks_wait_for_the_window() {
     let next = drain(&mut tx, 4_000);
     assert!(!next.is_empty() && next.len() < WINDOW_PACKETS);
     assert_ne!(RequestRepr::parse(&next[0].1).unwrap().flags & RETX, 0);
+}
+
+#[test]
+fn ordered_delivery_resends_the_lowest_psn_first() {
+    // Each NACK goes to the head of the queue, so NACKs in PSN order leave
+    // the highest first: under ordered delivery the receiver would drop
+    // it, so the lowest must leave instead, whatever order they came in.
+    for reversed in [false, true] {
+        let order = |i| if reversed { WINDOW_PACKETS - 1 - i } else { i };
+        let (_, _, psns, resent) = trim_first_window(true, order);
+        assert_eq!(resent.len(), 1, "{} datagrams", resent.len());
+        let req = RequestRepr::parse(&resent[0].1).unwrap();
+        assert_ne!(req.flags & RETX, 0);
+        assert_eq!(
+            Some(&req.psn),
+            psns.iter().min(),
+            "NACKs reversed: {reversed}"
+        );
+    }
 }

@@ -751,9 +751,7 @@ impl Engine {
         if self.ordered {
             // Every ACK that acknowledges nothing new means the receiver
             // dropped a packet behind a hole: three in a row go back N.
-            if peer.tx.dupacks >= 3 || peer.tx.in_recovery() {
-                lost += peer.tx.go_back_n(budget);
-            }
+            lost += peer.tx.go_back_n(3, budget);
         } else if peer.tx.sacked() >= 5 || peer.tx.in_recovery() {
             let threshold = (peer.cc.loss_threshold_bytes(mtu) / mtu) as usize;
             // A window that cannot hold the threshold would never trigger.

@@ -244,9 +244,9 @@ impl Peer {
     /// Something can go out now: a retransmission, or new data that both
     /// the packet window and the congestion window admit (`mtu` stands for
     /// the next packet's size).
-    fn has_work(&self, window: usize, mtu: u64) -> bool {
+    fn has_work(&self, window: usize, mtu: u64, ordered: bool) -> bool {
         self.closing.is_none()
-            && (self.retransmit_ready()
+            && (self.next_retransmit(ordered).is_some()
                 || (!self.queue.is_empty()
                     && self.tx.in_flight() < window
                     && self.cc.can_send(self.in_flight_bytes, mtu)))
@@ -260,11 +260,6 @@ impl Peer {
             .min(self.tx.counted_bytes());
     }
 
-    /// Whether a retransmission is queued and may leave now.
-    fn retransmit_ready(&self) -> bool {
-        self.next_retransmit().is_some()
-    }
-
     /// Position in the retransmission queue of the first entry that may
     /// leave now. A packet queued for retransmission (NACKed, or declared
     /// lost by its timer, SLEEK or a probe) left the in-flight count, so
@@ -273,23 +268,32 @@ impl Peer {
     /// once, a trimmed packet would go straight back into the queue that
     /// trimmed it, and the window cut the NACK made would never take
     /// effect. Entries are tried in order, so a smaller packet behind a
-    /// blocked one may pass it.
-    fn next_retransmit(&self) -> Option<usize> {
+    /// blocked one may pass it; under ordered delivery only the lowest PSN
+    /// queued may leave, since the receiver drops anything past a hole.
+    fn next_retransmit(&self, ordered: bool) -> Option<usize> {
         // Asked before every packet and after every ACK; nearly always empty.
         if self.tx.retransmit.is_empty() {
             return None;
         }
-        self.tx
-            .retransmit
-            .iter()
-            .position(|&psn| match self.tx.slot(psn) {
-                Some(s) if !s.acked && !s.in_flight => {
-                    self.cc.can_send(self.in_flight_bytes, s.bytes as u64)
-                }
-                // Still counted (nothing to add), or nothing to send
-                // (next_packet drops it).
-                _ => true,
-            })
+        let may_leave = |psn: u32| match self.tx.slot(psn) {
+            Some(s) if !s.acked && !s.in_flight => {
+                self.cc.can_send(self.in_flight_bytes, s.bytes as u64)
+            }
+            // Still counted (nothing to add), or nothing to send
+            // (next_packet drops it).
+            _ => true,
+        };
+        if ordered {
+            let base = self.tx.base();
+            let (i, &psn) = self
+                .tx
+                .retransmit
+                .iter()
+                .enumerate()
+                .min_by_key(|&(_, &psn)| psn.wrapping_sub(base))?;
+            return may_leave(psn).then_some(i);
+        }
+        self.tx.retransmit.iter().position(|&psn| may_leave(psn))
     }
 
     /// Queue a message the engine itself sends on behalf of an operation
@@ -620,7 +624,7 @@ impl Engine {
 
     fn mark_ready(&mut self, p: usize) {
         let peer = &mut self.peers[p];
-        if !peer.in_send_ring && peer.has_work(self.window, self.mtu as u64) {
+        if !peer.in_send_ring && peer.has_work(self.window, self.mtu as u64, self.ordered) {
             peer.in_send_ring = true;
             self.send_ring.push_back(p);
         }

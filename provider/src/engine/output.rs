@@ -165,7 +165,7 @@ impl Engine {
         // Retransmissions first, on a path the load balancer picks anew.
         // NACKed packets wait for room in the window.
         while let Some(psn) = peer
-            .next_retransmit()
+            .next_retransmit(ordered)
             .and_then(|i| peer.tx.retransmit.remove(i))
         {
             // Only data is sprayed; SES responses leave from socket 0, so

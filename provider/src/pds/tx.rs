@@ -177,6 +177,11 @@ impl TxPdc {
         self.retransmit.push_back(self.base.wrapping_add(i as u32));
     }
 
+    /// The oldest PSN not yet acknowledged cumulatively.
+    pub fn base(&self) -> u32 {
+        self.base
+    }
+
     pub fn next_psn(&self) -> u32 {
         self.base.wrapping_add(self.slots.len() as u32)
     }
@@ -511,13 +516,18 @@ impl TxPdc {
         }
     }
 
-    /// Go back N (ordered delivery): the receiver drops everything after a
-    /// lost packet, so resend every unacknowledged packet from the oldest,
-    /// at most `budget` per call, once per episode (until the cumulative
-    /// PSN passes what was outstanding when it began). Returns how many
-    /// were queued.
-    pub fn go_back_n(&mut self, budget: usize) -> usize {
+    /// Go back N (ordered delivery), run after each ACK: the receiver drops
+    /// everything after a lost packet, so once `dupacks` ACKs in a row
+    /// acknowledged nothing new, resend every unacknowledged packet from
+    /// the oldest, at most `budget` per call, once per episode (until the
+    /// cumulative PSN passes what was outstanding when it began). An
+    /// episode that has finished ends here, so the ACK that finishes it
+    /// never starts another. Returns how many were queued.
+    pub fn go_back_n(&mut self, dupacks: u32, budget: usize) -> usize {
         self.end_finished_recovery();
+        if self.recovery.is_none() && self.dupacks < dupacks.max(1) {
+            return 0;
+        }
         self.begin_recovery();
         self.recovery_scan(budget, None)
     }
@@ -741,7 +751,8 @@ mod tests {
         let mut tx = TxPdc::new(1, 0);
         tx.push(data(0), 0, 1000, 100, 0);
         // Go back N queues it; its timer then finds nothing counted.
-        assert_eq!(tx.go_back_n(8), 1);
+        tx.dupacks = 3;
+        assert_eq!(tx.go_back_n(3, 8), 1);
         assert_eq!(tx.on_timeout(1000, 1000, 8000), 0);
         assert_eq!(tx.rto_due, 0);
         // The resend is lost too: its own timer must bring it back.
@@ -750,6 +761,37 @@ mod tests {
         assert_eq!(tx.rto_due, 2500);
         assert_eq!(tx.on_timeout(2500, 1000, 8000), 1);
         assert_eq!(tx.retransmit.pop_front(), Some(0));
+    }
+
+    #[test]
+    fn go_back_n_waits_for_three_dupacks_and_its_last_ack_starts_nothing() {
+        let mut tx = TxPdc::new(1, 0);
+        for i in 0..4 {
+            tx.push(data(i), 0, 1000, 100, 0);
+        }
+        // Packet 1 is lost: the receiver acknowledges 0, then drops 2 and 3.
+        tx.on_ack(&ack(0, 0), 10);
+        assert_eq!(tx.go_back_n(3, 8), 0);
+        tx.on_ack(&ack(0, 0), 11);
+        tx.on_ack(&ack(0, 0), 12);
+        assert_eq!(tx.go_back_n(3, 8), 0, "two duplicates are not enough");
+        tx.on_ack(&ack(0, 0), 13);
+        assert_eq!(tx.go_back_n(3, 8), 3);
+        assert_eq!(
+            tx.retransmit.iter().copied().collect::<Vec<_>>(),
+            vec![1, 2, 3]
+        );
+        while let Some(psn) = tx.retransmit.pop_front() {
+            tx.resend(psn, 20, 1000, 0);
+        }
+        // New data follows the resends; the ACK for the resends ends the
+        // episode and must not take the new packets for lost.
+        tx.push(data(4), 21, 1000, 100, 0);
+        tx.push(data(5), 21, 1000, 100, 0);
+        tx.on_ack(&ack(3, 0), 30);
+        assert_eq!(tx.go_back_n(3, 8), 0);
+        assert!(!tx.in_recovery());
+        assert!(tx.retransmit.is_empty());
     }
 
     #[test]
