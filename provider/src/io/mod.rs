@@ -229,7 +229,15 @@ pub struct Endpoint {
     replies_follow: bool,
     /// `FI_UET_TRACE` output, when asked for.
     trace: Option<trace::TraceFile>,
+    /// When the last datagram arrived (engine time; 0 = never).
+    last_arrival_ns: u64,
+    /// How long a closing endpoint waits for silence: twice the minimum
+    /// retransmission timeout, at most [`LINGER_MAX_NS`].
+    linger_quiet_ns: u64,
 }
+
+/// The longest a closing endpoint keeps answering its peers.
+const LINGER_MAX_NS: u64 = 100_000_000;
 
 impl Endpoint {
     /// Bind the socket pool at `addr` (port 0 = any) and build an engine on it.
@@ -366,6 +374,8 @@ impl Endpoint {
             awaiting_reply: false,
             replies_follow: false,
             trace,
+            last_arrival_ns: 0,
+            linger_quiet_ns: (2 * config.rto_min_us * 1000).min(LINGER_MAX_NS),
         })
     }
 
@@ -671,6 +681,9 @@ impl Endpoint {
         if i == 0 {
             self.rx_burst = got > 0;
         }
+        if got > 0 {
+            self.last_arrival_ns = now;
+        }
         got
     }
 
@@ -965,14 +978,29 @@ fn deliver(
 }
 
 impl Drop for Endpoint {
-    /// ACKs held for a reply that never came still go out: an application
-    /// that closes right after reading its last message must not leave the
-    /// sender retransmitting to a closed port. So do sends a burst left
-    /// waiting.
+    /// Nothing the endpoint owes its peers is left behind: ACKs held for a
+    /// reply that never came, sends a burst left waiting and datagrams fault
+    /// injection holds back go out. And a peer whose last packet arrived
+    /// just now may not have its ACK (lost on the way): until nothing has
+    /// arrived for twice the minimum retransmission timeout (at most
+    /// `LINGER_MAX_NS` in all), the endpoint keeps answering, so that peer's
+    /// retransmission is acknowledged instead of meeting a closed port and
+    /// failing its send.
     fn drop(&mut self) {
-        if self.acks_deferred || self.sends_deferred {
+        let start = self.now();
+        self.flush(start);
+        loop {
             let now = self.now();
-            self.flush(now);
+            let quiet = now.saturating_sub(self.last_arrival_ns) >= self.linger_quiet_ns;
+            if self.last_arrival_ns == 0 || quiet || now - start >= LINGER_MAX_NS {
+                break;
+            }
+            if !self.progress() {
+                std::thread::sleep(std::time::Duration::from_micros(50));
+            }
+        }
+        for mut h in std::mem::take(&mut self.held) {
+            emit(&self.sockets, &mut self.stats, &mut h.out, &h.bytes);
         }
     }
 }

@@ -780,3 +780,76 @@ fn more_hint_holds_even_the_first_send_and_close_sends_what_waits() {
     progress_app_until_completion(&mut b);
     assert!(*buf.0.lock().unwrap() == pattern(0, 64));
 }
+
+#[test]
+fn a_closing_endpoint_acknowledges_the_retransmission_of_a_lost_ack() {
+    // A long minimum timeout leaves the test threads ample slack: the
+    // sender resends after 50 ms, the receiver lingers up to 100 ms.
+    let cfg = Config {
+        rto_min_us: 50_000,
+        ..ack_config()
+    };
+    let (mut a, mut b) = pair(&cfg);
+    // Every ACK b sends before it closes is lost.
+    b.impairer = Some(Impairer::new(FaultConfig {
+        drop: 1000,
+        seed: 7,
+        ..FaultConfig::default()
+    }));
+    let (op, buf) = recv_op(64, 100);
+    b.recv(op).unwrap();
+    a.send(send_op(b.local_addr(), pattern(5, 64), 5)).unwrap();
+    let sender = std::thread::spawn(move || {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            a.progress();
+            if let Some(c) = a.poll_completion() {
+                return (c.context, c.error, a.engine_stats().retransmits);
+            }
+        }
+        panic!("the send never completed");
+    });
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        assert!(Instant::now() < deadline, "the message never arrived");
+        b.progress();
+        if let Some(c) = b.poll_completion() {
+            assert_eq!((c.context, c.error), (100, None));
+            break;
+        }
+    }
+    assert_eq!(*buf.0.lock().unwrap(), pattern(5, 64));
+    assert!(b.stats().fault_dropped > 0, "b's ACK was not dropped");
+    b.impairer = None;
+    drop(b);
+    let (context, error, retransmits) = sender.join().unwrap();
+    assert_eq!((context, error), (5, None));
+    assert!(retransmits > 0);
+}
+
+#[test]
+fn a_closing_endpoint_sends_what_fault_injection_holds_back() {
+    let cfg = Config {
+        fault_reorder: 1000,
+        fault_delay_us: 10_000_000,
+        ..ack_config()
+    };
+    let (mut a, _) = pair(&cfg);
+    let mut b = Endpoint::bind(&ack_config(), LOOPBACK.parse().unwrap()).unwrap();
+    let (op, buf) = recv_op(64, 100);
+    b.recv(op).unwrap();
+    a.send(send_op(b.local_addr(), pattern(6, 64), 6)).unwrap();
+    a.progress();
+    assert!(a.stats().fault_delayed > 0);
+    drop(a);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        assert!(Instant::now() < deadline, "the held packet never left");
+        b.progress();
+        if let Some(c) = b.poll_completion() {
+            assert_eq!((c.context, c.error), (100, None));
+            break;
+        }
+    }
+    assert_eq!(*buf.0.lock().unwrap(), pattern(6, 64));
+}
