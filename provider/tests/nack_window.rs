@@ -20,8 +20,11 @@ const MTU: usize = 1500;
 /// The window NSCC starts with: maxwnd, here its floor of this many MTUs.
 const WINDOW_PACKETS: usize = 4;
 
-/// Every datagram `e` has to send now: (destination, bytes).
-fn drain(e: &mut Engine, now: u64) -> Vec<(SocketAddr, Vec<u8>)> {
+/// Datagrams as (destination, bytes).
+type Datagrams = Vec<(SocketAddr, Vec<u8>)>;
+
+/// Every datagram `e` has to send now.
+fn drain(e: &mut Engine, now: u64) -> Datagrams {
     let mut buf = vec![0u8; 65536];
     let mut out = Vec::new();
     while let Some(t) = e.poll_transmit(now, &mut buf) {
@@ -57,7 +60,7 @@ fn small_window(ordered: bool) -> Config {
 fn trim_first_window(
     ordered: bool,
     order: impl Fn(usize) -> usize,
-) -> (Engine, Engine, Vec<u32>, Vec<(SocketAddr, Vec<u8>)>) {
+) -> (Engine, Engine, Vec<u32>, Datagrams) {
     let cfg = small_window(ordered);
     let a: SocketAddr = "10.0.0.1:4793".parse().unwrap();
     let b: SocketAddr = "10.0.0.2:4793".parse().unwrap();
