@@ -21,10 +21,15 @@ pub struct TxSlot {
     pub kind: SlotKind,
     pub sent_at: u64,
     pub retries: u32,
-    /// Times its timer expired: drives the backoff and declares the peer
-    /// dead. Resends after a NACK (trimming) or SLEEK do not count, so a
-    /// fabric that trims a lot never fails a live peer.
+    /// Times its timer expired since the cumulative PSN last moved: drives
+    /// the backoff and declares the peer dead. Resends after a NACK
+    /// (trimming) or SLEEK do not count, so a fabric that trims a lot never
+    /// fails a live peer; nor do expiries before the receiver's latest
+    /// progress, so packets an ordered receiver dropped behind a hole never
+    /// add up to a dead peer.
     pub timeouts: u16,
+    /// [`TxPdc::advances`] when `timeouts` was last counted.
+    pub timeouts_epoch: u16,
     /// Bytes on the wire (headers included), for congestion control.
     pub bytes: u32,
     /// Entropy (source-port index) of the latest transmission.
@@ -100,6 +105,9 @@ pub struct TxPdc {
     /// Bytes of packets declared lost (timer, SLEEK, go-back-N, probe)
     /// since the engine last took them out of its in-flight estimate.
     lost_bytes: u64,
+    /// ACKs that moved the cumulative PSN (wrapping): a slot's timeouts
+    /// counted before the latest one are stale.
+    advances: u16,
 }
 
 /// A SLEEK recovery episode: every PSN below `until` (the highest sent when
@@ -142,6 +150,7 @@ impl TxPdc {
             dupacks: 0,
             counted_bytes: 0,
             lost_bytes: 0,
+            advances: 0,
         }
     }
 
@@ -200,6 +209,7 @@ impl TxPdc {
             sent_at: now,
             retries: 0,
             timeouts: 0,
+            timeouts_epoch: self.advances,
             bytes,
             entropy,
             acked: false,
@@ -415,10 +425,12 @@ impl TxPdc {
                 }
             }
         }
-        if out.newly_acked.is_empty() && !self.slots.is_empty() {
-            self.dupacks += 1;
-        } else {
+        if !out.newly_acked.is_empty() || self.slots.is_empty() {
             self.dupacks = 0;
+        } else if self.probe.is_none() {
+            // The answer to a probe acknowledges nothing new by design; it
+            // is no sign of a packet dropped behind a hole.
+            self.dupacks += 1;
         }
         // Every acked slot leaving the front was SACKed, except those the
         // cumulative PSN acknowledged just now.
@@ -429,6 +441,9 @@ impl TxPdc {
             popped += 1;
         }
         self.sacked = self.sacked.saturating_sub(popped - cumulative);
+        if popped > 0 {
+            self.advances = self.advances.wrapping_add(1);
+        }
         if let Some(sample) = out.rtt_sample {
             self.rtt_update(sample);
         }
@@ -624,10 +639,16 @@ impl TxPdc {
         let mut next_due = u64::MAX;
         let (srtt, rttvar) = (self.srtt, self.rttvar);
         let rto = |retries: u32| rto_for(srtt, rttvar, min, max, retries);
+        let epoch = self.advances;
         for i in 0..self.slots.len() {
             let s = &mut self.slots[i];
             if s.acked || s.queued {
                 continue;
+            }
+            if s.timeouts_epoch != epoch {
+                // The receiver has made progress since these expiries.
+                s.timeouts = 0;
+                s.timeouts_epoch = epoch;
             }
             let due = s.sent_at + rto(s.timeouts as u32);
             if due <= now {
@@ -792,6 +813,43 @@ mod tests {
         assert_eq!(tx.go_back_n(3, 8), 0);
         assert!(!tx.in_recovery());
         assert!(tx.retransmit.is_empty());
+    }
+
+    #[test]
+    fn progress_of_the_receiver_forgets_earlier_timeouts() {
+        let mut tx = TxPdc::new(1, 0);
+        tx.push(data(0), 0, 1000, 100, 0);
+        tx.push(data(1), 0, 1000, 100, 0);
+        assert_eq!(tx.on_timeout(1000, 1000, 64_000), 1);
+        assert_eq!(tx.on_timeout(1000, 1000, 64_000), 0);
+        tx.retransmit.clear();
+        tx.resend(0, 1500, 1000, 0);
+        tx.resend(1, 1500, 1000, 0);
+        // Both expire again: the second expiry counts and backs off.
+        assert_eq!(tx.on_timeout(2500, 1000, 64_000), 0);
+        assert_eq!(tx.on_timeout(3500, 1000, 64_000), 2);
+        tx.retransmit.clear();
+        tx.resend(0, 4000, 1000, 0);
+        tx.resend(1, 4000, 1000, 0);
+        // Packet 0 gets through: packet 1 starts counting afresh, with
+        // the timeout a first expiry has.
+        tx.on_ack(&ack(0, 0), 4100);
+        assert_eq!(tx.on_timeout(5000, 1000, 64_000), 1);
+    }
+
+    #[test]
+    fn the_answer_to_a_probe_is_no_duplicate_ack() {
+        let mut tx = TxPdc::new(1, 0);
+        for i in 0..4 {
+            tx.push(data(i), 0, 1000, 100, 0);
+        }
+        tx.on_ack(&ack(0, 0), 10);
+        tx.probe_sent(20);
+        tx.on_ack(&ack(0, 0), 25);
+        assert_eq!(tx.dupacks, 0);
+        tx.probe_answered(25, 100);
+        tx.on_ack(&ack(0, 0), 30);
+        assert_eq!(tx.dupacks, 1);
     }
 
     #[test]
