@@ -714,10 +714,13 @@ impl Engine {
         let retx_echo = ack.flags & pflags::ACK_RETX != 0;
         // Congestion control sees the network's round trip: not the time
         // the receiver held the packet before acknowledging it (a delayed
-        // ACK, or one held while its application replied).
+        // ACK, or one held while its application replied). A service time
+        // as long as the whole round trip is a clock the receiver read too
+        // early, not a sample: zero would become the base RTT.
         let network_rtt = out
             .rtt_raw
-            .map(|raw| raw.saturating_sub(ack.service_time_ns()));
+            .and_then(|raw| raw.checked_sub(ack.service_time_ns()))
+            .filter(|&rtt| rtt > 0);
         peer.cc.on_ack(
             now,
             &AckFeedback {

@@ -561,7 +561,7 @@ impl Endpoint {
     }
 
     fn progress_holding(&mut self, may_hold: bool) -> bool {
-        let now = self.now();
+        let mut now = self.now();
         self.end_send_burst(now);
 
         let mut busy = false;
@@ -572,14 +572,14 @@ impl Endpoint {
         }
         // Peers address everything to socket 0; the pool sockets see only
         // strays and ICMP errors, drained every so often.
-        busy |= self.receive(0, now) > 0;
+        busy |= self.receive(0, &mut now) > 0;
         self.pool_idle += 1;
         if self.pool_idle >= POOL_CHECK_EVERY {
             self.pool_idle = 0;
             let ready = self.poller.as_mut().map_or(0, |p| p.poll());
             for k in 0..ready {
                 let i = self.poller.as_ref().map_or(0, |p| p.ready(k)) + 1;
-                busy |= self.receive(i, now) > 0;
+                busy |= self.receive(i, &mut now) > 0;
             }
         }
         // Rescan after any engine work, and every POOL_CHECK_EVERY polls
@@ -620,7 +620,11 @@ impl Endpoint {
     }
 
     /// Hand up to a burst of datagrams from socket `i` to the engine.
-    fn receive(&mut self, i: usize, now: u64) -> usize {
+    /// `now` is read again after every system call that brought something:
+    /// taking a burst of large datagrams takes long enough that a stale
+    /// clock would date later arrivals too early, and the service time
+    /// their ACK reports would exceed their round trip.
+    fn receive(&mut self, i: usize, now: &mut u64) -> usize {
         let mut got = 0;
         let mut calls = 0;
         let single = i == 0 && !self.rx_burst;
@@ -638,6 +642,9 @@ impl Endpoint {
                 Err(e) if e.kind() == ErrorKind::ConnectionRefused => continue,
                 Err(_) => break,
             };
+            if n > 0 {
+                *now = self.now();
+            }
             for k in 0..n {
                 let (r, bytes) = self.rx.get(k);
                 let Some(source) = r.from.filter(|_| !r.truncated) else {
@@ -661,7 +668,7 @@ impl Endpoint {
                         &mut self.engine,
                         &mut self.stats,
                         self.fabric,
-                        now,
+                        *now,
                         source,
                         r.tos,
                         datagram,
@@ -682,7 +689,7 @@ impl Endpoint {
             self.rx_burst = got > 0;
         }
         if got > 0 {
-            self.last_arrival_ns = now;
+            self.last_arrival_ns = *now;
         }
         got
     }
