@@ -73,6 +73,8 @@ const RX_BATCH_LARGE: usize = 4;
 /// socket 0, which every call reads; the pool sees only strays and ICMP
 /// errors, which must not pile up (they would keep blocking waits awake).
 const POOL_CHECK_EVERY: u32 = 64;
+/// Progress calls in a row that may leave timers for a backlog of arrivals.
+const MAX_TIMER_WAITS: u32 = 16;
 /// Room in front of the engine's packet for the relay header.
 const HEADROOM: usize = RelayHeader::LEN;
 /// Attempts at finding free consecutive ports for the pool before taking
@@ -229,6 +231,8 @@ pub struct Endpoint {
     replies_follow: bool,
     /// `FI_UET_TRACE` output, when asked for.
     trace: Option<trace::TraceFile>,
+    /// Calls in a row whose timers waited for a backlog of arrivals.
+    timers_waited: u32,
     /// When the last datagram arrived (engine time; 0 = never).
     last_arrival_ns: u64,
     /// How long a closing endpoint waits for silence: twice the minimum
@@ -375,6 +379,7 @@ impl Endpoint {
             replies_follow: false,
             trace,
             last_arrival_ns: 0,
+            timers_waited: 0,
             linger_quiet_ns: (2 * config.rto_min_us * 1000).min(LINGER_MAX_NS),
         })
     }
@@ -572,7 +577,13 @@ impl Endpoint {
         }
         // Peers address everything to socket 0; the pool sockets see only
         // strays and ICMP errors, drained every so often.
-        busy |= self.receive(0, &mut now) > 0;
+        let arrived = self.receive(0, &mut now);
+        busy |= arrived > 0;
+        // A full burst may have left more in the socket, the ACKs for what
+        // a timer is about to declare lost among them (a long flush kept
+        // the endpoint from reading): timers wait for the socket to drain,
+        // a few calls at most.
+        let backlog = arrived >= RX_BURST && self.timers_waited < MAX_TIMER_WAITS;
         self.pool_idle += 1;
         if self.pool_idle >= POOL_CHECK_EVERY {
             self.pool_idle = 0;
@@ -588,9 +599,14 @@ impl Endpoint {
             self.timer_due = self.engine.next_timeout();
             self.timers_known = true;
         }
-        if self.timer_due.is_some_and(|t| t <= now) {
-            self.engine.handle_timeout(now);
-            self.timers_known = false;
+        if backlog {
+            self.timers_waited += 1;
+        } else {
+            self.timers_waited = 0;
+            if self.timer_due.is_some_and(|t| t <= now) {
+                self.engine.handle_timeout(now);
+                self.timers_known = false;
+            }
         }
         // Only ACKs may wait: were data of this call's own (a read
         // response, a retransmission) to overtake them, the peer would see
@@ -764,7 +780,7 @@ impl Endpoint {
     /// goes out from there by a gather list, so large messages are copied
     /// once (by the kernel) instead of twice. Stops at the first EAGAIN,
     /// keeping that datagram whole in `tx_buf`.
-    fn flush_gather(&mut self, now: u64) -> bool {
+    fn flush_gather(&mut self, mut now: u64) -> bool {
         let mut sent = false;
         while let Some((t, payload)) = self
             .engine
@@ -805,6 +821,8 @@ impl Endpoint {
                 // Lost like any datagram the network drops (see `emit`).
                 Err(_) => {}
             }
+            // The next packet is dated when it leaves (see flush_batched).
+            now = self.now();
         }
         sent
     }
@@ -814,7 +832,8 @@ impl Endpoint {
     /// memory), then send them grouped by socket, each run of equal-size
     /// packets to one destination with one TOS in one `sendmsg`. Stops at
     /// the first EAGAIN, keeping what is left whole in `tx_buf`.
-    fn flush_batched(&mut self, now: u64) -> bool {
+    fn flush_batched(&mut self, mut now: u64) -> bool {
+        let epoch_ns = self.epoch_ns;
         // Fields borrowed apart, so the GSO state stays in place.
         let Endpoint {
             gso: Some(gso),
@@ -890,6 +909,10 @@ impl Endpoint {
             if !all_out || taken < gso.batch {
                 break;
             }
+            // A full window takes a while to send: the next batch is dated
+            // when it leaves, or its round trips would include this one's
+            // and outlast the retransmission timer.
+            now = sys::monotonic_ns().saturating_sub(epoch_ns);
         }
         sent
     }
