@@ -169,8 +169,8 @@ test-functional:
 
 test-pingpong:
 	@echo "== [5/7] fi_pingpong over uet: msg, then tagged (all sizes, data checks)"
-	timeout $(T_PP) fabtests/scripts/pingpong.sh $(PREFIX) -S all -I 1000 -c
-	timeout $(T_PP) fabtests/scripts/pingpong.sh $(PREFIX) -S all -I 1000 -c -m tagged
+	timeout $(T_PP) fabtests/scripts/pingpong.sh $(PREFIX) -S all -I 300 -c
+	timeout $(T_PP) fabtests/scripts/pingpong.sh $(PREFIX) -S all -I 300 -c -m tagged
 	@echo "-- with injected faults: 2% loss plus 10% reordering (msg), then 5% trimming (tagged)"
 	FI_UET_FAULT_DROP=20 FI_UET_FAULT_REORDER=100 timeout $(T_PP) fabtests/scripts/pingpong.sh $(PREFIX) -S all -I 100 -c
 	FI_UET_FAULT_TRIM=50 timeout $(T_PP) fabtests/scripts/pingpong.sh $(PREFIX) -S all -I 100 -c -m tagged
