@@ -17,6 +17,7 @@
 
 pub mod cms;
 pub mod config;
+pub mod copy;
 pub mod engine;
 pub mod error;
 #[doc(hidden)]

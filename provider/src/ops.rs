@@ -8,6 +8,8 @@
 
 use std::net::SocketAddr;
 
+use crate::copy::copy_bytes;
+
 /// The application's opaque operation context (`void *context` in libfabric),
 /// carried through unchanged.
 pub type Context = u64;
@@ -52,10 +54,10 @@ impl MsgBuffer for Vec<u8> {
         Vec::len(self)
     }
     fn read_at(&self, offset: usize, out: &mut [u8]) {
-        out.copy_from_slice(&self[offset..offset + out.len()]);
+        copy_bytes(out, &self[offset..offset + out.len()]);
     }
     fn write_at(&mut self, offset: usize, data: &[u8]) {
-        self[offset..offset + data.len()].copy_from_slice(data);
+        copy_bytes(&mut self[offset..offset + data.len()], data);
     }
     fn base_addr(&self) -> usize {
         self.as_ptr() as usize

@@ -3,6 +3,7 @@
 
 use std::os::raw::c_void;
 
+use uet::copy::copy_bytes;
 use uet::MsgBuffer;
 
 use crate::bindings::*;
@@ -223,15 +224,17 @@ impl MsgBuffer for IovBuffer {
             // SAFETY: `within + take <= segment length`, and the segment is
             // live application memory (see the Send impl).
             let src = unsafe { std::slice::from_raw_parts(base.add(within), take) };
-            out[at..at + take].copy_from_slice(src);
+            copy_bytes(&mut out[at..at + take], src);
         });
     }
 
     fn write_at(&mut self, offset: usize, data: &[u8]) {
         self.for_range(offset, data.len(), |base, within, at, take| {
             // SAFETY: as in read_at; the application gave us this memory to
-            // write into until the receive completes.
-            unsafe { std::ptr::copy_nonoverlapping(data[at..].as_ptr(), base.add(within), take) };
+            // write into until the receive completes, and nothing else
+            // refers to it during this call.
+            let dst = unsafe { std::slice::from_raw_parts_mut(base.add(within), take) };
+            copy_bytes(dst, &data[at..at + take]);
         });
     }
 

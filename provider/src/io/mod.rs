@@ -45,6 +45,7 @@ use std::net::{SocketAddr, UdpSocket};
 use socket2::{Domain, Protocol, Socket, Type};
 
 use crate::cms::LbAlgorithm;
+use crate::copy::copy_bytes;
 use crate::engine::{Engine, PayloadRef, Transmit};
 use crate::ops::{Completion, Context, RecvOp, SendOp};
 use crate::wire::ip::{self, Ecn};
@@ -807,7 +808,7 @@ impl Endpoint {
             match sys::send_parts(&self.sockets[socket], to, tos, parts) {
                 Ok(()) => self.stats.sent[socket] += 1,
                 Err(e) if e.kind() == ErrorKind::WouldBlock => {
-                    self.tx_buf[head_end..HEADROOM + t.len].copy_from_slice(payload);
+                    copy_bytes(&mut self.tx_buf[head_end..HEADROOM + t.len], payload);
                     self.stalled.push_back(Outgoing {
                         socket,
                         to,
@@ -1218,7 +1219,7 @@ impl Batch<'_> {
             let p = &pending[i];
             let start = p.slot + HEADROOM;
             if let Some(payload) = p.payload.and_then(|r| self.engine.payload(r)) {
-                self.tx_buf[start + p.head_len..start + p.len].copy_from_slice(payload);
+                copy_bytes(&mut self.tx_buf[start + p.head_len..start + p.len], payload);
             }
             self.stalled.push_back(Outgoing {
                 socket: p.socket,

@@ -306,6 +306,9 @@ fn source_of(storage: libc::sockaddr_storage, len: libc::socklen_t) -> Option<So
     addr.as_socket()
 }
 
+/// Alignment of receive slots.
+const PAGE: usize = 4096;
+
 /// Most datagrams one [`RecvBatch::recv`] takes (one `recvmmsg`).
 pub const RECV_BATCH_MAX: usize = 16;
 
@@ -331,6 +334,8 @@ pub struct Slot {
 /// is drained (no extra call to see EAGAIN).
 pub struct RecvBatch {
     buf: Vec<u8>,
+    /// Where slot 0 starts in `buf`: its first page boundary (see `new`).
+    first: usize,
     slot_len: usize,
     count: usize,
     slots: Vec<Slot>,
@@ -352,18 +357,27 @@ unsafe impl Send for RecvBatch {}
 impl RecvBatch {
     /// `count` slots (at most [`RECV_BATCH_MAX`]) of `slot_len` bytes each.
     /// Pages are touched only as datagrams fill them.
+    ///
+    /// Slot 0 starts on a page boundary. The kernel copies a datagram with
+    /// `rep movsb`, which on AMD Zen runs about 15x slower when the
+    /// destination lies 1-31 bytes past the source modulo 4 KiB (see
+    /// `crate::copy`). A large heap block starts 16 bytes into a page and a
+    /// loopback sender's data often at a page's start: every arrival took
+    /// the slow path. Streaming with 4 KiB packets gained about 20%.
     pub fn new(count: usize, slot_len: usize) -> RecvBatch {
         let count = count.clamp(1, RECV_BATCH_MAX);
-        let mut buf = vec![0u8; count * slot_len];
+        let mut buf = vec![0u8; count * slot_len + PAGE];
+        let first = buf.as_ptr().align_offset(PAGE).min(PAGE);
         // SAFETY: all-zero sockaddr_storage, iovec and mmsghdr are valid
         // (unspecified address, null pointers, zero lengths).
         let zeroed = || unsafe { MaybeUninit::<libc::sockaddr_storage>::zeroed().assume_init() };
         let mut names: Vec<libc::sockaddr_storage> = (0..count).map(|_| zeroed()).collect();
         let mut controls = vec![[0u64; CMSG_WORDS]; count];
-        let base = buf.as_mut_ptr();
+        let base = buf[first..].as_mut_ptr();
         let mut iovs: Vec<libc::iovec> = (0..count)
             .map(|k| libc::iovec {
-                // SAFETY: slot k lies within `buf` (count * slot_len bytes).
+                // SAFETY: slot k lies within `buf[first..]`, which holds
+                // count * slot_len bytes (`first` is at most PAGE).
                 iov_base: unsafe { base.add(k * slot_len) }.cast(),
                 iov_len: slot_len,
             })
@@ -382,6 +396,7 @@ impl RecvBatch {
             .collect();
         RecvBatch {
             buf,
+            first,
             slot_len,
             count,
             slots: Vec::with_capacity(count),
@@ -476,7 +491,7 @@ impl RecvBatch {
     /// The `k`-th datagram of the last [`recv`](Self::recv) and its bytes.
     pub fn get(&self, k: usize) -> (Slot, &[u8]) {
         let s = self.slots[k];
-        let start = k * self.slot_len;
+        let start = self.first + k * self.slot_len;
         (s, &self.buf[start..start + s.len])
     }
 }
@@ -643,6 +658,9 @@ mod tests {
             for k in 0..n {
                 let (slot, bytes) = batch.get(k);
                 assert_eq!(slot.from, Some(a.local_addr().unwrap()));
+                if k == 0 {
+                    assert_eq!(bytes.as_ptr() as usize % PAGE, 0, "slot 0 starts a page");
+                }
                 got.push((slot.tos, bytes.to_vec(), slot.truncated));
             }
         }

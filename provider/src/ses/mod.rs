@@ -11,6 +11,7 @@ pub mod matching;
 
 pub use matching::{tag_matches, PostedQueues, Unexpected};
 
+use crate::copy::copy_bytes;
 use crate::ops::{CompletionLevel, Context, Payload, RecvOp};
 
 /// What a message's header says (from whichever packet arrived first).
@@ -253,7 +254,7 @@ impl Inbound {
                 if stage.len() < o + data.len() {
                     stage.resize(o + data.len(), 0);
                 }
-                stage[o..o + data.len()].copy_from_slice(data);
+                copy_bytes(&mut stage[o..o + data.len()], data);
                 stage.len() - before
             }
             InboundState::Posted(recv) => {
