@@ -121,8 +121,11 @@ impl IovBuffer {
 
     /// A copy of the whole buffer (for injected and small sends).
     pub(crate) fn to_vec(&self) -> Vec<u8> {
-        let mut v = vec![0; self.len];
-        self.read_at(0, &mut v);
+        let mut v = Vec::with_capacity(self.len);
+        self.for_range(0, self.len, |base, within, _, take| {
+            // SAFETY: as in read_at.
+            v.extend_from_slice(unsafe { std::slice::from_raw_parts(base.add(within), take) });
+        });
         v
     }
 
