@@ -218,13 +218,13 @@ impl Engine {
                 };
                 let offset = m.next_offset;
                 let extension = extension_len(m, offset);
-                let bytes = DATA_HEADERS as u64
-                    + extension as u64
-                    + (m.wire_len() - offset).min(max_payload as u64);
+                let len = (m.wire_len() - offset)
+                    .min(packet_payload(m.wire_len(), max_payload as u64))
+                    .min((max_payload - extension) as u64);
+                let bytes = DATA_HEADERS as u64 + extension as u64 + len;
                 if !peer.cc.can_send(peer.in_flight_bytes, bytes) {
                     return None;
                 }
-                let len = (m.wire_len() - offset).min((max_payload - extension) as u64);
                 m.next_offset += len;
                 m.started = true;
                 m.unacked_packets += 1;
@@ -266,6 +266,26 @@ impl Engine {
         ))
     }
 }
+
+/// Payload of every packet but the last of a message of `len` bytes: as
+/// many packets as `max_payload` needs, evened out (in multiples of 64
+/// bytes). A 4 KiB message with 4 KiB packets goes as 2048 + 2048 bytes, not
+/// as 4040 + 56, so a stream of such messages makes packets of one size,
+/// which leave together in one segmented send and arrive as one coalesced
+/// receive. Large messages keep full packets.
+pub(super) fn packet_payload(len: u64, max_payload: u64) -> u64 {
+    if len <= max_payload || max_payload == 0 {
+        return len;
+    }
+    let packets = len.div_ceil(max_payload);
+    len.div_ceil(packets)
+        .next_multiple_of(PAYLOAD_ALIGN)
+        .min(max_payload)
+}
+
+/// Granule of evened-out packet payloads: keeps payload offsets at cache
+/// line boundaries of the message.
+const PAYLOAD_ALIGN: u64 = 64;
 
 /// Bytes of extension header in front of the payload of the packet at
 /// `offset` of `m` (the rendezvous header on a rendezvous send's first).
@@ -463,5 +483,46 @@ fn build_packet(
             .emit(body);
             (RequestRepr::LEN + SesResponseRepr::LEN, None)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::packet_payload;
+
+    #[test]
+    fn messages_that_fit_go_whole() {
+        assert_eq!(packet_payload(0, 4040), 0);
+        assert_eq!(packet_payload(64, 4040), 64);
+        assert_eq!(packet_payload(4040, 4040), 4040);
+    }
+
+    #[test]
+    fn two_packet_messages_split_evenly() {
+        assert_eq!(packet_payload(4096, 4040), 2048);
+        assert_eq!(packet_payload(4041, 4040), 2048);
+        assert_eq!(packet_payload(8000, 4040), 4032);
+    }
+
+    /// Evening out never adds a packet, and packets stay within the limit.
+    #[test]
+    fn as_many_packets_as_full_ones_would_take() {
+        for max in [64u64, 100, 1000, 1416, 4040, 8136, 64944] {
+            for len in (1..20 * max).step_by(37).chain([max + 1, 1 << 20, 1 << 24]) {
+                let piece = packet_payload(len, max);
+                assert!(piece >= 1 && piece <= max, "len {len} max {max}: {piece}");
+                assert_eq!(
+                    len.div_ceil(piece),
+                    len.div_ceil(max),
+                    "len {len} max {max}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn large_messages_keep_full_packets() {
+        assert_eq!(packet_payload(1 << 20, 4040), 4040);
+        assert_eq!(packet_payload(1 << 20, 64944), 61696);
     }
 }
