@@ -107,3 +107,29 @@ fn acks_leave_at_once_when_not_held() {
     assert!(is_data(types[1]));
     assert_eq!(AckRepr::parse(&out[0].1).unwrap().service_time, 0);
 }
+
+#[test]
+fn acks_last_puts_the_reply_ahead_in_the_same_drain() {
+    let (addrs, mut a, mut b) = pair();
+    b.post_recv(0, recv(64, None, 20)).unwrap();
+    a.post_send(0, send(addrs[1], vec![1; 64], None, 1))
+        .unwrap();
+    let ping = drain(&mut a, 0);
+    b.handle_datagram(10_000, addrs[0], 0, &ping[0].1);
+    b.post_send(10_000, send(addrs[0], vec![2; 64], None, 2))
+        .unwrap();
+    b.send_acks_last(true);
+    let mut buf = vec![0u8; 65536];
+    let mut out = Vec::new();
+    while let Some(t) = b.poll_transmit(10_000, &mut buf) {
+        out.push((Prologue::parse(&buf[..t.len]).unwrap().ptype, t.len, t.ecn));
+    }
+    b.send_acks_last(false);
+    assert_eq!(out.len(), 2, "{out:?}");
+    assert!(is_data(out[0].0), "{out:?}");
+    assert_eq!(out[1].0, PacketType::AckCc);
+    // The ACK is no longer than the data ahead of it and carries the same
+    // ECN codepoint, so a driver can send both as one segmented datagram.
+    assert!(out[1].1 <= out[0].1);
+    assert_eq!(out[1].2, out[0].2);
+}

@@ -362,6 +362,9 @@ pub struct Engine {
     /// While set, `ack_queue` waits and only control and data leave (see
     /// [`Engine::hold_acks`]).
     acks_held: bool,
+    /// While set, queued ACKs leave after the data instead of before it
+    /// (see [`Engine::send_acks_last`]).
+    acks_last: bool,
     /// NACKs and control packets, sent ahead of ACKs and data.
     control_queue: VecDeque<(SocketAddr, ControlOut)>,
     send_ring: VecDeque<usize>,
@@ -422,6 +425,7 @@ impl Engine {
             completions: VecDeque::new(),
             ack_queue: VecDeque::new(),
             acks_held: false,
+            acks_last: false,
             control_queue: VecDeque::new(),
             send_ring: VecDeque::new(),
             ack_timer: 0,

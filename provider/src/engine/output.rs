@@ -105,25 +105,9 @@ impl Engine {
                 None,
             ));
         }
-        while !self.acks_held {
-            let Some(p) = self.ack_queue.pop_front() else {
-                break;
-            };
-            let peer = &mut self.peers[p];
-            peer.in_ack_queue = false;
-            if let Some(rx) = peer.rx.as_mut() {
-                let ack = rx.build_ack(now);
-                ack.emit(buf);
-                self.stats.acks_sent += 1;
-                return Some((
-                    Transmit {
-                        dest: peer.addr,
-                        len: AckRepr::LEN,
-                        entropy: 0,
-                        ecn: Ecn::NotEct,
-                    },
-                    None,
-                ));
+        if !self.acks_last {
+            if let Some(ack) = self.take_ack(now, buf) {
+                return Some((ack, None));
             }
         }
         // Each ready peer gets at most one turn per call, so a peer that
@@ -137,6 +121,32 @@ impl Engine {
             self.mark_ready(p);
             if let Some((t, g)) = sent {
                 return Some((t, g.map(|(msg_id, offset, len)| (p, msg_id, offset, len))));
+            }
+        }
+        if self.acks_last {
+            return self.take_ack(now, buf).map(|ack| (ack, None));
+        }
+        None
+    }
+
+    /// The next queued ACK, unless ACKs are held. ACKs are ECN-capable like
+    /// data, so one can share a segmented send with the data before it;
+    /// a CE mark on an ACK is ignored.
+    fn take_ack(&mut self, now: u64, buf: &mut [u8]) -> Option<Transmit> {
+        while !self.acks_held {
+            let p = self.ack_queue.pop_front()?;
+            let peer = &mut self.peers[p];
+            peer.in_ack_queue = false;
+            if let Some(rx) = peer.rx.as_mut() {
+                let ack = rx.build_ack(now);
+                ack.emit(buf);
+                self.stats.acks_sent += 1;
+                return Some(Transmit {
+                    dest: peer.addr,
+                    len: AckRepr::LEN,
+                    entropy: 0,
+                    ecn: Ecn::Ect0,
+                });
             }
         }
         None

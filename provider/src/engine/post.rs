@@ -225,6 +225,14 @@ impl Engine {
         self.acks_held = held;
     }
 
+    /// While `last`, the transmit calls return queued ACKs after data
+    /// instead of before it. A driver sends a reply this way with the ACKs
+    /// it held for it: the reply leaves first, and both can share one
+    /// segmented send (data packets are never shorter than an ACK).
+    pub fn send_acks_last(&mut self, last: bool) {
+        self.acks_last = last;
+    }
+
     /// True when ACKs are queued to send.
     pub fn has_queued_acks(&self) -> bool {
         !self.ack_queue.is_empty()

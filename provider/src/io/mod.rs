@@ -711,15 +711,17 @@ impl Endpoint {
         got
     }
 
-    /// After posting a send or RMA: its data first, then ACKs held for it.
+    /// After posting a send or RMA: its data first, then ACKs held for it,
+    /// in one flush, so with GSO a reply and the ACK behind it leave in one
+    /// segmented send and arrive in one receive.
     fn flush_reply(&mut self, now: u64) {
         if std::mem::take(&mut self.awaiting_reply) {
             self.replies_follow = true;
         }
-        self.flush_holding_acks(now, self.acks_deferred);
-        if std::mem::take(&mut self.acks_deferred) {
-            self.flush(now);
-        }
+        let acks_last = std::mem::take(&mut self.acks_deferred);
+        self.engine.send_acks_last(acks_last);
+        self.flush(now);
+        self.engine.send_acks_last(false);
     }
 
     /// [`flush`](Self::flush), keeping queued ACKs back when `hold`

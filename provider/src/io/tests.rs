@@ -561,9 +561,19 @@ fn application_progress_holds_acks_once_it_sees_replies() {
     b.recv(op).unwrap();
     assert_eq!(b.engine_stats().acks_sent, after);
     let sent = b.stats().sent[0];
+    let gso_sends = b.stats().gso_sends;
+    let (a_gro, a_received) = (a.stats().gro_receives, a.stats().received[0]);
     b.send(send_op(a.local_addr(), pattern(5, 64), 5)).unwrap();
     assert_eq!(b.engine_stats().acks_sent, after + 1);
     assert_eq!(b.stats().sent[0], sent + 2);
+    // Both in one segmented send, which arrives as one coalesced receive.
+    assert_eq!(b.stats().gso_sends, gso_sends + 1);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while a.stats().received[0] < a_received + 2 {
+        assert!(Instant::now() < deadline, "reply and ACK did not arrive");
+        a.progress();
+    }
+    assert_eq!(a.stats().gro_receives, a_gro + 1);
 
     // Held, then no reply: the next progress call sends it whatever it
     // finds, and the endpoint stops holding (a receiver that only polls).
