@@ -89,8 +89,9 @@ fn held_ack_follows_the_reply_and_reports_its_hold_time() {
     assert_eq!(acks, vec![ack_arrival - 6_400]);
 }
 
-#[test]
-fn acks_leave_at_once_when_not_held() {
+/// The receiving engine of a 64 B ping at 10 us that has queued its ACK
+/// and posted a 64 B reply, nothing sent yet.
+fn pinged_and_replying() -> Engine {
     let (addrs, mut a, mut b) = pair();
     b.post_recv(0, recv(64, None, 20)).unwrap();
     a.post_send(0, send(addrs[1], vec![1; 64], None, 1))
@@ -99,6 +100,12 @@ fn acks_leave_at_once_when_not_held() {
     b.handle_datagram(10_000, addrs[0], 0, &ping[0].1);
     b.post_send(10_000, send(addrs[0], vec![2; 64], None, 2))
         .unwrap();
+    b
+}
+
+#[test]
+fn acks_leave_at_once_when_not_held() {
+    let mut b = pinged_and_replying();
     // Control ahead of data, and nothing held: no service time.
     let out = drain(&mut b, 10_000);
     let types: Vec<PacketType> = out.iter().map(|(t, _)| *t).collect();
@@ -110,14 +117,7 @@ fn acks_leave_at_once_when_not_held() {
 
 #[test]
 fn acks_last_puts_the_reply_ahead_in_the_same_drain() {
-    let (addrs, mut a, mut b) = pair();
-    b.post_recv(0, recv(64, None, 20)).unwrap();
-    a.post_send(0, send(addrs[1], vec![1; 64], None, 1))
-        .unwrap();
-    let ping = drain(&mut a, 0);
-    b.handle_datagram(10_000, addrs[0], 0, &ping[0].1);
-    b.post_send(10_000, send(addrs[0], vec![2; 64], None, 2))
-        .unwrap();
+    let mut b = pinged_and_replying();
     b.send_acks_last(true);
     let mut buf = vec![0u8; 65536];
     let mut out = Vec::new();
