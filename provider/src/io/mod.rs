@@ -417,7 +417,7 @@ impl Endpoint {
     }
 
     fn now(&self) -> u64 {
-        sys::monotonic_ns().saturating_sub(self.epoch_ns)
+        engine_time(self.epoch_ns)
     }
 
     /// Post a send and push its first packets out at once.
@@ -915,7 +915,7 @@ impl Endpoint {
             // A full window takes a while to send: the next batch is dated
             // when it leaves, or its round trips would include this one's
             // and outlast the retransmission timer.
-            now = sys::monotonic_ns().saturating_sub(epoch_ns);
+            now = engine_time(epoch_ns);
         }
         sent
     }
@@ -978,6 +978,11 @@ impl Endpoint {
         }
         Some(out)
     }
+}
+
+/// The engine's clock: nanoseconds since `epoch_ns` (the endpoint's bind).
+fn engine_time(epoch_ns: u64) -> u64 {
+    sys::monotonic_ns().saturating_sub(epoch_ns)
 }
 
 /// Hand one received datagram to the engine (unwrapping the relay header
