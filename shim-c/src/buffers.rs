@@ -122,11 +122,20 @@ impl IovBuffer {
     /// A copy of the whole buffer (for injected and small sends).
     pub(crate) fn to_vec(&self) -> Vec<u8> {
         let mut v = Vec::with_capacity(self.len);
-        self.for_range(0, self.len, |base, within, _, take| {
-            // SAFETY: as in read_at.
-            v.extend_from_slice(unsafe { std::slice::from_raw_parts(base.add(within), take) });
-        });
+        self.read_pieces(0, self.len, |_, piece| v.extend_from_slice(piece));
         v
+    }
+
+    /// The bytes `[offset, offset + n)` one segment's piece at a time, with
+    /// each piece's offset within the range.
+    fn read_pieces(&self, offset: usize, n: usize, mut f: impl FnMut(usize, &[u8])) {
+        self.for_range(offset, n, |base, within, at, take| {
+            // SAFETY: `within + take <= segment length`, and the segment is
+            // live application memory (see the Send impl).
+            f(at, unsafe {
+                std::slice::from_raw_parts(base.add(within), take)
+            });
+        });
     }
 
     /// Visit the segments overlapping `[offset, offset + n)` as
@@ -223,17 +232,14 @@ impl MsgBuffer for IovBuffer {
 
     fn read_at(&self, offset: usize, out: &mut [u8]) {
         let n = out.len();
-        self.for_range(offset, n, |base, within, at, take| {
-            // SAFETY: `within + take <= segment length`, and the segment is
-            // live application memory (see the Send impl).
-            let src = unsafe { std::slice::from_raw_parts(base.add(within), take) };
-            copy_bytes(&mut out[at..at + take], src);
+        self.read_pieces(offset, n, |at, piece| {
+            copy_bytes(&mut out[at..at + piece.len()], piece);
         });
     }
 
     fn write_at(&mut self, offset: usize, data: &[u8]) {
         self.for_range(offset, data.len(), |base, within, at, take| {
-            // SAFETY: as in read_at; the application gave us this memory to
+            // SAFETY: as in read_pieces; the application gave us this memory to
             // write into until the receive completes, and nothing else
             // refers to it during this call.
             let dst = unsafe { std::slice::from_raw_parts_mut(base.add(within), take) };
