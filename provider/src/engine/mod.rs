@@ -359,12 +359,9 @@ pub struct Engine {
     unexpected: VecDeque<Unexpected>,
     completions: VecDeque<Completion>,
     ack_queue: VecDeque<usize>,
-    /// While set, `ack_queue` waits and only control and data leave (see
-    /// [`Engine::hold_acks`]).
-    acks_held: bool,
-    /// While set, queued ACKs leave after the data instead of before it
-    /// (see [`Engine::send_acks_last`]).
-    acks_last: bool,
+    /// Where queued ACKs go among the transmits (see [`Engine::hold_acks`]
+    /// and [`Engine::send_acks_last`]).
+    ack_order: AckOrder,
     /// NACKs and control packets, sent ahead of ACKs and data.
     control_queue: VecDeque<(SocketAddr, ControlOut)>,
     send_ring: VecDeque<usize>,
@@ -424,8 +421,7 @@ impl Engine {
             unexpected: VecDeque::new(),
             completions: VecDeque::new(),
             ack_queue: VecDeque::new(),
-            acks_held: false,
-            acks_last: false,
+            ack_order: AckOrder::BeforeData,
             control_queue: VecDeque::new(),
             send_ring: VecDeque::new(),
             ack_timer: 0,
@@ -646,6 +642,17 @@ impl Engine {
             self.ack_queue.push_back(p);
         }
     }
+}
+
+/// Where queued ACKs leave relative to data.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum AckOrder {
+    /// Ahead of data (after control packets): the usual order.
+    BeforeData,
+    /// After the data: a reply leaves ahead of the ACKs held for it.
+    AfterData,
+    /// Not at all for now: only control and data leave.
+    Held,
 }
 
 #[cfg(test)]

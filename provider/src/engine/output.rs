@@ -69,7 +69,7 @@ impl Engine {
     ) -> Option<(Transmit, Option<Gathered>)> {
         // Drivers poll until nothing is left: that last call stays cheap.
         if self.control_queue.is_empty()
-            && (self.acks_held || self.ack_queue.is_empty())
+            && (self.ack_order == AckOrder::Held || self.ack_queue.is_empty())
             && self.send_ring.is_empty()
         {
             return None;
@@ -105,7 +105,7 @@ impl Engine {
                 None,
             ));
         }
-        if !self.acks_last {
+        if self.ack_order == AckOrder::BeforeData {
             if let Some(ack) = self.take_ack(now, buf) {
                 return Some((ack, None));
             }
@@ -123,17 +123,17 @@ impl Engine {
                 return Some((t, g.map(|(msg_id, offset, len)| (p, msg_id, offset, len))));
             }
         }
-        if self.acks_last {
+        if self.ack_order == AckOrder::AfterData {
             return self.take_ack(now, buf).map(|ack| (ack, None));
         }
         None
     }
 
-    /// The next queued ACK, unless ACKs are held. ACKs are ECN-capable like
-    /// data, so one can share a segmented send with the data before it;
-    /// a CE mark on an ACK is ignored.
+    /// The next queued ACK (the caller checked that ACKs are not held).
+    /// ACKs are ECN-capable like data, so one can share a segmented send
+    /// with the data before it; a CE mark on an ACK is ignored.
     fn take_ack(&mut self, now: u64, buf: &mut [u8]) -> Option<Transmit> {
-        while !self.acks_held {
+        loop {
             let p = self.ack_queue.pop_front()?;
             let peer = &mut self.peers[p];
             peer.in_ack_queue = false;
@@ -149,7 +149,6 @@ impl Engine {
                 });
             }
         }
-        None
     }
 
     pub(super) fn next_packet(
