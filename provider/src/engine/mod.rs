@@ -359,9 +359,8 @@ pub struct Engine {
     unexpected: VecDeque<Unexpected>,
     completions: VecDeque<Completion>,
     ack_queue: VecDeque<usize>,
-    /// Where queued ACKs go among the transmits (see [`Engine::hold_acks`]
-    /// and [`Engine::send_acks_last`]).
-    ack_order: AckOrder,
+    /// Queued ACKs stay back (see [`Engine::hold_acks`]).
+    acks_held: bool,
     /// NACKs and control packets, sent ahead of ACKs and data.
     control_queue: VecDeque<(SocketAddr, ControlOut)>,
     send_ring: VecDeque<usize>,
@@ -421,7 +420,7 @@ impl Engine {
             unexpected: VecDeque::new(),
             completions: VecDeque::new(),
             ack_queue: VecDeque::new(),
-            ack_order: AckOrder::BeforeData,
+            acks_held: false,
             control_queue: VecDeque::new(),
             send_ring: VecDeque::new(),
             ack_timer: 0,
@@ -642,17 +641,6 @@ impl Engine {
             self.ack_queue.push_back(p);
         }
     }
-}
-
-/// Where queued ACKs leave relative to data.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum AckOrder {
-    /// Ahead of data (after control packets): the usual order.
-    BeforeData,
-    /// After the data: a reply leaves ahead of the ACKs held for it.
-    AfterData,
-    /// Not at all for now: only control and data leave.
-    Held,
 }
 
 #[cfg(test)]

@@ -69,7 +69,7 @@ impl Engine {
     ) -> Option<(Transmit, Option<Gathered>)> {
         // Drivers poll until nothing is left: that last call stays cheap.
         if self.control_queue.is_empty()
-            && (self.ack_order == AckOrder::Held || self.ack_queue.is_empty())
+            && (self.acks_held || self.ack_queue.is_empty())
             && self.send_ring.is_empty()
         {
             return None;
@@ -105,7 +105,7 @@ impl Engine {
                 None,
             ));
         }
-        if self.ack_order == AckOrder::BeforeData {
+        if !self.acks_held {
             if let Some(ack) = self.take_ack(now, buf) {
                 return Some((ack, None));
             }
@@ -122,9 +122,6 @@ impl Engine {
             if let Some((t, g)) = sent {
                 return Some((t, g.map(|(msg_id, offset, len)| (p, msg_id, offset, len))));
             }
-        }
-        if self.ack_order == AckOrder::AfterData {
-            return self.take_ack(now, buf).map(|ack| (ack, None));
         }
         None
     }

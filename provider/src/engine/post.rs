@@ -222,23 +222,7 @@ impl Engine {
     /// has a message just completed to answer, so the answer does not queue
     /// behind an ACK; ACKs are cumulative, so one sent later says as much.
     pub fn hold_acks(&mut self, held: bool) {
-        self.ack_order = if held {
-            AckOrder::Held
-        } else {
-            AckOrder::BeforeData
-        };
-    }
-
-    /// While `last`, the transmit calls return queued ACKs after data
-    /// instead of before it. A driver sends a reply this way with the ACKs
-    /// it held for it: the reply leaves first, and both can share one
-    /// segmented send (data packets are never shorter than an ACK).
-    pub fn send_acks_last(&mut self, last: bool) {
-        self.ack_order = if last {
-            AckOrder::AfterData
-        } else {
-            AckOrder::BeforeData
-        };
+        self.acks_held = held;
     }
 
     /// True when ACKs are queued to send.

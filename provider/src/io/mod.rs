@@ -755,17 +755,22 @@ impl Endpoint {
         }
     }
 
-    /// After posting a send or RMA: its data first, then ACKs held for it,
-    /// in one flush, so with GSO a reply and the ACK behind it leave in one
-    /// segmented send and arrive in one receive.
+    /// After posting a send or RMA: its data first, then the ACKs held for
+    /// it. The reply leaves before the ACKs are even built, so neither
+    /// their building nor their system call delays it.
     fn flush_reply(&mut self, now: u64) {
         if std::mem::take(&mut self.awaiting_reply) {
             self.replies_follow = true;
         }
-        let acks_last = std::mem::take(&mut self.acks_deferred);
-        self.engine.send_acks_last(acks_last);
-        self.flush(now);
-        self.engine.send_acks_last(false);
+        if std::mem::take(&mut self.acks_deferred) {
+            self.engine.hold_acks(true);
+            self.flush(now);
+            self.engine.hold_acks(false);
+            // Dated after the reply left: the ACKs report their wait.
+            self.flush(self.now());
+        } else {
+            self.flush(now);
+        }
     }
 
     /// [`flush`](Self::flush), keeping queued ACKs back when `hold`
