@@ -1326,6 +1326,7 @@ fn open_socket(config: &Config, addr: SocketAddr) -> Result<UdpSocket> {
     socket.bind(&addr.into())?;
     let socket: UdpSocket = socket.into();
     sys::enable_recv_tos(&socket, addr.is_ipv6())?;
+    sys::set_default_tos(&socket, addr.is_ipv6())?;
     Ok(socket)
 }
 

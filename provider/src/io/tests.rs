@@ -172,6 +172,7 @@ struct TestRelay {
 impl TestRelay {
     fn start(ce_every: u64, trim_every: u64) -> TestRelay {
         let socket = UdpSocket::bind(LOOPBACK).unwrap();
+        sys::set_default_tos(&socket, false).unwrap();
         socket
             .set_read_timeout(Some(Duration::from_millis(10)))
             .unwrap();
