@@ -3,6 +3,7 @@
 
 use std::os::raw::c_void;
 
+use smallvec::SmallVec;
 use uet::copy::copy_bytes;
 use uet::MsgBuffer;
 
@@ -19,7 +20,9 @@ struct Segment {
 /// An application buffer described by up to `iov_limit` iovecs.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct IovBuffer {
-    segs: Vec<Segment>,
+    /// Inline up to two: a single-buffer send or receive (the busy
+    /// ping-pong's every call) allocates nothing for its description.
+    segs: SmallVec<[Segment; 2]>,
     len: usize,
 }
 
