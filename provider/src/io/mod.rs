@@ -613,8 +613,12 @@ impl Endpoint {
         // A full burst may have left more in the socket, the ACKs for what
         // a timer is about to declare lost among them (a long flush kept
         // the endpoint from reading): timers wait for the socket to drain,
-        // a few calls at most.
-        let backlog = arrived >= RX_BURST && self.timers_waited < MAX_TIMER_WAITS;
+        // a few calls at most. So do they while the application has a
+        // message to take and most likely answer: the timer scan, a pass
+        // over every peer, then runs in the next call instead of between
+        // the arrival and the reply.
+        let backlog = (arrived >= RX_BURST || (may_hold && self.engine.has_completions()))
+            && self.timers_waited < MAX_TIMER_WAITS;
         self.pool_idle += 1;
         if self.pool_idle >= POOL_CHECK_EVERY {
             self.pool_idle = 0;
@@ -624,16 +628,18 @@ impl Endpoint {
                 busy |= self.receive(i, &mut now) > 0;
             }
         }
-        // Rescan after any engine work, and every POOL_CHECK_EVERY polls
-        // whatever happened (cheap insurance against a missed change).
-        if busy || !self.timers_known || self.pool_idle == 0 {
-            self.timer_due = self.engine.next_timeout();
-            self.timers_known = true;
-        }
         if backlog {
             self.timers_waited += 1;
+            self.timers_known = false;
         } else {
             self.timers_waited = 0;
+            // Rescan after any engine work, and every POOL_CHECK_EVERY
+            // polls whatever happened (cheap insurance against a missed
+            // change).
+            if busy || !self.timers_known || self.pool_idle == 0 {
+                self.timer_due = self.engine.next_timeout();
+                self.timers_known = true;
+            }
             if self.timer_due.is_some_and(|t| t <= now) {
                 self.engine.handle_timeout(now);
                 self.timers_known = false;
