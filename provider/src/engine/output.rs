@@ -15,9 +15,10 @@ impl Engine {
 
     /// [`poll_transmit`](Self::poll_transmit) for a driver that sends with
     /// a gather list: when a data packet's payload lies in one piece of the
-    /// message's memory, `buf` receives only the headers (the first
-    /// `t.len - payload.len()` bytes) and the payload comes back by
-    /// reference, to follow them on the wire without a copy.
+    /// message's memory and is not short (`GATHER_MIN_BYTES`), `buf`
+    /// receives only the headers (the first `t.len - payload.len()` bytes)
+    /// and the payload comes back by reference, to follow them on the wire
+    /// without a copy.
     pub fn poll_transmit_gather(
         &mut self,
         now: u64,
@@ -289,6 +290,11 @@ pub(super) fn packet_payload(len: u64, max_payload: u64) -> u64 {
         .min(max_payload)
 }
 
+/// Shortest payload left in message memory for a gathering send: a shorter
+/// one is copied behind its headers, so the datagram goes out in one piece
+/// (a second iovec costs the kernel more than copying a few hundred bytes).
+const GATHER_MIN_BYTES: u32 = 256;
+
 /// Granule of evened-out packet payloads: keeps payload offsets at cache
 /// line boundaries of the message.
 const PAYLOAD_ALIGN: u64 = 64;
@@ -464,7 +470,7 @@ fn build_packet(
                 source
             };
             if gather
-                && len > 0
+                && len >= GATHER_MIN_BYTES
                 && source
                     .payload
                     .slice_at(source_offset as usize, len as usize)
@@ -494,7 +500,7 @@ fn build_packet(
 
 #[cfg(test)]
 mod tests {
-    use super::packet_payload;
+    use super::*;
 
     #[test]
     fn messages_that_fit_go_whole() {
@@ -522,6 +528,36 @@ mod tests {
                     len.div_ceil(max),
                     "len {len} max {max}"
                 );
+            }
+        }
+    }
+
+    /// A short payload is copied behind its headers (one piece on the
+    /// wire); from GATHER_MIN_BYTES on it stays in message memory.
+    #[test]
+    fn only_payloads_worth_an_iovec_are_gathered() {
+        let cfg = crate::Config::default();
+        let to: SocketAddr = "10.0.0.2:4793".parse().unwrap();
+        let mut e = Engine::new(&cfg, "10.0.0.1:4793".parse().unwrap(), 1);
+        let short = GATHER_MIN_BYTES as usize - 1;
+        for (len, gathered) in [(short, false), (short + 1, true)] {
+            let op = crate::ops::SendOp {
+                dest: to,
+                payload: crate::ops::Payload::Owned(vec![9; len]),
+                tag: None,
+                cq_data: None,
+                context: 1,
+                level: crate::ops::CompletionLevel::Inject,
+                signal: false,
+            };
+            e.post_send(0, op).unwrap();
+            let mut buf = vec![0u8; 65536];
+            let (t, payload) = e.poll_transmit_ref(0, &mut buf).unwrap();
+            assert_eq!(payload.is_some(), gathered, "{len} B");
+            let head = t.len - payload.map_or(0, |p| p.len());
+            assert_eq!(head, t.len - if gathered { len } else { 0 });
+            if !gathered {
+                assert!(buf[t.len - len..t.len].iter().all(|&b| b == 9));
             }
         }
     }
