@@ -86,6 +86,11 @@ pub struct TxPdc {
     last_ack_at: u64,
     last_sent_at: u64,
     probe: Option<Probe>,
+    /// Probes in a row no ACK followed: each doubles the silence before the
+    /// next (up to [`PROBE_BACKOFF_MAX`] doublings), so a peer that stopped
+    /// answering gets a few probes, not one every few round trips until
+    /// the retransmission timer gives up on it.
+    probes_unanswered: u8,
     /// Latest send time among first transmissions acknowledged so far: an
     /// unacknowledged packet sent well before it was overtaken (RACK-style,
     /// immune to retransmissions still on their way).
@@ -118,6 +123,10 @@ struct Recovery {
     scan: u32,
 }
 
+/// Most doublings of the silence before a probe (30 us on loopback becomes
+/// at most about 30 ms).
+const PROBE_BACKOFF_MAX: u8 = 10;
+
 /// A probe sent into silence, asking the receiver for an ACK.
 #[derive(Clone, Copy, Debug)]
 pub struct Probe {
@@ -143,6 +152,7 @@ impl TxPdc {
             last_ack_at: 0,
             last_sent_at: 0,
             probe: None,
+            probes_unanswered: 0,
             latest_acked_sent_at: 0,
             reported_cack: start_psn.wrapping_sub(1),
             reported_from: start_psn,
@@ -361,6 +371,7 @@ impl TxPdc {
             self.remote_id = Some(ack.spdcid);
         }
         self.last_ack_at = now;
+        self.probes_unanswered = 0;
         let end = self.next_psn();
         // An ACK for PSNs never sent is bogus: ignore it whole.
         if !psn_lt(ack.cack_psn, end) {
@@ -563,17 +574,25 @@ impl TxPdc {
 
     /// When a probe is due (0 = never): packets are outstanding, the
     /// receiver's context is known, and nothing was heard, sent or probed
-    /// for `silence` ns.
+    /// for `silence` ns, doubled for every probe in a row that went
+    /// unanswered.
     pub fn probe_due(&self, silence: u64) -> u64 {
         if self.slots.is_empty() || silence == 0 || self.remote_id.is_none() {
             return 0;
         }
         let probed = self.probe.map_or(0, |p| p.sent_at);
-        self.last_ack_at.max(self.last_sent_at).max(probed) + silence
+        let silence = silence.saturating_mul(1 << self.probes_unanswered);
+        self.last_ack_at
+            .max(self.last_sent_at)
+            .max(probed)
+            .saturating_add(silence)
     }
 
     /// A probe left now; it asks the receiver for an ACK.
     pub fn probe_sent(&mut self, now: u64) {
+        if self.probe.is_some() {
+            self.probes_unanswered = (self.probes_unanswered + 1).min(PROBE_BACKOFF_MAX);
+        }
         self.probe = Some(Probe {
             sent_at: now,
             until: self.next_psn(),
@@ -993,6 +1012,30 @@ mod tests {
         // Nothing outstanding, nothing to probe.
         tx.on_ack(&ack(3, 0), 10_300);
         assert_eq!(tx.probe_due(300), 0);
+    }
+
+    #[test]
+    fn unanswered_probes_back_off_until_an_ack_arrives() {
+        let mut tx = TxPdc::new(1, 0);
+        tx.remote_id = Some(9);
+        tx.push(data(0), 0, 1_000_000, 100, 0);
+        tx.push(data(1), 0, 1_000_000, 100, 0);
+        // Silence doubles with every probe nobody answered.
+        let mut at = tx.probe_due(300);
+        assert_eq!(at, 300);
+        let mut gaps = Vec::new();
+        for _ in 0..13 {
+            tx.probe_sent(at);
+            let next = tx.probe_due(300);
+            gaps.push(next - at);
+            at = next;
+        }
+        assert_eq!(&gaps[..4], &[300, 600, 1200, 2400]);
+        // Capped: 2^10 silences at most.
+        assert!(gaps[10..].iter().all(|&g| g == 300 << PROBE_BACKOFF_MAX));
+        // Any ACK shows the peer alive: back to one silence.
+        tx.on_ack(&ack(0, 0), at);
+        assert_eq!(tx.probe_due(300), at + 300);
     }
 
     #[test]
