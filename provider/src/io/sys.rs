@@ -45,7 +45,7 @@ pub fn enable_recv_tos(socket: &UdpSocket, ipv6: bool) -> io::Result<()> {
     set_int_option(socket, level, option, 1)
 }
 
-/// `sendmsg`, `recvmsg` and `recvmmsg` go straight through `syscall(2)`:
+/// `sendmsg`, `sendto`, `recvmsg` and `recvmmsg` go straight through `syscall(2)`:
 /// glibc's wrappers are cancellation points, and their bookkeeping (the
 /// thread's cancel state switched on and back around every call) took 7%
 /// of an empty busy poll. The driver's threads are never cancelled, and
@@ -131,9 +131,33 @@ pub fn send_parts(
         return Err(io::Error::from(io::ErrorKind::InvalidInput));
     }
     if tos == DEFAULT_TOS && parts.len() == 1 {
-        return socket.send_to(parts[0], dest).map(|_| ());
+        return send_one_piece(socket, dest, parts[0]);
     }
     send_msg(socket, dest, tos, None, parts)
+}
+
+/// `sendto` of one datagram in one piece with the socket's own TOS, through
+/// `syscall(2)` like [`raw_sendmsg`].
+fn send_one_piece(socket: &UdpSocket, dest: SocketAddr, data: &[u8]) -> io::Result<()> {
+    let addr = SockAddr::from(dest);
+    // SAFETY: `data` and `addr` are live for the call and their lengths are
+    // theirs; the kernel only reads them.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_sendto,
+            socket.as_raw_fd(),
+            data.as_ptr(),
+            data.len(),
+            libc::MSG_NOSIGNAL,
+            addr.as_ptr(),
+            addr.len(),
+        )
+    };
+    if rc < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
 }
 
 /// Most datagrams one [`send_segments`] call carries: the kernel's
