@@ -164,6 +164,7 @@ impl Engine {
         rx.last_psn = req.psn;
         rx.last_arrival_at = now;
         rx.last_was_retx = req.flags & pflags::RETX != 0;
+        rx.answering_probe = false;
         let ce = Ecn::from_tos(tos) == Ecn::Ce;
         if ce {
             // Echoed in the next ACK's M flag, which leaves at once.
@@ -585,7 +586,12 @@ impl Engine {
             ControlType::Close => self.on_close(now, from, &ctl),
             // Answered with an ACK of the receive context they name.
             ControlType::AckRequest | ControlType::Probe => match self.rx_by_id.get(&ctl.dpdcid) {
-                Some(&p) if self.peers[p].addr == from => self.queue_ack(p),
+                Some(&p) if self.peers[p].addr == from => {
+                    if let Some(rx) = self.peers[p].rx.as_mut() {
+                        rx.answering_probe = true;
+                    }
+                    self.queue_ack(p)
+                }
                 _ => self.stats.unknown_pdc += 1,
             },
             // Credit-based flow control is not used by this provider.

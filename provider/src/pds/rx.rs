@@ -38,6 +38,9 @@ pub struct RxPdc {
     /// When it arrived: the ACK reports how long after (its service time).
     pub last_arrival_at: u64,
     pub last_was_retx: bool,
+    /// A probe or an ACK request asked for the ACK owed, and no data came
+    /// since: it leaves with the P flag.
+    pub answering_probe: bool,
     /// A packet since the last ACK arrived with ECN CE: echo it (M flag).
     pub ecn_echo: bool,
     /// Packets that arrived ahead of a hole since the last ACK.
@@ -66,6 +69,7 @@ impl RxPdc {
             last_psn: start_psn.wrapping_sub(1),
             last_arrival_at: 0,
             last_was_retx: false,
+            answering_probe: false,
             ecn_echo: false,
             ooo_count: 0,
             ack_pending: false,
@@ -149,10 +153,13 @@ impl RxPdc {
         let skip = self.sack_skip();
         let bitmap = self.sack_bitmap_from(skip);
         let offset = self.last_psn.wrapping_sub(self.cack) as i32;
-        use crate::wire::prologue::flags::{ACK_M, ACK_RETX};
+        use crate::wire::prologue::flags::{ACK_M, ACK_P, ACK_RETX};
         let mut flags = 0;
         if self.last_was_retx {
             flags |= ACK_RETX;
+        }
+        if std::mem::take(&mut self.answering_probe) {
+            flags |= ACK_P;
         }
         if self.ecn_echo {
             flags |= ACK_M;

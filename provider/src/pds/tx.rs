@@ -378,8 +378,15 @@ impl TxPdc {
             return;
         }
         let trigger = ack.cack_psn.wrapping_add(ack.ack_psn_offset as i32 as u32);
-        let retx_echo = ack.flags & crate::wire::prologue::flags::ACK_RETX != 0;
-        if let Some(s) = self.slot(trigger) {
+        use crate::wire::prologue::flags::{ACK_P, ACK_RETX};
+        let retx_echo = ack.flags & ACK_RETX != 0;
+        // No round trip from the answer to a probe (its trigger arrived
+        // whenever it did), nor from an ACK held longer than its service
+        // time field can say: either would put a stale packet's age into
+        // SRTT and NSCC's delay (a ROD receiver's probe answers made SRTT
+        // 190 ms and held every loss for a backed-off RTO).
+        let fresh = ack.flags & ACK_P == 0 && ack.service_time < u16::MAX;
+        if let Some(s) = self.slot(trigger).filter(|_| fresh) {
             if !s.acked && now >= s.sent_at {
                 out.rtt_raw = Some(now - s.sent_at);
                 out.trigger_sends = s.retries + 1;
@@ -869,6 +876,42 @@ mod tests {
         tx.probe_answered(25, 100);
         tx.on_ack(&ack(0, 0), 30);
         assert_eq!(tx.dupacks, 1);
+    }
+
+    #[test]
+    fn probe_answers_and_overlong_holds_give_no_round_trip() {
+        use crate::wire::prologue::flags::ACK_P;
+        for (flags, service_time, sampled) in [
+            (0, 0, true),
+            (ACK_P, 0, false),
+            (0, u16::MAX - 1, true),
+            (0, u16::MAX, false),
+        ] {
+            let mut tx = TxPdc::new(1, 0);
+            tx.push(data(0), 0, 1000, 100, 0);
+            tx.push(data(1), 0, 1000, 100, 0);
+            // Triggered by PSN 1; PSN 0 is the hole.
+            let a = AckRepr {
+                flags,
+                service_time,
+                cack_psn: u32::MAX,
+                ack_psn_offset: 2,
+                sack_offset: 1,
+                sack_bitmap: 0b10,
+                spdcid: 5,
+                ..AckRepr::default()
+            };
+            let out = tx.on_ack(&a, 5_000_000);
+            assert_eq!(
+                out.rtt_sample.is_some(),
+                sampled,
+                "{flags:#x} {service_time}"
+            );
+            assert_eq!(out.rtt_raw.is_some(), sampled);
+            assert_eq!(tx.srtt() != 0, sampled);
+            // Acknowledged all the same.
+            assert_eq!(out.newly_acked.len(), 1);
+        }
     }
 
     #[test]

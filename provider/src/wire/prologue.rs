@@ -101,6 +101,10 @@ pub mod flags {
     pub const ACK_M: u8 = 0x20;
     /// ACK flags: the triggering packet was a retransmission.
     pub const ACK_RETX: u8 = 0x10;
+    /// ACK flags (P): the answer to a probe or an ACK request, not to a
+    /// data arrival; its trigger PSN names the latest arrival, which may be
+    /// long past, so it carries no round-trip sample.
+    pub const ACK_P: u8 = 0x08;
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
