@@ -4,7 +4,10 @@
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
-use uet::{Completion, CompletionLevel, MsgBuffer, Payload, ProbeFlags, RecvOp, SendOp};
+use uet::wire::{PacketType, Prologue};
+use uet::{
+    Completion, CompletionLevel, Config, Engine, MsgBuffer, Payload, ProbeFlags, RecvOp, SendOp,
+};
 
 /// Bytes that depend on the message and position, so misplacement shows.
 pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
@@ -126,4 +129,51 @@ pub fn shuffled_round(
         }
     }
     idle
+}
+
+/// Everything `from` has ready at `now`, as (packet type, bytes).
+pub fn drain(from: &mut Engine, now: u64) -> Vec<(PacketType, Vec<u8>)> {
+    let mut buf = vec![0u8; 65536];
+    let mut out = Vec::new();
+    while let Some(t) = from.poll_transmit(now, &mut buf) {
+        let ptype = Prologue::parse(&buf[..t.len]).unwrap().ptype;
+        out.push((ptype, buf[..t.len].to_vec()));
+    }
+    out
+}
+
+/// The prologue flags of a datagram.
+pub fn flags_of(datagram: &[u8]) -> u8 {
+    Prologue::parse(datagram).unwrap().flags
+}
+
+/// Two engines with default settings and their addresses.
+pub fn engine_pair() -> ([SocketAddr; 2], Engine, Engine) {
+    let addrs: [SocketAddr; 2] = [
+        "10.0.0.1:4793".parse().unwrap(),
+        "10.0.0.2:4793".parse().unwrap(),
+    ];
+    let cfg = Config::default();
+    let a = Engine::new(&cfg, addrs[0], 1);
+    let b = Engine::new(&cfg, addrs[1], 2);
+    (addrs, a, b)
+}
+
+/// [`engine_pair`] after one 64 B message from a to b and b's ACK back,
+/// 5 us each way: the delivery context is open (no more SYN) and a knows
+/// the round trip.
+pub fn acquainted() -> ([SocketAddr; 2], Engine, Engine) {
+    let (addrs, mut a, mut b) = engine_pair();
+    b.post_recv(0, recv(64, None, 1)).unwrap();
+    a.post_send(0, send(addrs[1], vec![1; 64], None, 1))
+        .unwrap();
+    for (_, d) in drain(&mut a, 0) {
+        b.handle_datagram(5_000, addrs[0], 0, &d);
+    }
+    for (_, d) in drain(&mut b, 5_000) {
+        a.handle_datagram(10_000, addrs[1], 0, &d);
+    }
+    while a.poll_completion().is_some() {}
+    while b.poll_completion().is_some() {}
+    (addrs, a, b)
 }

@@ -4,36 +4,11 @@
 
 mod common;
 
-use std::net::SocketAddr;
-
 use uet::engine::{TraceEvent, TraceKind};
-use uet::wire::{AckRepr, PacketType, Prologue};
-use uet::{Config, Engine};
+use uet::wire::{AckRepr, PacketType};
+use uet::Engine;
 
-use common::{recv, send};
-
-/// Everything `from` has ready at `now`, as (packet type, bytes).
-fn drain(from: &mut Engine, now: u64) -> Vec<(PacketType, Vec<u8>)> {
-    let mut buf = vec![0u8; 65536];
-    let mut out = Vec::new();
-    while let Some(t) = from.poll_transmit(now, &mut buf) {
-        let ptype = Prologue::parse(&buf[..t.len]).unwrap().ptype;
-        out.push((ptype, buf[..t.len].to_vec()));
-    }
-    out
-}
-
-/// Two engines with default settings and their addresses.
-fn pair() -> ([SocketAddr; 2], Engine, Engine) {
-    let addrs: [SocketAddr; 2] = [
-        "10.0.0.1:4793".parse().unwrap(),
-        "10.0.0.2:4793".parse().unwrap(),
-    ];
-    let cfg = Config::default();
-    let a = Engine::new(&cfg, addrs[0], 1);
-    let b = Engine::new(&cfg, addrs[1], 2);
-    (addrs, a, b)
-}
+use common::{drain, engine_pair, recv, send};
 
 fn is_data(t: PacketType) -> bool {
     matches!(t, PacketType::RudRequest | PacketType::RodRequest)
@@ -41,7 +16,7 @@ fn is_data(t: PacketType) -> bool {
 
 #[test]
 fn held_ack_follows_the_reply_and_reports_its_hold_time() {
-    let (addrs, mut a, mut b) = pair();
+    let (addrs, mut a, mut b) = engine_pair();
     a.enable_trace();
     a.post_recv(0, recv(64, None, 10)).unwrap();
     b.post_recv(0, recv(64, None, 20)).unwrap();
@@ -92,7 +67,7 @@ fn held_ack_follows_the_reply_and_reports_its_hold_time() {
 /// The receiving engine of a 64 B ping at 10 us that has queued its ACK
 /// and posted a 64 B reply, nothing sent yet.
 fn pinged_and_replying() -> Engine {
-    let (addrs, mut a, mut b) = pair();
+    let (addrs, mut a, mut b) = engine_pair();
     b.post_recv(0, recv(64, None, 20)).unwrap();
     a.post_send(0, send(addrs[1], vec![1; 64], None, 1))
         .unwrap();

@@ -4,51 +4,15 @@
 
 mod common;
 
-use std::net::SocketAddr;
-
 use uet::engine::{TraceEvent, TraceKind};
 use uet::wire::prologue::flags;
-use uet::wire::{AckRepr, ControlRepr, ControlType, PacketType, Prologue};
-use uet::{Config, Engine};
+use uet::wire::{AckRepr, ControlRepr, ControlType, PacketType};
 
-use common::{recv, send};
-
-/// Everything `from` has ready at `now`, as (packet type, bytes).
-fn drain(from: &mut Engine, now: u64) -> Vec<(PacketType, Vec<u8>)> {
-    let mut buf = vec![0u8; 65536];
-    let mut out = Vec::new();
-    while let Some(t) = from.poll_transmit(now, &mut buf) {
-        let ptype = Prologue::parse(&buf[..t.len]).unwrap().ptype;
-        out.push((ptype, buf[..t.len].to_vec()));
-    }
-    out
-}
+use common::{acquainted, drain, recv, send};
 
 fn is_probe(p: &(PacketType, Vec<u8>)) -> bool {
     p.0 == PacketType::Control
         && ControlRepr::parse(&p.1).is_ok_and(|c| c.ctl_type == ControlType::Probe)
-}
-
-/// Two engines after one exchange with 10 us round trips: a knows b and
-/// the RTT.
-fn acquainted() -> ([SocketAddr; 2], Engine, Engine) {
-    let addrs: [SocketAddr; 2] = [
-        "10.0.0.1:4793".parse().unwrap(),
-        "10.0.0.2:4793".parse().unwrap(),
-    ];
-    let cfg = Config::default();
-    let mut a = Engine::new(&cfg, addrs[0], 1);
-    let mut b = Engine::new(&cfg, addrs[1], 2);
-    b.post_recv(0, recv(64, None, 1)).unwrap();
-    a.post_send(0, send(addrs[1], vec![1; 64], None, 1))
-        .unwrap();
-    for (_, d) in drain(&mut a, 0) {
-        b.handle_datagram(5_000, addrs[0], 0, &d);
-    }
-    for (_, d) in drain(&mut b, 5_000) {
-        a.handle_datagram(10_000, addrs[1], 0, &d);
-    }
-    (addrs, a, b)
 }
 
 #[test]
