@@ -76,7 +76,8 @@ const RX_BATCH_LARGE: usize = 4;
 /// socket 0, which every call reads; the pool sees only strays and ICMP
 /// errors, which must not pile up (they would keep blocking waits awake).
 const POOL_CHECK_EVERY: u32 = 64;
-/// Progress calls in a row that may leave timers for a backlog of arrivals.
+/// Progress calls in a row that may leave timers for later (a backlog of
+/// arrivals, or a message the application is about to take).
 const MAX_TIMER_WAITS: u32 = 16;
 /// Room in front of the engine's packet for the relay header.
 const HEADROOM: usize = RelayHeader::LEN;
@@ -252,7 +253,7 @@ pub struct Endpoint {
     replies_follow: bool,
     /// `FI_UET_TRACE` output, when asked for.
     trace: Option<trace::TraceFile>,
-    /// Calls in a row whose timers waited for a backlog of arrivals.
+    /// Calls in a row whose timers waited (see [`MAX_TIMER_WAITS`]).
     timers_waited: u32,
     /// When the last datagram arrived (engine time; 0 = never).
     last_arrival_ns: u64,
@@ -617,7 +618,7 @@ impl Endpoint {
         // message to take and most likely answer: the timer scan, a pass
         // over every peer, then runs in the next call instead of between
         // the arrival and the reply.
-        let backlog = (arrived >= RX_BURST || (may_hold && self.engine.has_completions()))
+        let timers_wait = (arrived >= RX_BURST || (may_hold && self.engine.has_completions()))
             && self.timers_waited < MAX_TIMER_WAITS;
         self.pool_idle += 1;
         if self.pool_idle >= POOL_CHECK_EVERY {
@@ -628,7 +629,7 @@ impl Endpoint {
                 busy |= self.receive(i, &mut now) > 0;
             }
         }
-        if backlog {
+        if timers_wait {
             self.timers_waited += 1;
             self.timers_known = false;
         } else {
