@@ -1,6 +1,8 @@
 //! Datagram system calls that carry the IP TOS byte: `sendmsg` with an
-//! `IP_TOS` / `IPV6_TCLASS` control message, `recvmsg` reading the one
-//! `IP_RECVTOS` / `IPV6_RECVTCLASS` delivers.
+//! `IP_TOS` / `IPV6_TCLASS` control message (none for the socket's own TOS,
+//! [`DEFAULT_TOS`]), `recvmsg` reading the one `IP_RECVTOS` /
+//! `IPV6_RECVTCLASS` delivers. They go through `syscall(2)` (see
+//! [`raw_sendmsg`]).
 //!
 //! Neither std nor socket2 exposes control messages, and quinn-udp hands out
 //! only the two ECN bits while the transport needs the whole byte (the DSCP
@@ -53,9 +55,32 @@ pub fn enable_recv_tos(socket: &UdpSocket, ipv6: bool) -> io::Result<()> {
 ///
 /// # Safety
 /// As for `sendmsg(2)`: `msg` and everything it points at are valid.
-unsafe fn raw_sendmsg(fd: libc::c_int, msg: *const libc::msghdr, flags: libc::c_int) -> isize {
+unsafe fn raw_sendmsg(
+    fd: libc::c_int,
+    msg: *const libc::msghdr,
+    flags: libc::c_int,
+) -> io::Result<usize> {
     // SAFETY: passed on from the caller.
-    unsafe { libc::syscall(libc::SYS_sendmsg, fd, msg, flags) as isize }
+    syscall_result(unsafe { libc::syscall(libc::SYS_sendmsg, fd, msg, flags) })
+}
+
+/// See [`raw_sendmsg`].
+///
+/// # Safety
+/// As for `sendto(2)`: `data` and `addr` are valid for their lengths.
+unsafe fn raw_sendto(fd: libc::c_int, data: &[u8], addr: &SockAddr) -> io::Result<usize> {
+    // SAFETY: passed on from the caller.
+    syscall_result(unsafe {
+        libc::syscall(
+            libc::SYS_sendto,
+            fd,
+            data.as_ptr(),
+            data.len(),
+            libc::MSG_NOSIGNAL,
+            addr.as_ptr(),
+            addr.len(),
+        )
+    })
 }
 
 /// See [`raw_sendmsg`].
@@ -63,9 +88,13 @@ unsafe fn raw_sendmsg(fd: libc::c_int, msg: *const libc::msghdr, flags: libc::c_
 /// # Safety
 /// As for `recvmsg(2)`: `msg` and the buffers it names are valid and
 /// writable for their stated lengths.
-unsafe fn raw_recvmsg(fd: libc::c_int, msg: *mut libc::msghdr, flags: libc::c_int) -> isize {
+unsafe fn raw_recvmsg(
+    fd: libc::c_int,
+    msg: *mut libc::msghdr,
+    flags: libc::c_int,
+) -> io::Result<usize> {
     // SAFETY: passed on from the caller.
-    unsafe { libc::syscall(libc::SYS_recvmsg, fd, msg, flags) as isize }
+    syscall_result(unsafe { libc::syscall(libc::SYS_recvmsg, fd, msg, flags) })
 }
 
 /// See [`raw_sendmsg`]; no timeout.
@@ -78,9 +107,9 @@ unsafe fn raw_recvmmsg(
     msgs: *mut libc::mmsghdr,
     vlen: libc::c_uint,
     flags: libc::c_int,
-) -> isize {
+) -> io::Result<usize> {
     // SAFETY: passed on from the caller.
-    unsafe {
+    syscall_result(unsafe {
         libc::syscall(
             libc::SYS_recvmmsg,
             fd,
@@ -88,8 +117,13 @@ unsafe fn raw_recvmmsg(
             vlen,
             flags,
             std::ptr::null_mut::<libc::timespec>(),
-        ) as isize
-    }
+        )
+    })
+}
+
+/// What a `syscall(2)` returned: a count, or -1 with the error in `errno`.
+fn syscall_result(rc: libc::c_long) -> io::Result<usize> {
+    usize::try_from(rc).map_err(|_| io::Error::last_os_error())
 }
 
 /// Nanoseconds of the monotonic clock: what `Instant` reads, without its
@@ -136,28 +170,12 @@ pub fn send_parts(
     send_msg(socket, dest, tos, None, parts)
 }
 
-/// `sendto` of one datagram in one piece with the socket's own TOS, through
-/// `syscall(2)` like [`raw_sendmsg`].
+/// `sendto` of one datagram in one piece with the socket's own TOS.
 fn send_one_piece(socket: &UdpSocket, dest: SocketAddr, data: &[u8]) -> io::Result<()> {
     let addr = SockAddr::from(dest);
-    // SAFETY: `data` and `addr` are live for the call and their lengths are
-    // theirs; the kernel only reads them.
-    let rc = unsafe {
-        libc::syscall(
-            libc::SYS_sendto,
-            socket.as_raw_fd(),
-            data.as_ptr(),
-            data.len(),
-            libc::MSG_NOSIGNAL,
-            addr.as_ptr(),
-            addr.len(),
-        )
-    };
-    if rc < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(())
-    }
+    // SAFETY: `data` and `addr` are live for the call with their true
+    // lengths; the kernel only reads them.
+    unsafe { raw_sendto(socket.as_raw_fd(), data, &addr) }.map(|_| ())
 }
 
 /// Most datagrams one [`send_segments`] call carries: the kernel's
@@ -295,12 +313,7 @@ fn send_msg(
     // SAFETY: every pointer in `msg` refers to a live local (address, iovecs
     // over `parts`, control buffer) for the duration of the call; the
     // kernel reads the `count` iovecs written above and no further.
-    let rc = unsafe { raw_sendmsg(socket.as_raw_fd(), &msg, 0) };
-    if rc < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(())
-    }
+    unsafe { raw_sendmsg(socket.as_raw_fd(), &msg, 0) }.map(|_| ())
 }
 
 /// One received datagram: its length, source and TOS byte (0 when the
@@ -333,18 +346,11 @@ pub fn recv_with_tos(socket: &UdpSocket, buf: &mut [u8]) -> io::Result<Received>
     msg.msg_controllen = size_of::<[u64; CMSG_WORDS]>() as _;
     // SAFETY: every pointer in `msg` refers to a live local or to `buf`,
     // with its true size; the kernel writes at most that much.
-    let n = unsafe { raw_recvmsg(socket.as_raw_fd(), &mut msg, 0) };
-    if n < 0 {
-        return Err(io::Error::last_os_error());
-    }
+    let n = unsafe { raw_recvmsg(socket.as_raw_fd(), &mut msg, 0) }?;
     let tos = control_of(&msg).0;
     let from = source_of(storage, msg.msg_namelen)
         .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "non-IP source address"))?;
-    Ok(Received {
-        len: n as usize,
-        from,
-        tos,
-    })
+    Ok(Received { len: n, from, tos })
 }
 
 /// The TOS / traffic-class byte (0 when there is none) and the GRO segment
@@ -517,10 +523,7 @@ impl RecvBatch {
             )
         };
         self.slots.clear();
-        if n < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        let n = (n as usize).min(self.count);
+        let n = n?.min(self.count);
         for (h, name) in self.hdrs.iter().zip(&self.names).take(n) {
             let m = &h.msg_hdr;
             let (tos, segment) = control_of(m);
@@ -549,14 +552,12 @@ impl RecvBatch {
         // kernel writes at most that much and sets namelen/controllen/flags.
         let n = unsafe { raw_recvmsg(socket.as_raw_fd(), &mut h.msg_hdr, libc::MSG_DONTWAIT) };
         self.slots.clear();
-        if n < 0 {
-            return Err(io::Error::last_os_error());
-        }
+        let n = n?;
         h.msg_len = n as libc::c_uint;
         let m = &h.msg_hdr;
         let (tos, segment) = control_of(m);
         self.slots.push(Slot {
-            len: (n as usize).min(self.slot_len),
+            len: n.min(self.slot_len),
             from: source_of(self.names[0], m.msg_namelen),
             tos,
             segment,
