@@ -108,7 +108,7 @@ $(BUILD)/bin/%: fabtests/matrix/%.c $(MATRIX_HDR) | deps
 
 $(BUILD)/bin/%: fabtests/bench/%.c | deps
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) -I$(CURDIR)/include $$(pkg-config --cflags libfabric) -o $@ $< \
+	$(CC) $(CFLAGS) -pthread -I$(CURDIR)/include $$(pkg-config --cflags libfabric) -o $@ $< \
 	  $$(pkg-config --libs libfabric)
 
 $(BUILD)/bin/%: fabtests/mpi/%.c $(MPI_HDR) | deps
