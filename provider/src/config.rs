@@ -71,6 +71,11 @@ pub const PARAMS: &[ParamSpec] = &[
         help: "With FI_PROGRESS_MANUAL, a domain thread progresses any endpoint the application has not progressed for this many microseconds, so retransmissions, ACKs and held packets still move while the application blocks elsewhere (default 1000; 0 = only the application progresses).",
     },
     ParamSpec {
+        name: "direct_rx",
+        kind: ParamKind::Bool,
+        help: "Receive the payload of a large packet (16 KiB or more: large datagrams, the default on loopback) straight into the posted receive buffer when it continues where the last packet of its message ended, so the kernel's copy is the only one; a datagram that is not the predicted packet is put back together and copied as usual (default 1; 0 = always receive into the endpoint's own buffers and copy).",
+    },
+    ParamSpec {
         name: "defer_acks",
         kind: ParamKind::Bool,
         help: "When a progress call made by the application completes a message and has only ACKs to send, and the application answered the last such call with a send or RMA, hold those ACKs until its next send, RMA or progress call, so a reply it posts at once leaves ahead of them; the hold is reported in the ACK's service time; background progress threads never hold ACKs, and a call that finds ACKs held sends them whatever it completes (default 1; 0 = ACKs leave in the call that queues them).",
@@ -240,6 +245,9 @@ pub struct Config {
     /// ACKs of a progress call that completes a message wait for the
     /// application's next call (see `io::Endpoint::progress_app`).
     pub defer_acks: bool,
+    /// Large payloads are received straight into posted buffers
+    /// (`engine::Engine::landing`).
+    pub direct_rx: bool,
     /// Delivery-context ID pool size per endpoint.
     pub max_pdcs: usize,
     pub port: u16,
@@ -299,6 +307,7 @@ impl Default for Config {
             spin_before_yield: 64,
             idle_progress_us: 1000,
             defer_acks: true,
+            direct_rx: true,
             max_pdcs: 16384,
             port: 0,
             pdc_idle_us: 1_000_000,
@@ -411,6 +420,7 @@ impl Config {
             "gso" => return Some(ParamValue::Bool(self.gso)),
             "send_burst_us" => return Some(ParamValue::Int(self.send_burst_us.into())),
             "defer_acks" => return Some(ParamValue::Bool(self.defer_acks)),
+            "direct_rx" => return Some(ParamValue::Bool(self.direct_rx)),
             "fabric" => return Some(ParamValue::Str(self.fabric.clone())),
             _ => {}
         }
@@ -532,6 +542,7 @@ impl Config {
             }
             "nscc_trimming" => self.trimming = boolean()?,
             "defer_acks" => self.defer_acks = boolean()?,
+            "direct_rx" => self.direct_rx = boolean()?,
             "link_gbps" => self.link_gbps = int(1, 3200)? as u32,
             "link_mbps" => self.link_mbps = int(0, 3_200_000)? as u32,
             "base_rtt_us" => self.base_rtt_us = int(0, 1_000_000)? as u64,

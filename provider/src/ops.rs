@@ -40,6 +40,13 @@ pub trait MsgBuffer: Send {
     fn slice_at(&self, _offset: usize, _len: usize) -> Option<&[u8]> {
         None
     }
+    /// Bytes `offset..offset + len` as one writable slice when they lie in
+    /// one piece of memory, so the driver can receive a packet's payload
+    /// straight into them; `None` (the default) means payloads are copied in
+    /// with `write_at`. The caller guarantees `offset + len <= self.len()`.
+    fn slice_at_mut(&mut self, _offset: usize, _len: usize) -> Option<&mut [u8]> {
+        None
+    }
     /// FI_MULTI_RECV: carve the first `len` bytes off as a buffer of their
     /// own for one message and stay posted with the rest. `None` (the
     /// default) means the message takes this whole buffer, which is then no
@@ -64,6 +71,9 @@ impl MsgBuffer for Vec<u8> {
     }
     fn slice_at(&self, offset: usize, len: usize) -> Option<&[u8]> {
         self.get(offset..offset + len)
+    }
+    fn slice_at_mut(&mut self, offset: usize, len: usize) -> Option<&mut [u8]> {
+        self.get_mut(offset..offset + len)
     }
 }
 

@@ -255,6 +255,25 @@ impl MsgBuffer for IovBuffer {
     }
 
     fn slice_at(&self, offset: usize, len: usize) -> Option<&[u8]> {
+        let base = self.span(offset, len)?;
+        // SAFETY: `span` found `len` bytes of one segment, live application
+        // memory the application leaves alone until the operation completes
+        // (see the Send impl); the slice lives no longer than `self`.
+        Some(unsafe { std::slice::from_raw_parts(base, len) })
+    }
+
+    fn slice_at_mut(&mut self, offset: usize, len: usize) -> Option<&mut [u8]> {
+        let base = self.span(offset, len)?;
+        // SAFETY: as in `slice_at`; the application gave us this memory to
+        // write into until the receive completes, and the `&mut self`
+        // borrow keeps every other view of it through this buffer away.
+        Some(unsafe { std::slice::from_raw_parts_mut(base, len) })
+    }
+}
+
+impl IovBuffer {
+    /// Start of bytes `offset..offset + len` when they lie in one segment.
+    fn span(&self, offset: usize, len: usize) -> Option<*mut u8> {
         let mut start = 0usize;
         for s in &self.segs {
             let end = start + s.len;
@@ -263,11 +282,9 @@ impl MsgBuffer for IovBuffer {
                 if within + len > s.len {
                     return None;
                 }
-                // SAFETY: `within + len <= segment length`, and the segment
-                // is live application memory the application leaves alone
-                // until the send completes (see the Send impl); the slice
-                // lives no longer than `self`.
-                return Some(unsafe { std::slice::from_raw_parts(s.base.add(within), len) });
+                // SAFETY: `within <= segment length`: the pointer stays
+                // within (or one past) the segment.
+                return Some(unsafe { s.base.add(within) });
             }
             start = end;
         }

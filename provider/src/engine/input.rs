@@ -19,7 +19,7 @@ impl Engine {
         };
         match prologue.ptype {
             PacketType::RudRequest | PacketType::RodRequest => {
-                self.on_request(now, from, tos, data)
+                self.on_request(now, from, tos, data, None)
             }
             PacketType::AckCc => self.on_ack(now, from, data),
             PacketType::Nack => self.on_nack(now, from, data),
@@ -28,7 +28,16 @@ impl Engine {
         }
     }
 
-    pub(super) fn on_request(&mut self, now: u64, from: SocketAddr, tos: u8, data: &[u8]) {
+    /// `in_place`: `data` holds the headers only, and this many payload
+    /// bytes were received straight into a posted buffer (a landing).
+    pub(super) fn on_request(
+        &mut self,
+        now: u64,
+        from: SocketAddr,
+        tos: u8,
+        data: &[u8],
+        in_place: Option<usize>,
+    ) {
         let Ok(req) = RequestRepr::parse(data) else {
             self.stats.malformed += 1;
             return;
@@ -39,7 +48,13 @@ impl Engine {
         let ses = match req.next {
             NextHeader::SesRequest => match SesRequestRepr::parse(body) {
                 Ok(s) => match split_rendezvous(&s, &body[SesRequestRepr::LEN..]) {
-                    Some((rdv, payload)) if self.request_is_sane(&s, rdv.as_ref(), payload) => {
+                    Some((rdv, payload))
+                        if self.request_is_sane(
+                            &s,
+                            rdv.as_ref(),
+                            payload.len() + in_place.unwrap_or(0),
+                        ) =>
+                    {
                         Ses::Request(s, rdv)
                     }
                     _ => {
@@ -114,7 +129,7 @@ impl Engine {
             Ses::Request(_, Some(_)) => SesRequestRepr::LEN + RendezvousRepr::LEN,
             Ses::Response(_) => SesResponseRepr::LEN,
         };
-        let payload_len = body.len().saturating_sub(payload_at);
+        let payload_len = body.len().saturating_sub(payload_at) + in_place.unwrap_or(0);
         if let Some(trim) = trimmed(tos, &ses, payload_len) {
             self.on_trimmed(p, &req, trim);
             return;
@@ -192,7 +207,7 @@ impl Engine {
         }
         self.stats.packets_received += 1;
         // Wire bytes (headers included), as the sender counts in flight.
-        rx.rcvd_bytes += data.len() as u64;
+        rx.rcvd_bytes += (data.len() + in_place.unwrap_or(0)) as u64;
         rx.unacked_bytes += payload_len.max(1);
         // NSCC.md section 6: at once on CE, AR (the sender sets it on
         // retransmissions too) and the first packets (SYN); otherwise every
@@ -211,7 +226,11 @@ impl Engine {
         }
         match ses {
             Ses::Request(s, rdv) => {
-                self.on_ses_request(p, &s, rdv.as_ref(), &body[payload_at..], matched)
+                let payload = match in_place {
+                    Some(n) => PacketPayload::InPlace(n),
+                    None => PacketPayload::Bytes(&body[payload_at..]),
+                };
+                self.on_ses_request(p, &s, rdv.as_ref(), payload, matched)
             }
             Ses::Response(r) => self.on_ses_response(p, &r),
         }
@@ -224,9 +243,8 @@ impl Engine {
         &self,
         s: &SesRequestRepr,
         rdv: Option<&RendezvousRepr>,
-        payload: &[u8],
+        payload_len: usize,
     ) -> bool {
-        let payload_len = payload.len();
         let rendezvous = s.opcode().is_ok_and(SesOpcode::is_rendezvous);
         let som = s.flags & sflags::SOM != 0;
         let rendezvous_ok = match rdv {
@@ -332,6 +350,7 @@ impl Engine {
                         want_response: s.flags & sflags::DC != 0,
                     },
                     received: 0,
+                    high_water: 0,
                     state: InboundState::Staged(Vec::new()),
                     rendezvous: rdv.map(RendezvousRx::from),
                 })
@@ -393,7 +412,7 @@ impl Engine {
         p: usize,
         s: &SesRequestRepr,
         rdv: Option<&RendezvousRepr>,
-        payload: &[u8],
+        payload: PacketPayload,
         matched: bool,
     ) {
         if self.on_rma_request(p, s, payload) {
@@ -408,6 +427,13 @@ impl Engine {
             if let Entry::Occupied(mut entry) = peer.inbound.entry(id) {
                 let (complete, response) =
                     Self::take_payload(entry.get_mut(), s, payload, &mut self.staged_bytes);
+                let posted = matches!(entry.get().state, InboundState::Posted(_));
+                self.landing_hint = match posted && !complete {
+                    true => {
+                        landing::LandingHint::after(p, id, None, s.buffer_offset, payload.len())
+                    }
+                    false => None,
+                };
                 if complete && entry.get().bound_or_discarded() {
                     let addr = peer.addr;
                     Self::deliver(&mut self.completions, addr, entry.remove());
@@ -446,7 +472,7 @@ impl Engine {
     fn take_payload(
         inb: &mut Inbound,
         s: &SesRequestRepr,
-        payload: &[u8],
+        payload: PacketPayload,
         staged_bytes: &mut usize,
     ) -> (bool, Option<TxItem>) {
         if s.flags & sflags::SOM != 0 && s.flags & sflags::HD != 0 {
@@ -860,7 +886,7 @@ enum Ses {
 }
 
 /// Message payload that matches a receive (eager or rendezvous send).
-fn is_send(s: &SesRequestRepr) -> bool {
+pub(super) fn is_send(s: &SesRequestRepr) -> bool {
     matches!(
         s.opcode(),
         Ok(SesOpcode::Send

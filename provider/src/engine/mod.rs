@@ -1,7 +1,9 @@
 //! The sans-IO engine of one endpoint.
 //!
 //! Inputs: application operations ([`Engine::post_send`], [`Engine::post_recv`],
-//! [`Engine::cancel`]), datagrams ([`Engine::handle_datagram`]) and the clock
+//! [`Engine::cancel`]), datagrams ([`Engine::handle_datagram`], or
+//! [`Engine::handle_landed`] for one whose payload the driver received
+//! straight into the buffer [`Engine::landing`] named) and the clock
 //! ([`Engine::handle_timeout`]); `now` is always an argument, in nanoseconds
 //! from any fixed origin. Outputs: datagrams ([`Engine::poll_transmit`]),
 //! completions ([`Engine::poll_completion`]) and the next deadline
@@ -19,6 +21,7 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
 mod input;
+mod landing;
 mod matching;
 mod output;
 mod post;
@@ -26,6 +29,7 @@ mod rendezvous;
 mod rma;
 mod timers;
 
+pub use landing::{Landing, LANDING_MIN_PAYLOAD};
 pub use output::PayloadRef;
 pub use rendezvous::RENDEZVOUS_RESOURCE;
 
@@ -38,7 +42,9 @@ use crate::cms::{
 };
 use crate::ops::*;
 use crate::pds::{AckOutcome, Arrival, RxPdc, SlotKind, TxPdc};
-use crate::ses::{Inbound, InboundState, MsgHeader, PostedQueues, TxMessage, Unexpected};
+use crate::ses::{
+    Inbound, InboundState, MsgHeader, PacketPayload, PostedQueues, TxMessage, Unexpected,
+};
 use crate::wire::prologue::flags as pflags;
 use crate::wire::ses::flags as sflags;
 use crate::wire::{
@@ -117,6 +123,9 @@ pub struct Stats {
     /// Rendezvous messages this endpoint asked the sender for (pulls,
     /// including the empty ones of discarded or truncated messages).
     pub rendezvous_pulls: u64,
+    /// Data packets whose payload the driver received straight into the
+    /// posted buffer (see `Engine::landing`).
+    pub landed: u64,
 }
 
 /// The send side's view of one peer: congestion state, resends and path use.
@@ -389,6 +398,8 @@ pub struct Engine {
     reads: HashMap<(usize, u16), rma::PendingRead>,
     /// Rendezvous sends and pulls (engine/rendezvous.rs).
     rdv: rendezvous::RendezvousState,
+    /// Where the next large data packet is expected (engine/landing.rs).
+    landing_hint: Option<landing::LandingHint>,
 }
 
 impl Engine {
@@ -435,6 +446,7 @@ impl Engine {
             regions: None,
             reads: HashMap::new(),
             rdv: rendezvous::RendezvousState::new(config),
+            landing_hint: None,
         }
     }
 

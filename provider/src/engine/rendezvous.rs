@@ -70,6 +70,14 @@ impl RendezvousState {
         }
     }
 
+    /// A pull's target: the inbound message its data lands in, the offset
+    /// there of the pull's first byte, and the pull's length.
+    pub(super) fn pull_target(&self, p: usize, token: u64) -> Option<(u16, u64, u64)> {
+        self.pulls
+            .get(&(p, token))
+            .map(|q| (q.msg_id, q.offset, q.len))
+    }
+
     fn number(&mut self) -> u64 {
         let n = self.next_number;
         self.next_number += 1;
@@ -183,7 +191,7 @@ impl Engine {
 
     /// Read-response data of one of our pulls (the token is above the
     /// 16-bit RMA read IDs). Data for no known pull is dropped.
-    pub(super) fn on_pull_data(&mut self, p: usize, s: &SesRequestRepr, payload: &[u8]) {
+    pub(super) fn on_pull_data(&mut self, p: usize, s: &SesRequestRepr, payload: PacketPayload) {
         let token = s.match_bits;
         let len = s.request_length as u64;
         let pull = self
@@ -201,15 +209,26 @@ impl Engine {
         inb.place(s.buffer_offset, payload);
         let pulled = inb.complete();
         let mut landed = false;
+        let mut hint = None;
         if let Some(q) = pull {
             if let Some(target) = peer.inbound.get_mut(&q.msg_id) {
                 if matches!(target.state, InboundState::Posted(_)) {
                     let was_complete = target.complete();
                     target.place(q.offset + s.buffer_offset, payload);
                     landed = !was_complete && target.complete();
+                    if !pulled && !landed {
+                        hint = landing::LandingHint::after(
+                            p,
+                            id,
+                            Some(token),
+                            s.buffer_offset,
+                            payload.len(),
+                        );
+                    }
                 }
             }
         }
+        self.landing_hint = hint;
         if pulled {
             self.retire_rma_inbound(p, id);
             self.rdv.pulls.remove(&(p, token));

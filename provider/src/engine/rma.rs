@@ -282,13 +282,21 @@ impl Engine {
 
     /// Handle an RMA request packet (write, read request, read data). False
     /// when the packet is a message for the normal path.
-    pub(super) fn on_rma_request(&mut self, p: usize, s: &SesRequestRepr, payload: &[u8]) -> bool {
+    pub(super) fn on_rma_request(
+        &mut self,
+        p: usize,
+        s: &SesRequestRepr,
+        payload: PacketPayload,
+    ) -> bool {
+        // Only pulled data lands in place (see `Engine::landing`); writes
+        // and atomics always bring their bytes.
+        let bytes = payload.bytes().unwrap_or_default();
         match s.opcode() {
-            Ok(SesOpcode::Write) => self.on_write(p, s, payload),
+            Ok(SesOpcode::Write) => self.on_write(p, s, bytes),
             Ok(SesOpcode::Read) => self.on_read_request(p, s),
             Ok(SesOpcode::ReadResponse) => self.on_read_data(p, s, payload),
-            Ok(SesOpcode::Atomic) => self.on_atomic(p, s, payload, false),
-            Ok(SesOpcode::FetchingAtomic) => self.on_atomic(p, s, payload, true),
+            Ok(SesOpcode::Atomic) => self.on_atomic(p, s, bytes, false),
+            Ok(SesOpcode::FetchingAtomic) => self.on_atomic(p, s, bytes, true),
             _ => return false,
         }
         true
@@ -321,6 +329,7 @@ impl Engine {
                     want_response: s.flags & sflags::DC != 0,
                 },
                 received: 0,
+                high_water: 0,
                 state,
                 rendezvous: None,
             },
@@ -345,7 +354,7 @@ impl Engine {
         if s.flags & sflags::SOM != 0 && s.flags & sflags::HD != 0 {
             inb.header.cq_data = Some(s.header_data);
         }
-        inb.place(offset, payload);
+        inb.place(offset, PacketPayload::Bytes(payload));
         if !inb.complete() {
             return;
         }
@@ -505,7 +514,7 @@ impl Engine {
         self.mark_ready(p);
     }
 
-    fn on_read_data(&mut self, p: usize, s: &SesRequestRepr, payload: &[u8]) {
+    fn on_read_data(&mut self, p: usize, s: &SesRequestRepr, payload: PacketPayload) {
         if s.match_bits > u16::MAX as u64 {
             self.on_pull_data(p, s, payload);
             return;

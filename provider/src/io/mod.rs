@@ -141,6 +141,12 @@ pub struct DriverStats {
     pub gro_segments: u64,
     /// The sockets take arrivals coalesced (after the first burst).
     pub gro_enabled: bool,
+    /// Datagrams received into a landing (see `Engine::landing`) that were
+    /// not the packet expected, put back together and copied as usual.
+    pub landing_restored: u64,
+    /// Datagrams received into a landing that could not be put back
+    /// together (never expected; they are dropped and resent).
+    pub landing_lost: u64,
 }
 
 /// A datagram ready for the wire: `tx_buf[start..end]` or a held copy.
@@ -228,6 +234,9 @@ pub struct Endpoint {
     spin_before_yield: u32,
     /// `FI_UET_DEFER_ACKS`: whether `progress_app` may hold ACKs.
     defer_acks: bool,
+    /// `FI_UET_DIRECT_RX` (and not through a relay, whose header would
+    /// shift the payload): large payloads land in posted buffers.
+    direct_rx: bool,
     /// ACKs held by the last application progress call, for the next call.
     acks_deferred: bool,
     /// `FI_UET_SEND_BURST_US` in ns: a send posted this soon after another
@@ -397,6 +406,7 @@ impl Endpoint {
             rx_burst: false,
             spin_before_yield: config.spin_before_yield,
             defer_acks: config.defer_acks,
+            direct_rx: config.direct_rx && fabric.is_none(),
             acks_deferred: false,
             burst_gap_ns: u64::from(config.send_burst_us) * 1000,
             in_send_burst: false,
@@ -684,10 +694,23 @@ impl Endpoint {
         let single = i == 0 && !self.rx_burst;
         while got < RX_BURST && calls < RX_BURST {
             calls += 1;
-            let taken = if single {
-                self.rx.recv_one(&self.sockets[i])
-            } else {
-                self.rx.recv(&self.sockets[i])
+            let landing = match i == 0 && self.direct_rx {
+                true => self.receive_landing(now),
+                false => None,
+            };
+            let landing_call = landing.is_some();
+            let taken = match landing {
+                Some(Ok(Landed::InPlace)) => {
+                    got += 1;
+                    self.stats.received[i] += 1;
+                    continue;
+                }
+                Some(Ok(Landed::Lost)) => continue,
+                // Slot 0 holds it as sent.
+                Some(Ok(Landed::Restored)) => Ok(1),
+                Some(Err(e)) => Err(e),
+                None if single => self.rx.recv_one(&self.sockets[i]),
+                None => self.rx.recv(&self.sockets[i]),
             };
             let n = match taken {
                 Ok(n) => n,
@@ -735,7 +758,8 @@ impl Endpoint {
                 got += count as usize;
                 self.stats.received[i] += count;
             }
-            if single || n < self.rx.capacity() {
+            // After a landing the next datagram may be the next packet.
+            if (single || n < self.rx.capacity()) && !landing_call {
                 break;
             }
         }
@@ -749,6 +773,50 @@ impl Endpoint {
             self.last_arrival_ns = *now;
         }
         got
+    }
+
+    /// Receive one datagram into the landing the engine expects (see
+    /// `Engine::landing`), if it expects one: its payload goes straight
+    /// into the posted buffer, and when it is the packet predicted the
+    /// engine takes it from there.
+    fn receive_landing(&mut self, now: &mut u64) -> Option<std::io::Result<Landed>> {
+        let (landing, region) = self.engine.landing()?;
+        let header_len = landing.header_len;
+        if let Err(e) = self.rx.recv_landing(&self.sockets[0], header_len, region) {
+            return Some(Err(e));
+        }
+        *now = self.now();
+        let (slot, bytes) = self.rx.get(0);
+        let coalesced = slot.segment != 0 && slot.segment < slot.len;
+        if let Some(from) = slot.from.filter(|_| !slot.truncated && !coalesced) {
+            if slot.len > header_len {
+                let header = &bytes[..header_len];
+                let payload_len = slot.len - header_len;
+                if self
+                    .engine
+                    .handle_landed(*now, from, slot.tos, &landing, header, payload_len)
+                {
+                    count_arrival(&mut self.stats, slot.tos);
+                    return Some(Ok(Landed::InPlace));
+                }
+            }
+        }
+        // Something else came (an ACK, another message's packet): put it
+        // back together. The engine refused it without a change, so the
+        // same landing is on offer with the same region.
+        match self.engine.landing() {
+            Some((again, region)) if again == landing => {
+                self.rx.restore_landing(header_len, region);
+                self.stats.landing_restored += 1;
+                Some(Ok(Landed::Restored))
+            }
+            // Not reached; were it, the datagram is dropped rather than
+            // delivered with a hole (the sender resends it).
+            _ => {
+                self.stats.landing_lost += 1;
+                Some(Ok(Landed::Lost))
+            }
+        }
     }
 
     /// Take arrivals coalesced from now on (see [`GRO_AFTER_BURST`]).
@@ -1062,13 +1130,29 @@ fn deliver(
             }
         },
     };
+    count_arrival(stats, tos);
+    engine.handle_datagram(now, from, tos, data);
+}
+
+/// The driver's count of what the IP header says of an arrival.
+fn count_arrival(stats: &mut DriverStats, tos: u8) {
     if Ecn::from_tos(tos) == Ecn::Ce {
         stats.ecn_ce_received += 1;
     }
     if ip::trim_of(tos).is_some() {
         stats.trimmed_received += 1;
     }
-    engine.handle_datagram(now, from, tos, data);
+}
+
+/// What a receive into a landing came to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Landed {
+    /// The packet predicted: its payload is in place and handled.
+    InPlace,
+    /// Another datagram, back together in slot 0 for the usual path.
+    Restored,
+    /// Could not be put back together: dropped (see `landing_lost`).
+    Lost,
 }
 
 impl Drop for Endpoint {

@@ -13,6 +13,7 @@ use std::mem::{size_of, MaybeUninit};
 use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
+use crate::copy::copy_bytes;
 use socket2::SockAddr;
 
 /// Control-message space for one `int` payload (either family), kept as
@@ -566,6 +567,84 @@ impl RecvBatch {
         Ok(1)
     }
 
+    /// Receive one datagram with `recvmsg`, its first `header_len` bytes
+    /// into slot 0 and the next `region.len()` bytes straight into `region`
+    /// (application memory the engine expects the payload in; see
+    /// `Engine::landing`), anything further into slot 0 behind where the
+    /// region's bytes belong. Returns 0 or 1 like
+    /// [`recv_one`](Self::recv_one). [`get`](Self::get) then shows slot 0
+    /// with a hole where the region's bytes belong until
+    /// [`restore_landing`](Self::restore_landing) fills it.
+    pub fn recv_landing(
+        &mut self,
+        socket: &UdpSocket,
+        header_len: usize,
+        region: &mut [u8],
+    ) -> io::Result<usize> {
+        let base = self.buf[self.first..].as_mut_ptr();
+        let header_len = header_len.min(self.slot_len);
+        // The slot keeps room for the whole datagram, the region's part
+        // included (see `restore_landing`).
+        let region_len = region.len().min(self.slot_len - header_len);
+        let rest = self.slot_len - header_len - region_len;
+        let mut iovs = [
+            libc::iovec {
+                iov_base: base.cast(),
+                iov_len: header_len,
+            },
+            libc::iovec {
+                iov_base: region.as_mut_ptr().cast(),
+                iov_len: region_len,
+            },
+            libc::iovec {
+                // SAFETY: `header_len + region_len + rest` is the slot's
+                // length, which lies within `buf[first..]`.
+                iov_base: unsafe { base.add(header_len + region_len) }.cast(),
+                iov_len: rest,
+            },
+        ];
+        self.reset_headers(1);
+        let h = &mut self.hdrs[0];
+        // Header 0's name and control buffers, with these iovecs instead of
+        // its own for this one call.
+        let mut msg = h.msg_hdr;
+        msg.msg_iov = iovs.as_mut_ptr();
+        msg.msg_iovlen = iovs.len() as _;
+        // SAFETY: `msg` points at this batch's own name and control
+        // entries with their true sizes, at slot 0 of `buf` (the first and
+        // third iovec, disjoint, within the slot) and at `region`, memory
+        // the caller lends writable for this call; the kernel writes at
+        // most the iovecs' lengths and sets namelen/controllen/flags.
+        let n = unsafe { raw_recvmsg(socket.as_raw_fd(), &mut msg, libc::MSG_DONTWAIT) };
+        self.slots.clear();
+        let n = n?;
+        h.msg_len = n as libc::c_uint;
+        let (tos, segment) = control_of(&msg);
+        self.slots.push(Slot {
+            len: n.min(self.slot_len),
+            from: source_of(self.names[0], msg.msg_namelen),
+            tos,
+            segment,
+            truncated: msg.msg_flags & libc::MSG_TRUNC != 0,
+        });
+        Ok(1)
+    }
+
+    /// After [`recv_landing`](Self::recv_landing) of a datagram that is not
+    /// the packet expected: copy the bytes that went to `region` back into
+    /// slot 0 behind its first `header_len` bytes, so
+    /// [`get`](Self::get) shows the datagram as sent.
+    pub fn restore_landing(&mut self, header_len: usize, region: &[u8]) {
+        let Some(s) = self.slots.first() else {
+            return;
+        };
+        let header_len = header_len.min(self.slot_len);
+        let region_len = region.len().min(self.slot_len - header_len);
+        let landed = s.len.saturating_sub(header_len).min(region_len);
+        let at = self.first + header_len;
+        copy_bytes(&mut self.buf[at..at + landed], &region[..landed]);
+    }
+
     /// The kernel shrinks these to what it wrote: give back the room of the
     /// first `n` headers.
     fn reset_headers(&mut self, n: usize) {
@@ -704,6 +783,32 @@ mod tests {
         assert_eq!(p.poll(), 1);
         socks[2].recv_from(&mut [0u8; 8]).unwrap();
         assert_eq!(p.poll(), 0);
+    }
+
+    #[test]
+    fn landing_scatters_past_the_headers_and_restore_puts_it_back() {
+        let (a, b) = pair("127.0.0.1:0");
+        let dest = b.local_addr().unwrap();
+        let mut batch = RecvBatch::new(2, 64);
+        let datagram: Vec<u8> = (0..40u8).collect();
+        // Header 8 bytes, region 20: a 28-byte datagram fills both, a
+        // longer one spills behind, a shorter one never reaches the region.
+        for len in [28, 40, 5] {
+            a.send_to(&datagram[..len], dest).unwrap();
+            let mut region = [0xeeu8; 20];
+            assert_eq!(batch.recv_landing(&b, 8, &mut region).unwrap(), 1);
+            let (slot, bytes) = batch.get(0);
+            assert_eq!(slot.len, len);
+            assert_eq!(bytes[..len.min(8)], datagram[..len.min(8)]);
+            let in_region = len.saturating_sub(8).min(20);
+            assert_eq!(region[..in_region], datagram[8..8 + in_region]);
+            assert!(region[in_region..].iter().all(|&b| b == 0xee));
+            if len > 28 {
+                assert_eq!(bytes[28..], datagram[28..len]);
+            }
+            batch.restore_landing(8, &region);
+            assert_eq!(batch.get(0).1, &datagram[..len]);
+        }
     }
 
     #[test]

@@ -167,6 +167,10 @@ pub struct Inbound {
     /// Payload bytes received so far (each packet counted once), plus
     /// those of a rendezvous remainder that will not be pulled.
     pub received: u64,
+    /// End of the highest byte placed so far: every byte past it is still
+    /// to come, so a payload may be received straight into that part of a
+    /// posted buffer before its packet is checked (see `Engine::landing`).
+    pub high_water: u64,
     pub state: InboundState,
     /// A rendezvous send: where its remainder is to be pulled from.
     pub rendezvous: Option<RendezvousRx>,
@@ -242,8 +246,16 @@ impl Inbound {
 
     /// Store one packet's payload at `offset` (already bounds-checked
     /// against the header's length). Returns the staging bytes added.
-    pub fn place(&mut self, offset: u64, data: &[u8]) -> usize {
-        self.received += data.len() as u64;
+    pub fn place(&mut self, offset: u64, payload: PacketPayload) -> usize {
+        self.received += payload.len() as u64;
+        self.high_water = self.high_water.max(offset + payload.len() as u64);
+        let Some(data) = payload.bytes() else {
+            // Already in the posted buffer: the engine lets a payload land
+            // only there (a landing into any other state is refused before
+            // the packet is accepted).
+            debug_assert!(matches!(self.state, InboundState::Posted(_)));
+            return 0;
+        };
         match &mut self.state {
             InboundState::Staged(stage) | InboundState::Unexpected(stage) => {
                 if data.is_empty() {
@@ -268,6 +280,37 @@ impl Inbound {
                 0
             }
             InboundState::Rma(None) | InboundState::Discard => 0,
+        }
+    }
+}
+
+/// The payload of one arriving packet.
+#[derive(Clone, Copy, Debug)]
+pub enum PacketPayload<'a> {
+    /// Its bytes, to be copied where they belong.
+    Bytes(&'a [u8]),
+    /// This many bytes the driver received straight into the posted buffer
+    /// at the packet's offset (a landing the engine predicted and checked).
+    InPlace(usize),
+}
+
+impl PacketPayload<'_> {
+    pub fn len(&self) -> usize {
+        match self {
+            PacketPayload::Bytes(b) => b.len(),
+            PacketPayload::InPlace(n) => *n,
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The bytes, when they still need placing.
+    pub fn bytes(&self) -> Option<&[u8]> {
+        match self {
+            PacketPayload::Bytes(b) => Some(b),
+            PacketPayload::InPlace(_) => None,
         }
     }
 }
