@@ -28,7 +28,7 @@ pub struct TxSlot {
     /// progress, so packets an ordered receiver dropped behind a hole never
     /// add up to a dead peer.
     pub timeouts: u16,
-    /// [`TxPdc::advances`] when `timeouts` was last counted.
+    /// `TxPdc::advances` when `timeouts` was last counted.
     pub timeouts_epoch: u16,
     /// Bytes on the wire (headers included), for congestion control.
     pub bytes: u32,
