@@ -326,7 +326,15 @@ fn peer_killed_mid_transfer() {
         ]
     );
     // The peer comes back at the same address: a fresh context reaches it.
-    let mut b = Endpoint::bind(&cfg, b_addr).unwrap();
+    // (Tests running beside this one bind ephemeral ports too; should one
+    // have been given this port meanwhile, wait for it to let go.)
+    let mut b = loop {
+        match Endpoint::bind(&cfg, b_addr) {
+            Ok(b) => break b,
+            Err(e) => assert!(Instant::now() < deadline, "rebinding {b_addr}: {e}"),
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
     let (op, buf) = shared_recv(100, None, 2);
     b.recv(op).unwrap();
     a.send(send(b_addr, pattern(3, 100), None, 12)).unwrap();
