@@ -137,6 +137,8 @@ test-lint:
 test-rust:
 	@echo "== [2/7] Rust unit, property and loopback tests"
 	timeout $(T_CARGO) $(CARGO) test --workspace --release
+	@echo "== the engine and driver tests again with debug assertions"
+	timeout $(T_CARGO) $(CARGO) test -p uet --lib --test landing --test lossy_channel --test rendezvous
 
 # fi_info must list the RDM endpoint and every parameter the public header
 # names; the header must compile on its own against the installed libfabric.

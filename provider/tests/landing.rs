@@ -10,7 +10,7 @@ use std::sync::mpsc;
 
 use common::{drain, pattern, send};
 use rand::seq::SliceRandom;
-use rand::SeedableRng;
+use rand::{Rng, SeedableRng};
 use uet::wire::PacketType;
 use uet::{Config, Engine, MsgBuffer, ProbeFlags, RecvOp};
 
@@ -74,12 +74,19 @@ fn addr(i: u8) -> SocketAddr {
     SocketAddr::from(([10, 0, 0, i], 4793))
 }
 
+/// What the landings offered to a receiver came to.
+#[derive(Clone, Copy, Debug, Default)]
+struct Counts {
+    landed: u64,
+    refused: u64,
+}
+
 /// Deliver `datagram` to `to` as the driver does with a landing on offer:
 /// the kernel writes its bytes past the headers into the region, then the
-/// engine is asked whether that was the packet; if not, the datagram goes
-/// the usual way (the driver would have put it back together first).
-/// Returns whether it landed.
-fn deliver(to: &mut Engine, now: u64, from: SocketAddr, datagram: &[u8]) -> bool {
+/// engine is asked whether that was the packet; if not, the same landing
+/// must still be on offer (the driver reads the bytes back from it), and
+/// the datagram goes the usual way.
+fn deliver(to: &mut Engine, now: u64, from: SocketAddr, datagram: &[u8], c: &mut Counts) {
     if let Some((landing, region)) = to.landing() {
         let h = landing.header_len;
         if datagram.len() > h {
@@ -87,34 +94,74 @@ fn deliver(to: &mut Engine, now: u64, from: SocketAddr, datagram: &[u8]) -> bool
             region[..n].copy_from_slice(&datagram[h..h + n]);
             let fits = datagram.len() - h <= landing.payload_len;
             if fits && to.handle_landed(now, from, 0, &landing, &datagram[..h], n) {
-                return true;
+                c.landed += 1;
+                return;
             }
+            c.refused += 1;
+            let again = to.landing().map(|(l, _)| l);
+            assert_eq!(again, Some(landing), "a refusal changed the landing");
         }
     }
     to.handle_datagram(now, from, 0, datagram);
-    false
 }
 
-/// Run a sender (engine 1) and a receiver (engine 0) until nothing moves;
-/// the receiver's arrivals are shuffled within each round when `shuffle`
-/// names a seed. Returns how many datagrams landed.
-fn pump(engines: &mut [Engine; 2], addrs: &[SocketAddr; 2], shuffle: Option<u64>) -> u64 {
-    let mut rng = rand::rngs::SmallRng::seed_from_u64(shuffle.unwrap_or(0));
-    let mut landed = 0;
+/// A lossy, duplicating, reordering channel from sender to receiver (loss
+/// both ways), with strays: foreign bytes scattered into whatever landing
+/// is on offer, as a datagram of another peer would be.
+#[derive(Clone, Copy, Debug, Default)]
+struct Channel {
+    seed: u64,
+    loss: f64,
+    dup: f64,
+    /// Chance that a datagram swaps places with the one before it.
+    swap: f64,
+    /// Chance of a whole round arriving shuffled.
+    shuffle: f64,
+    strays: f64,
+}
+
+/// Run a sender (engine 1) and a receiver (engine 0) over `ch` until
+/// nothing moves.
+fn pump(engines: &mut [Engine; 2], addrs: &[SocketAddr; 2], ch: Channel) -> Counts {
+    let mut rng = rand::rngs::SmallRng::seed_from_u64(ch.seed);
+    let mut c = Counts::default();
     let mut now = 0;
-    for _ in 0..10_000 {
+    let mut again: Vec<Vec<u8>> = Vec::new();
+    for _ in 0..200_000 {
         now += 20_000;
-        let mut arrivals = drain(&mut engines[1], now);
-        if shuffle.is_some() {
+        let mut arrivals: Vec<Vec<u8>> = drain(&mut engines[1], now)
+            .into_iter()
+            .map(|(_, d)| d)
+            .collect();
+        arrivals.append(&mut again);
+        for i in 1..arrivals.len() {
+            if rng.gen_bool(ch.swap) {
+                arrivals.swap(i - 1, i);
+            }
+        }
+        if rng.gen_bool(ch.shuffle) {
             arrivals.shuffle(&mut rng);
         }
         let mut moved = !arrivals.is_empty();
-        for (_, d) in arrivals {
-            landed += deliver(&mut engines[0], now, addrs[1], &d) as u64;
+        for d in arrivals {
+            if rng.gen_bool(ch.strays) {
+                if let Some((_, region)) = engines[0].landing() {
+                    rng.fill(region);
+                }
+            }
+            if rng.gen_bool(ch.loss) {
+                continue;
+            }
+            if rng.gen_bool(ch.dup) {
+                again.push(d.clone());
+            }
+            deliver(&mut engines[0], now, addrs[1], &d, &mut c);
         }
         for (_, d) in drain(&mut engines[0], now) {
             moved = true;
-            engines[1].handle_datagram(now, addrs[0], 0, &d);
+            if !rng.gen_bool(ch.loss) {
+                engines[1].handle_datagram(now, addrs[0], 0, &d);
+            }
         }
         if !moved {
             engines.iter_mut().for_each(|e| e.handle_timeout(now));
@@ -123,91 +170,107 @@ fn pump(engines: &mut [Engine; 2], addrs: &[SocketAddr; 2], shuffle: Option<u64>
             }
         }
     }
-    landed
+    c
+}
+
+/// One message of `len` bytes into a receive of `buf_len` over `ch`: the
+/// bytes the buffer can hold arrive intact (the rest is truncated).
+fn transfer(cfg: &Config, len: usize, buf_len: usize, ch: Channel) -> Counts {
+    let addrs = [addr(1), addr(2)];
+    let mut engines = [Engine::new(cfg, addrs[0], 1), Engine::new(cfg, addrs[1], 2)];
+    let (op, back) = returned_recv(buf_len, 7);
+    engines[0].post_recv(0, op).unwrap();
+    engines[1]
+        .post_send(0, send(addrs[0], pattern(ch.seed, len), None, 1))
+        .unwrap();
+    let c = pump(&mut engines, &addrs, ch);
+    let done = engines[0].poll_completion().expect("receive completes");
+    assert_eq!(done.len, len.min(buf_len), "{ch:?}");
+    let got = back.recv().unwrap();
+    let n = len.min(buf_len);
+    assert!(got[..n] == pattern(ch.seed, len)[..n], "{ch:?} {c:?}");
+    c
 }
 
 #[test]
 fn eager_packets_land_in_the_posted_buffer_and_the_data_is_intact() {
-    let cfg = config(0);
-    let addrs = [addr(1), addr(2)];
-    let mut engines = [
-        Engine::new(&cfg, addrs[0], 1),
-        Engine::new(&cfg, addrs[1], 2),
-    ];
     let len = 1 << 20;
-    let (op, back) = returned_recv(len, 7);
-    engines[0].post_recv(0, op).unwrap();
-    engines[1]
-        .post_send(0, send(addrs[0], pattern(3, len), None, 1))
-        .unwrap();
-    let landed = pump(&mut engines, &addrs, None);
-    let c = engines[0].poll_completion().expect("receive completes");
-    assert!(c.error.is_none() && c.len == len);
-    assert_eq!(back.recv().unwrap(), pattern(3, len));
+    let c = transfer(&config(0), len, len, Channel::default());
     // Every packet but the first (which sets the expectation) landed.
     let packets = len.div_ceil(65000 - 56) as u64;
-    assert_eq!(landed, packets - 1);
-    assert_eq!(engines[0].stats().landed, landed);
+    assert_eq!((c.landed, c.refused), (packets - 1, 0));
 }
 
 #[test]
 fn pulled_data_lands_in_the_rendezvous_receive() {
-    let cfg = config(256 << 10);
-    let addrs = [addr(1), addr(2)];
-    let mut engines = [
-        Engine::new(&cfg, addrs[0], 1),
-        Engine::new(&cfg, addrs[1], 2),
-    ];
     let len = 4 << 20;
-    let (op, back) = returned_recv(len, 7);
-    engines[0].post_recv(0, op).unwrap();
-    engines[1]
-        .post_send(0, send(addrs[0], pattern(5, len), None, 1))
-        .unwrap();
-    let landed = pump(&mut engines, &addrs, None);
-    let c = engines[0].poll_completion().expect("receive completes");
-    assert!(c.error.is_none() && c.len == len);
-    assert_eq!(back.recv().unwrap(), pattern(5, len));
-    assert!(engines[0].stats().rendezvous_pulls >= 1);
+    let eager = 256 << 10;
+    let c = transfer(&config(eager), len, len, Channel::default());
     // The eager part and the pull each start one expectation.
-    let packets = ((256 << 10) as usize).div_ceil(64944) + (len - (256 << 10)).div_ceil(64944);
-    assert!(
-        landed as usize >= packets - 3,
-        "{landed} of {packets} landed"
-    );
+    let packets = eager.div_ceil(64944) + (len - eager).div_ceil(64944);
+    assert_eq!((c.landed as usize, c.refused), (packets - 2, 0));
 }
 
 #[test]
-fn reordered_packets_never_land_on_data_already_there() {
-    // Shuffled arrivals: most guesses are wrong, and every wrong guess
-    // writes a foreign payload into the buffer. Only bytes still to come
-    // may be overwritten, so the message must still arrive intact.
-    for seed in 1..6 {
-        let cfg = config(0);
-        let addrs = [addr(1), addr(2)];
-        let mut engines = [
-            Engine::new(&cfg, addrs[0], 1),
-            Engine::new(&cfg, addrs[1], 2),
-        ];
-        let len = 2 << 20;
-        let (op, back) = returned_recv(len, 7);
-        engines[0].post_recv(0, op).unwrap();
-        engines[1]
-            .post_send(0, send(addrs[0], pattern(seed, len), None, 1))
-            .unwrap();
-        pump(&mut engines, &addrs, Some(seed));
-        let c = engines[0].poll_completion().expect("receive completes");
-        assert!(c.error.is_none(), "seed {seed}");
-        assert_eq!(back.recv().unwrap(), pattern(seed, len), "seed {seed}");
+fn loss_duplicates_reordering_and_strays_never_corrupt_a_message() {
+    // Every wrong guess writes foreign bytes into the buffer; only bytes
+    // still to come may be overwritten, so each message must still arrive
+    // intact, eager or pulled, unordered or ordered.
+    let mut total = Counts::default();
+    for seed in 1..13 {
+        let ch = Channel {
+            seed,
+            loss: 0.04,
+            dup: 0.03,
+            swap: 0.1,
+            shuffle: 0.02,
+            strays: 0.3,
+        };
+        let cfg = match seed % 3 {
+            0 => config(0),
+            1 => config(256 << 10),
+            _ => Config {
+                ordered: true,
+                ..config(256 << 10)
+            },
+        };
+        let c = transfer(&cfg, (3 << 20) + 17, (3 << 20) + 17, ch);
+        total.landed += c.landed;
+        total.refused += c.refused;
     }
+    assert!(total.landed > 0 && total.refused > 0, "{total:?}");
+}
+
+#[test]
+fn truncated_and_oversized_receives_keep_their_bytes() {
+    // A landing never reaches past the buffer (truncation) nor past the
+    // message (a larger buffer).
+    let ch = |seed| Channel {
+        seed,
+        loss: 0.03,
+        dup: 0.03,
+        swap: 0.1,
+        strays: 0.3,
+        ..Channel::default()
+    };
+    let mut landed = 0;
+    for seed in 1..4 {
+        for (eager, buf) in [(0, 700_001), (256 << 10, 700_001), (256 << 10, 100_000)] {
+            landed += transfer(&config(eager), 1 << 20, buf, ch(seed)).landed;
+        }
+        for eager in [0, 256 << 10] {
+            landed += transfer(&config(eager), (1 << 20) + 17, 3 << 20, ch(seed)).landed;
+        }
+    }
+    assert!(landed > 0);
 }
 
 #[test]
 fn two_messages_interleaved_land_only_in_their_own_buffers() {
-    // Two senders' large messages arrive interleaved at one receiver: the
-    // expectation alternates between them, and every datagram of the other
-    // message is written into the expected one's buffer before it is
-    // refused.
+    // Two senders' large messages arrive interleaved, a few packets of one
+    // then a few of the other: the expectation follows whichever came last,
+    // and the first packet of each run is written into the other message's
+    // buffer before it is refused.
     let cfg = config(0);
     let addrs = [addr(1), addr(2), addr(3)];
     let mut rx = Engine::new(&cfg, addrs[0], 1);
@@ -215,7 +278,7 @@ fn two_messages_interleaved_land_only_in_their_own_buffers() {
         Engine::new(&cfg, addrs[1], 2),
         Engine::new(&cfg, addrs[2], 3),
     ];
-    let len = 1 << 20;
+    let len = 2 << 20;
     let (op_a, back_a) = returned_recv(len, 1);
     let (op_b, back_b) = returned_recv(len, 2);
     rx.post_recv(0, op_a).unwrap();
@@ -225,22 +288,21 @@ fn two_messages_interleaved_land_only_in_their_own_buffers() {
             .unwrap();
     }
     let mut buf = vec![0u8; 65536];
-    let mut landed = 0;
-    let mut refused_guesses = 0;
+    let mut c = Counts::default();
     let mut now = 0;
     for _ in 0..10_000 {
         now += 20_000;
         let mut moved = false;
-        // One packet of each sender in turn.
+        // Up to three packets of each sender in turn.
         loop {
             let mut any = false;
             for (k, s) in senders.iter_mut().enumerate() {
-                if let Some(t) = s.poll_transmit(now, &mut buf) {
+                for _ in 0..3 {
+                    let Some(t) = s.poll_transmit(now, &mut buf) else {
+                        break;
+                    };
                     any = true;
-                    let offered = rx.landing().is_some();
-                    let ok = deliver(&mut rx, now, addrs[k + 1], &buf[..t.len]);
-                    landed += ok as u64;
-                    refused_guesses += (offered && !ok) as u64;
+                    deliver(&mut rx, now, addrs[k + 1], &buf[..t.len], &mut c);
                 }
             }
             moved |= any;
@@ -269,11 +331,36 @@ fn two_messages_interleaved_land_only_in_their_own_buffers() {
     assert_eq!(done, 2);
     assert_eq!(back_a.recv().unwrap(), pattern(10, len));
     assert_eq!(back_b.recv().unwrap(), pattern(11, len));
-    assert!(
-        refused_guesses > 0,
-        "the interleaving produced no wrong guess"
-    );
-    let _ = landed;
+    assert!(c.landed > 0 && c.refused > 0, "{c:?}");
+}
+
+#[test]
+fn a_sender_that_restarts_mid_message_leaves_the_new_message_intact() {
+    // The old context's message is gone with it; the landing offered for
+    // it must not take the new context's packets.
+    for cut in [2usize, 5, 9] {
+        let cfg = config(0);
+        let addrs = [addr(1), addr(2)];
+        let mut rx = Engine::new(&cfg, addrs[0], 1);
+        let mut tx = Engine::new(&cfg, addrs[1], 2);
+        let (op1, _back1) = returned_recv(1 << 20, 1);
+        let (op2, back2) = returned_recv(1 << 20, 2);
+        rx.post_recv(0, op1).unwrap();
+        rx.post_recv(0, op2).unwrap();
+        tx.post_send(0, send(addrs[0], pattern(1, 1 << 20), None, 1))
+            .unwrap();
+        let mut c = Counts::default();
+        for (_, d) in drain(&mut tx, 0).iter().take(cut) {
+            deliver(&mut rx, 0, addrs[1], d, &mut c);
+        }
+        assert!(rx.landing().is_some());
+        let mut tx = Engine::new(&cfg, addrs[1], 99);
+        tx.post_send(0, send(addrs[0], pattern(2, 1 << 20), None, 1))
+            .unwrap();
+        let mut engines = [rx, tx];
+        pump(&mut engines, &addrs, Channel::default());
+        assert_eq!(back2.recv().unwrap(), pattern(2, 1 << 20), "cut {cut}");
+    }
 }
 
 #[test]
@@ -319,7 +406,7 @@ fn a_refused_landing_leaves_no_trace() {
         rx.handle_datagram(0, addrs[1], 0, p);
     }
     let mut engines = [rx, tx];
-    pump(&mut engines, &addrs, None);
+    pump(&mut engines, &addrs, Channel::default());
     let c = engines[0].poll_completion().expect("receive completes");
     assert!(c.error.is_none());
     assert_eq!(back.recv().unwrap(), pattern(9, len));

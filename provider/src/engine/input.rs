@@ -464,6 +464,16 @@ impl Engine {
         if complete || !matched || rdv.is_some() {
             self.finish_if_complete(p, id);
         }
+        // A first packet (a rendezvous send's, or one matched just now)
+        // sets the expectation as the usual path does.
+        let open = self.peers[p]
+            .inbound
+            .get(&id)
+            .is_some_and(|inb| matches!(inb.state, InboundState::Posted(_)) && !inb.complete());
+        self.landing_hint = match open {
+            true => landing::LandingHint::after(p, id, None, s.buffer_offset, payload.len()),
+            false => None,
+        };
     }
 
     /// Place one packet's payload (and a first packet's CQ data) into its

@@ -122,8 +122,13 @@ impl Engine {
         if self.landing_place(&hint) != Some((self.landing_at(&hint), landing.payload_len)) {
             return false;
         }
-        self.stats.landed += 1;
+        // Taken from here on like any datagram; counted as landed only if
+        // accepted (not a duplicate, in the window, in order under ROD).
+        let received = self.stats.packets_received;
         self.on_request(now, from, tos, header, Some(payload_len));
+        if self.stats.packets_received > received {
+            self.stats.landed += 1;
+        }
         true
     }
 
@@ -169,7 +174,15 @@ impl Engine {
             s.flags & sflags::SOM != 0 && s.opcode().is_ok_and(SesOpcode::is_rendezvous);
         let kind_ok = match hint.pull {
             None => input::is_send(&s) && !first_of_rendezvous,
-            Some(token) => s.opcode() == Ok(SesOpcode::ReadResponse) && s.match_bits == token,
+            // As `on_pull_data` checks: the data of this pull, whole.
+            Some(token) => {
+                s.opcode() == Ok(SesOpcode::ReadResponse)
+                    && s.match_bits == token
+                    && self
+                        .rdv
+                        .pull_target(hint.p, token)
+                        .is_some_and(|(_, _, len)| len == s.request_length as u64)
+            }
         };
         source == peer.addr
             && kind_ok
@@ -184,6 +197,13 @@ impl Engine {
             Some(token) => self.rdv.pull_target(hint.p, token)?.0,
         };
         self.peers.get_mut(hint.p)?.inbound.get_mut(&target)
+    }
+
+    /// Stop offering the current landing (the driver saw it refused again
+    /// and again, or the kernel could not write into it): datagrams go the
+    /// usual way until the next large packet is placed.
+    pub fn forget_landing(&mut self) {
+        self.landing_hint = None;
     }
 
     /// Where in the target's buffer `hint.next` lies.

@@ -64,6 +64,9 @@ use impair::{FaultConfig, Impairer, PacketClass, Treatment, Verdict, TRIMMED_LEN
 
 /// Datagrams received per progress call before timers and transmits get a turn.
 const RX_BURST: usize = 64;
+/// Landings refused in a row before the driver stops offering that one
+/// (the next large packet placed offers a new one).
+const LANDING_REFUSALS_MAX: u32 = 4;
 /// Largest UDP payload the kernel hands us (and more than any `mtu`).
 const MAX_DATAGRAM: usize = 65536;
 /// Datagrams per `recvmmsg`: small packets arrive in bursts worth batching;
@@ -237,6 +240,8 @@ pub struct Endpoint {
     /// `FI_UET_DIRECT_RX` (and not through a relay, whose header would
     /// shift the payload): large payloads land in posted buffers.
     direct_rx: bool,
+    /// Landings refused in a row (see `LANDING_REFUSALS_MAX`).
+    landing_refusals: u32,
     /// ACKs held by the last application progress call, for the next call.
     acks_deferred: bool,
     /// `FI_UET_SEND_BURST_US` in ns: a send posted this soon after another
@@ -407,6 +412,7 @@ impl Endpoint {
             spin_before_yield: config.spin_before_yield,
             defer_acks: config.defer_acks,
             direct_rx: config.direct_rx && fabric.is_none(),
+            landing_refusals: 0,
             acks_deferred: false,
             burst_gap_ns: u64::from(config.send_burst_us) * 1000,
             in_send_burst: false,
@@ -783,6 +789,12 @@ impl Endpoint {
         let (landing, region) = self.engine.landing()?;
         let header_len = landing.header_len;
         if let Err(e) = self.rx.recv_landing(&self.sockets[0], header_len, region) {
+            // EFAULT (memory the application gave but cannot be written)
+            // costs the kernel the datagram: this landing is not tried
+            // again, and the sender resends.
+            if e.kind() != ErrorKind::WouldBlock {
+                self.engine.forget_landing();
+            }
             return Some(Err(e));
         }
         *now = self.now();
@@ -797,6 +809,7 @@ impl Endpoint {
                     .handle_landed(*now, from, slot.tos, &landing, header, payload_len)
                 {
                     count_arrival(&mut self.stats, slot.tos);
+                    self.landing_refusals = 0;
                     return Some(Ok(Landed::InPlace));
                 }
             }
@@ -808,6 +821,14 @@ impl Endpoint {
             Some((again, region)) if again == landing => {
                 self.rx.restore_landing(header_len, region);
                 self.stats.landing_restored += 1;
+                // A message that stalls (a packet lost, the sender busy
+                // with another) would make every arrival, ACKs included,
+                // come one per call and be put back together.
+                self.landing_refusals += 1;
+                if self.landing_refusals >= LANDING_REFUSALS_MAX {
+                    self.landing_refusals = 0;
+                    self.engine.forget_landing();
+                }
                 Some(Ok(Landed::Restored))
             }
             // Not reached; were it, the datagram is dropped rather than

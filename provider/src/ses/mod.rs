@@ -250,10 +250,13 @@ impl Inbound {
         self.received += payload.len() as u64;
         self.high_water = self.high_water.max(offset + payload.len() as u64);
         let Some(data) = payload.bytes() else {
-            // Already in the posted buffer: the engine lets a payload land
-            // only there (a landing into any other state is refused before
-            // the packet is accepted).
-            debug_assert!(matches!(self.state, InboundState::Posted(_)));
+            // Already in place. A landing is offered only into a posted
+            // buffer; a pull's own record (no memory of its own, `Rma(None)`)
+            // just counts the bytes its target received.
+            debug_assert!(matches!(
+                self.state,
+                InboundState::Posted(_) | InboundState::Rma(None)
+            ));
             return 0;
         };
         match &mut self.state {
