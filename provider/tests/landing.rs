@@ -335,7 +335,7 @@ fn two_messages_interleaved_land_only_in_their_own_buffers() {
 }
 
 #[test]
-fn a_sender_that_restarts_mid_message_leaves_the_new_message_intact() {
+fn a_sender_that_restarts_mid_message_fails_the_old_receive_and_lands_the_new_message() {
     // The old context's message is gone with it; the landing offered for
     // it must not take the new context's packets.
     for cut in [2usize, 5, 9] {
@@ -360,6 +360,17 @@ fn a_sender_that_restarts_mid_message_leaves_the_new_message_intact() {
         let mut engines = [rx, tx];
         pump(&mut engines, &addrs, Channel::default());
         assert_eq!(back2.recv().unwrap(), pattern(2, 1 << 20), "cut {cut}");
+        // The receive the old message was matched to fails; it does not
+        // wait forever.
+        let mut done = Vec::new();
+        while let Some(c) = engines[0].poll_completion() {
+            done.push((c.context, c.error));
+        }
+        assert_eq!(
+            done,
+            vec![(1, Some(uet::CompletionError::PeerUnreachable)), (2, None)],
+            "cut {cut}"
+        );
     }
 }
 

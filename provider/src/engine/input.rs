@@ -289,8 +289,20 @@ impl Engine {
                 } else {
                     rx
                 });
-                // Pulls from the old context will not be answered.
+                // Pulls from the old context will not be answered, and
+                // the messages receives were matched to will not finish:
+                // those receives fail rather than wait forever.
                 self.fail_pulls(p);
+                let mut bound: Vec<(u64, u16)> = self.peers[p]
+                    .inbound
+                    .iter()
+                    .filter(|(_, inb)| matches!(inb.state, InboundState::Posted(_)))
+                    .map(|(&id, inb)| (inb.seq, id))
+                    .collect();
+                bound.sort_unstable();
+                for (_, id) in bound {
+                    self.fail_bound_receive(p, id);
+                }
                 let peer = &mut self.peers[p];
                 self.staged_bytes -= peer
                     .inbound

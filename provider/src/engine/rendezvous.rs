@@ -271,7 +271,7 @@ impl Engine {
             return false;
         };
         self.rdv.pulls.remove(&k);
-        self.fail_pulled_receive(p, pull.msg_id);
+        self.fail_bound_receive(p, pull.msg_id);
         true
     }
 
@@ -288,11 +288,14 @@ impl Engine {
         ids.sort_unstable();
         for (k, msg_id) in ids {
             self.rdv.pulls.remove(&k);
-            self.fail_pulled_receive(p, msg_id);
+            self.fail_bound_receive(p, msg_id);
         }
     }
 
-    fn fail_pulled_receive(&mut self, p: usize, msg_id: u16) {
+    /// The receive matched to message `msg_id` of peer `p` will never get
+    /// the rest of it (the sender refused a pull, or its context is gone):
+    /// it completes with an error.
+    pub(super) fn fail_bound_receive(&mut self, p: usize, msg_id: u16) {
         let peer = &mut self.peers[p];
         let Some(inb) = peer.inbound.remove(&msg_id) else {
             return;
