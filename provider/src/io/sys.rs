@@ -552,10 +552,16 @@ impl RecvBatch {
         // iovec entries and at slot 0 of `buf`, each with its true size; the
         // kernel writes at most that much and sets namelen/controllen/flags.
         let n = unsafe { raw_recvmsg(socket.as_raw_fd(), &mut h.msg_hdr, libc::MSG_DONTWAIT) };
+        let m = h.msg_hdr;
+        self.record_single(n, &m)
+    }
+
+    /// After a `recvmsg` into slot 0 described by `m`: that slot, or the
+    /// call's error.
+    fn record_single(&mut self, n: io::Result<usize>, m: &libc::msghdr) -> io::Result<usize> {
         self.slots.clear();
         let n = n?;
-        h.msg_len = n as libc::c_uint;
-        let m = &h.msg_hdr;
+        self.hdrs[0].msg_len = n as libc::c_uint;
         let (tos, segment) = control_of(m);
         self.slots.push(Slot {
             len: n.min(self.slot_len),
@@ -616,18 +622,7 @@ impl RecvBatch {
         // the caller lends writable for this call; the kernel writes at
         // most the iovecs' lengths and sets namelen/controllen/flags.
         let n = unsafe { raw_recvmsg(socket.as_raw_fd(), &mut msg, libc::MSG_DONTWAIT) };
-        self.slots.clear();
-        let n = n?;
-        h.msg_len = n as libc::c_uint;
-        let (tos, segment) = control_of(&msg);
-        self.slots.push(Slot {
-            len: n.min(self.slot_len),
-            from: source_of(self.names[0], msg.msg_namelen),
-            tos,
-            segment,
-            truncated: msg.msg_flags & libc::MSG_TRUNC != 0,
-        });
-        Ok(1)
+        self.record_single(n, &msg)
     }
 
     /// After [`recv_landing`](Self::recv_landing) of a datagram that is not
