@@ -270,7 +270,7 @@ impl Engine {
             let same = self.peers[p]
                 .rx
                 .as_ref()
-                .is_some_and(|rx| rx.remote_id == req.spdcid && rx.start_psn == start);
+                .is_some_and(|rx| rx.opened_by(req));
             if !same {
                 // A new context from this peer (first contact or a restart):
                 // whatever the old one was receiving is gone with it.
@@ -439,13 +439,7 @@ impl Engine {
             if let Entry::Occupied(mut entry) = peer.inbound.entry(id) {
                 let (complete, response) =
                     Self::take_payload(entry.get_mut(), s, payload, &mut self.staged_bytes);
-                let posted = matches!(entry.get().state, InboundState::Posted(_));
-                self.landing_hint = match posted && !complete {
-                    true => {
-                        landing::LandingHint::after(p, id, None, s.buffer_offset, payload.len())
-                    }
-                    false => None,
-                };
+                let open = !complete && matches!(entry.get().state, InboundState::Posted(_));
                 if complete && entry.get().bound_or_discarded() {
                     let addr = peer.addr;
                     Self::deliver(&mut self.completions, addr, entry.remove());
@@ -454,6 +448,7 @@ impl Engine {
                     peer.queue.push_back(item);
                     self.mark_ready(p);
                 }
+                self.expect_after(open, p, id, None, s.buffer_offset, payload.len());
                 return;
             }
         }
@@ -482,10 +477,7 @@ impl Engine {
             .inbound
             .get(&id)
             .is_some_and(|inb| matches!(inb.state, InboundState::Posted(_)) && !inb.complete());
-        self.landing_hint = match open {
-            true => landing::LandingHint::after(p, id, None, s.buffer_offset, payload.len()),
-            false => None,
-        };
+        self.expect_after(open, p, id, None, s.buffer_offset, payload.len());
     }
 
     /// Place one packet's payload (and a first packet's CQ data) into its
@@ -981,9 +973,16 @@ fn trimmed(tos: u8, ses: &Ses, payload_len: usize) -> Option<Trim> {
 /// fill it) also means the source address as is.
 fn canonical_source(from: SocketAddr, ses: &Ses) -> SocketAddr {
     match ses {
-        Ses::Request(s, _) if s.initiator != 0 && s.initiator <= u16::MAX as u32 => {
-            SocketAddr::new(from.ip(), s.initiator as u16)
-        }
+        Ses::Request(s, _) => request_source(from, s),
+        _ => from,
+    }
+}
+
+/// The sender's canonical address of an SES request that arrived from
+/// `from` (see [`canonical_source`]).
+pub(super) fn request_source(from: SocketAddr, s: &SesRequestRepr) -> SocketAddr {
+    match s.initiator {
+        1..=0xffff => SocketAddr::new(from.ip(), s.initiator as u16),
         _ => from,
     }
 }

@@ -41,26 +41,6 @@ pub(super) struct LandingHint {
     payload: usize,
 }
 
-impl LandingHint {
-    /// After `len` payload bytes of message `msg_id` from peer `p` were
-    /// placed at `offset`: the next packet's place, if worth landing.
-    pub(super) fn after(
-        p: usize,
-        msg_id: u16,
-        pull: Option<u64>,
-        offset: u64,
-        len: usize,
-    ) -> Option<LandingHint> {
-        (len >= LANDING_MIN_PAYLOAD).then_some(LandingHint {
-            p,
-            msg_id,
-            pull,
-            next: offset + len as u64,
-            payload: len,
-        })
-    }
-}
-
 /// A landing the driver may receive the next datagram into: its first
 /// `header_len` bytes go to a scratch area, the next `payload_len` bytes to
 /// the region [`Engine::landing`] returned with it, the rest (if any) after
@@ -70,9 +50,33 @@ pub struct Landing {
     pub header_len: usize,
     pub payload_len: usize,
     hint: LandingHint,
+    /// Where the region starts in the target's buffer.
+    at: u64,
 }
 
 impl Engine {
+    /// After `len` payload bytes of message `msg_id` from peer `p` (of
+    /// pull `pull`, if pulled data) were placed at `offset`: expect the
+    /// next packet right behind them while the message is `open` (posted
+    /// and not complete) and its packets are large enough to land.
+    pub(super) fn expect_after(
+        &mut self,
+        open: bool,
+        p: usize,
+        msg_id: u16,
+        pull: Option<u64>,
+        offset: u64,
+        len: usize,
+    ) {
+        self.landing_hint = (open && len >= LANDING_MIN_PAYLOAD).then_some(LandingHint {
+            p,
+            msg_id,
+            pull,
+            next: offset + len as u64,
+            payload: len,
+        });
+    }
+
     /// The part of a posted buffer the next data packet's payload is
     /// expected in, as a landing and the region itself, or `None` when no
     /// packet is expected there (or the buffer is not one piece of memory).
@@ -90,6 +94,7 @@ impl Engine {
             header_len: DATA_HEADERS,
             payload_len: len,
             hint,
+            at,
         };
         Some((landing, region))
     }
@@ -119,7 +124,7 @@ impl Engine {
         }
         // The place is worked out again: it must be the one the region
         // was taken from.
-        if self.landing_place(&hint) != Some((self.landing_at(&hint), landing.payload_len)) {
+        if self.landing_place(&hint) != Some((landing.at, landing.payload_len)) {
             return false;
         }
         // Taken from here on like any datagram; counted as landed only if
@@ -159,17 +164,9 @@ impl Engine {
         // A SYN (the first window's packets carry it) must name the context
         // that is open: one that starts a new context drops what the old
         // one was receiving, this message with it.
-        let same_context = peer.rx.as_ref().is_some_and(|rx| {
-            rx.remote_id == req.spdcid && rx.start_psn == req.psn.wrapping_sub(req.dpdcid as u32)
-        });
-        if req.syn() && !same_context {
+        if req.syn() && !peer.rx.as_ref().is_some_and(|rx| rx.opened_by(&req)) {
             return false;
         }
-        let initiator_ok = s.initiator != 0 && s.initiator <= u16::MAX as u32;
-        let source = match initiator_ok {
-            true => SocketAddr::new(from.ip(), s.initiator as u16),
-            false => from,
-        };
         let first_of_rendezvous =
             s.flags & sflags::SOM != 0 && s.opcode().is_ok_and(SesOpcode::is_rendezvous);
         let kind_ok = match hint.pull {
@@ -184,7 +181,7 @@ impl Engine {
                         .is_some_and(|(_, _, len)| len == s.request_length as u64)
             }
         };
-        source == peer.addr
+        input::request_source(from, &s) == peer.addr
             && kind_ok
             && s.message_id == hint.msg_id
             && s.buffer_offset == hint.next
@@ -204,17 +201,6 @@ impl Engine {
     /// usual way until the next large packet is placed.
     pub fn forget_landing(&mut self) {
         self.landing_hint = None;
-    }
-
-    /// Where in the target's buffer `hint.next` lies.
-    fn landing_at(&self, hint: &LandingHint) -> u64 {
-        match hint.pull {
-            None => hint.next,
-            Some(token) => self
-                .rdv
-                .pull_target(hint.p, token)
-                .map_or(u64::MAX, |(_, offset, _)| offset + hint.next),
-        }
     }
 
     /// The buffer offset and length a landing for `hint` may cover: only

@@ -209,26 +209,18 @@ impl Engine {
         inb.place(s.buffer_offset, payload);
         let pulled = inb.complete();
         let mut landed = false;
-        let mut hint = None;
+        let mut open = false;
         if let Some(q) = pull {
             if let Some(target) = peer.inbound.get_mut(&q.msg_id) {
                 if matches!(target.state, InboundState::Posted(_)) {
                     let was_complete = target.complete();
                     target.place(q.offset + s.buffer_offset, payload);
                     landed = !was_complete && target.complete();
-                    if !pulled && !landed {
-                        hint = landing::LandingHint::after(
-                            p,
-                            id,
-                            Some(token),
-                            s.buffer_offset,
-                            payload.len(),
-                        );
-                    }
+                    open = !pulled && !landed;
                 }
             }
         }
-        self.landing_hint = hint;
+        self.expect_after(open, p, id, Some(token), s.buffer_offset, payload.len());
         if pulled {
             self.retire_rma_inbound(p, id);
             self.rdv.pulls.remove(&(p, token));

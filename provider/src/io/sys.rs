@@ -610,10 +610,9 @@ impl RecvBatch {
             },
         ];
         self.reset_headers(1);
-        let h = &mut self.hdrs[0];
         // Header 0's name and control buffers, with these iovecs instead of
         // its own for this one call.
-        let mut msg = h.msg_hdr;
+        let mut msg = self.hdrs[0].msg_hdr;
         msg.msg_iov = iovs.as_mut_ptr();
         msg.msg_iovlen = iovs.len() as _;
         // SAFETY: `msg` points at this batch's own name and control

@@ -1,7 +1,7 @@
 //! Receiver side of a PDC: duplicate detection and ACK state.
 
 use super::{psn_le, psn_lt};
-use crate::wire::AckRepr;
+use crate::wire::{AckRepr, RequestRepr};
 
 /// How the receiver treats an arriving PSN.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -79,6 +79,13 @@ impl RxPdc {
     }
 
     /// The same context in ordered mode (ROD).
+    /// Whether a SYN request belongs to this context (a retransmitted
+    /// SYN), not to a new one the sender opened: same peer ID, same start
+    /// PSN (a SYN's DPDCID carries its offset from the start).
+    pub fn opened_by(&self, syn: &RequestRepr) -> bool {
+        self.remote_id == syn.spdcid && self.start_psn == syn.psn.wrapping_sub(syn.dpdcid as u32)
+    }
+
     pub fn ordered(mut self) -> RxPdc {
         self.ordered = true;
         self
