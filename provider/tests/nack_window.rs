@@ -127,3 +127,31 @@ fn ordered_delivery_resends_the_lowest_psn_first() {
         );
     }
 }
+
+/// The window admits the next packet by its own size: with a one-MTU
+/// window and one small message in flight, a second small message still
+/// leaves at once, whether it was posted before the first went out or
+/// after, instead of waiting for an ACK.
+#[test]
+fn small_messages_share_a_one_packet_window() {
+    // bdp = 1 Gb/s * 1 us: the window is its floor, one MTU.
+    let cfg = Config {
+        nscc_min_maxwnd_packets: 1,
+        base_rtt_us: 1,
+        ..small_window(false)
+    };
+    let a: SocketAddr = "10.0.0.1:4793".parse().unwrap();
+    let b: SocketAddr = "10.0.0.2:4793".parse().unwrap();
+    let mut tx = Engine::new(&cfg, a, 1);
+    tx.post_send(0, send(b, pattern(1, 64), None, 1)).unwrap();
+    tx.post_send(0, send(b, pattern(2, 64), None, 2)).unwrap();
+    let both = drain(&mut tx, 0);
+    assert_eq!(both.len(), 2);
+    assert!(both.iter().all(|(_, d)| is_data(d)));
+    tx.post_send(10, send(b, pattern(3, 64), None, 3)).unwrap();
+    assert_eq!(drain(&mut tx, 10).len(), 1);
+    // A full-size packet does not fit beside them: it waits for an ACK.
+    tx.post_send(20, send(b, pattern(4, 64 << 10), None, 4))
+        .unwrap();
+    assert!(drain(&mut tx, 20).is_empty());
+}

@@ -250,15 +250,17 @@ struct Closing {
 }
 
 impl Peer {
-    /// Something can go out now: a retransmission, or new data that both
-    /// the packet window and the congestion window admit (`mtu` stands for
-    /// the next packet's size).
-    fn has_work(&self, window: usize, mtu: u64, ordered: bool) -> bool {
+    /// Something can go out now: a retransmission, or the next piece of
+    /// new data if both the packet window and the congestion window admit
+    /// it (judged by its own size: a small message fits beside another in
+    /// a one-packet window).
+    fn has_work(&self, window: usize, max_payload: usize, ordered: bool) -> bool {
         self.closing.is_none()
             && (self.next_retransmit(ordered).is_some()
-                || (!self.queue.is_empty()
-                    && self.tx.in_flight() < window
-                    && self.cc.can_send(self.in_flight_bytes, mtu)))
+                || (self.tx.in_flight() < window
+                    && self
+                        .next_new_bytes(max_payload)
+                        .is_some_and(|bytes| self.cc.can_send(self.in_flight_bytes, bytes))))
     }
 
     /// Take packets just declared lost out of the in-flight estimate.
@@ -634,8 +636,9 @@ impl Engine {
     }
 
     fn mark_ready(&mut self, p: usize) {
+        let max_payload = self.max_payload();
         let peer = &mut self.peers[p];
-        if !peer.in_send_ring && peer.has_work(self.window, self.mtu as u64, self.ordered) {
+        if !peer.in_send_ring && peer.has_work(self.window, max_payload, self.ordered) {
             peer.in_send_ring = true;
             self.send_ring.push_back(p);
         }

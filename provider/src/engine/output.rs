@@ -208,30 +208,25 @@ impl Engine {
             return None;
         }
         // NSCC.md section 6: send only while in_flight + packet <= cwnd.
+        if !peer
+            .cc
+            .can_send(peer.in_flight_bytes, peer.next_new_bytes(max_payload)?)
+        {
+            return None;
+        }
         let (kind, next_bytes, last_of_item) = match *peer.queue.front()? {
-            TxItem::Response { msg_id, len, code } => {
-                let bytes = (RequestRepr::LEN + SesResponseRepr::LEN) as u64;
-                if !peer.cc.can_send(peer.in_flight_bytes, bytes) {
-                    return None;
-                }
-                (SlotKind::Response { msg_id, len, code }, bytes, true)
-            }
+            TxItem::Response { msg_id, len, code } => (
+                SlotKind::Response { msg_id, len, code },
+                RESPONSE_BYTES,
+                true,
+            ),
             TxItem::Message(id) => {
                 let Some(m) = peer.messages.get_mut(&id) else {
-                    if peer.cc.can_send(peer.in_flight_bytes, 0) {
-                        peer.queue.pop_front();
-                    }
+                    peer.queue.pop_front();
                     return None;
                 };
                 let offset = m.next_offset;
-                let extension = extension_len(m, offset);
-                let len = (m.wire_len() - offset)
-                    .min(packet_payload(m.wire_len(), max_payload as u64))
-                    .min((max_payload - extension) as u64);
-                let bytes = DATA_HEADERS as u64 + extension as u64 + len;
-                if !peer.cc.can_send(peer.in_flight_bytes, bytes) {
-                    return None;
-                }
+                let (len, bytes) = next_piece(m, max_payload);
                 m.next_offset += len;
                 m.started = true;
                 m.unacked_packets += 1;
@@ -271,6 +266,36 @@ impl Engine {
             },
             gathered,
         ))
+    }
+}
+
+/// A response packet on the wire.
+const RESPONSE_BYTES: u64 = (RequestRepr::LEN + SesResponseRepr::LEN) as u64;
+
+/// The next packet of message `m`: its payload length and its size on the
+/// wire (headers and any extension header included).
+fn next_piece(m: &TxMessage, max_payload: usize) -> (u64, u64) {
+    let offset = m.next_offset;
+    let extension = extension_len(m, offset);
+    let len = (m.wire_len() - offset)
+        .min(packet_payload(m.wire_len(), max_payload as u64))
+        .min((max_payload - extension) as u64);
+    (len, DATA_HEADERS as u64 + extension as u64 + len)
+}
+
+impl Peer {
+    /// Size on the wire of the next packet of new data (or response) this
+    /// peer would send; `None` when nothing is queued. A queued message
+    /// that no longer exists counts 0 bytes: it is dropped from the queue
+    /// without sending anything.
+    pub(super) fn next_new_bytes(&self, max_payload: usize) -> Option<u64> {
+        Some(match *self.queue.front()? {
+            TxItem::Response { .. } => RESPONSE_BYTES,
+            TxItem::Message(id) => self
+                .messages
+                .get(&id)
+                .map_or(0, |m| next_piece(m, max_payload).1),
+        })
     }
 }
 
