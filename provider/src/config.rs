@@ -171,6 +171,11 @@ pub const PARAMS: &[ParamSpec] = &[
         help: "Floor of NSCC's maximum window in packets (default 16; 0 = none, maxwnd = 1.5 bdp as in the reference). Where the measured bdp is below a few packets, as on loopback with 64 KB datagrams and microsecond RTTs, a one-packet window would serialise transfers.",
     },
     ParamSpec {
+        name: "nscc_qa_idle_restart",
+        kind: ParamKind::Bool,
+        help: "Whether NSCC's QuickAdapt starts a new window when the sender resumes after its pipe drained with nothing left to send (on, default), treating each busy period as a new flow; off keeps one window across idle gaps, so the first ACK after a gap can cut the window to what the gap let through.",
+    },
+    ParamSpec {
         name: "entropies",
         kind: ParamKind::Int,
         help: "UDP sockets per endpoint, bound to consecutive ports; the source port carries a packet's entropy (path choice). Socket 0 is the endpoint's address (default 16; 1..256). With the single load balancer only socket 0 is bound.",
@@ -275,6 +280,7 @@ pub struct Config {
     pub trimming: bool,
     pub nscc_fast_increase_mtus: u32,
     pub nscc_min_maxwnd_packets: u32,
+    pub nscc_qa_idle_restart: bool,
     /// Sockets (source ports) per endpoint; socket 0 is its address.
     pub entropies: u16,
     /// UDP GSO on transmit and GRO on receive.
@@ -326,6 +332,7 @@ impl Default for Config {
             trimming: true,
             nscc_fast_increase_mtus: 2,
             nscc_min_maxwnd_packets: 16,
+            nscc_qa_idle_restart: true,
             entropies: 16,
             gso: true,
             send_burst_us: 20,
@@ -417,6 +424,7 @@ impl Config {
             "lb" => return Some(ParamValue::Str(self.lb.map_or("auto", |l| l.name()).into())),
             "nscc_variant" => return Some(ParamValue::Str(self.nscc_variant.name())),
             "nscc_trimming" => return Some(ParamValue::Bool(self.trimming)),
+            "nscc_qa_idle_restart" => return Some(ParamValue::Bool(self.nscc_qa_idle_restart)),
             "gso" => return Some(ParamValue::Bool(self.gso)),
             "send_burst_us" => return Some(ParamValue::Int(self.send_burst_us.into())),
             "defer_acks" => return Some(ParamValue::Bool(self.defer_acks)),
@@ -541,6 +549,7 @@ impl Config {
                 })?
             }
             "nscc_trimming" => self.trimming = boolean()?,
+            "nscc_qa_idle_restart" => self.nscc_qa_idle_restart = boolean()?,
             "defer_acks" => self.defer_acks = boolean()?,
             "direct_rx" => self.direct_rx = boolean()?,
             "link_gbps" => self.link_gbps = int(1, 3200)? as u32,

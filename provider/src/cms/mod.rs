@@ -11,7 +11,7 @@
 //! Parameters: `FI_UET_CC` (nscc|none), `FI_UET_LINK_GBPS`,
 //! `FI_UET_BASE_RTT_US` (0 = measure), `FI_UET_NSCC_VARIANT`,
 //! `FI_UET_NSCC_TARGET_PCT`, `FI_UET_NSCC_TRIMMING`,
-//! `FI_UET_NSCC_FAST_INCREASE_MTUS`, `FI_UET_LB`, `FI_UET_ENTROPIES` (see
+//! `FI_UET_NSCC_FAST_INCREASE_MTUS`, `FI_UET_NSCC_QA_IDLE_RESTART`, `FI_UET_LB`, `FI_UET_ENTROPIES` (see
 //! [`crate::config::PARAMS`]).
 //!
 //! Tests: `cargo test -p uet --lib cms` (every mechanism, with expected
@@ -44,6 +44,7 @@
 //! | before sending a data packet (new or retransmitted) | [`CongestionControl::can_send`]`(in_flight, packet_bytes)`; then [`lb::LoadBalancer::next_entropy`] to pick the UDP source port (entropy index `0..entropies`) |
 //! | ACK received | build an [`AckFeedback`] (`newly_acked_bytes` from the received-bytes delta, `in_flight_bytes` after subtracting them, `ecn` from the M flag, `rtt` from [`RttSample::validate`] with the triggering packet's send time, its send count and the ACK's RETX echo) and call [`CongestionControl::on_ack`]; then [`lb::LoadBalancer::on_feedback`] with the ACK's entropy and [`lb::PathFeedback::Ecn`] or [`lb::PathFeedback::Good`] |
 //! | NACK for a trimmed packet (code 0x01 fabric, 0x02 last hop) | [`CongestionControl::on_nack`]`(now, packet_bytes, last_hop, in_flight_after)`, queue the packet for retransmission, and [`lb::LoadBalancer::on_feedback`] with [`lb::PathFeedback::Nack`]`{ last_hop }` for the packet's entropy |
+//! | new data leaves while the peer's pipe is empty and the last ACK found nothing left to send (an application-limited gap) | [`CongestionControl::on_idle_restart`] before the packet is counted in flight |
 //! | retransmission timeout of a packet | [`CongestionControl::on_timeout`]`(now, packet_bytes)` and [`lb::LoadBalancer::on_feedback`] with [`lb::PathFeedback::Timeout`] |
 //! | diagnostics | [`CongestionControl::stats`], [`lb::LoadBalancer::entropy_stats`] |
 //!
@@ -59,7 +60,7 @@
 //! where the range allows, u64 for times and f64 for the increase credit),
 //! an `Arc` to the shared
 //! configuration (8 bytes) and the diagnostic counters ([`nscc::NsccCounters`],
-//! 144 bytes), **224 bytes** in all. The SMaRTT paper's 19 bytes per flow
+//! 152 bytes), **232 bytes** in all. The SMaRTT paper's 19 bytes per flow
 //! assume 16-bit fields and times relative to a NIC clock; we keep full
 //! nanosecond timestamps and counters for measurement. A unit test pins these
 //! numbers so this paragraph stays true. A [`LoadBalancer`] takes 136 bytes
@@ -235,6 +236,9 @@ pub struct CcConfig {
     /// with 64 KB datagrams and microsecond RTTs, or small emulated links)
     /// a one-packet window would serialise the transfer.
     pub min_maxwnd_packets: u32,
+    /// QuickAdapt starts a new window when the sender resumes after an
+    /// application-limited idle gap ([`nscc::Nscc::on_idle_restart`]).
+    pub qa_idle_restart: bool,
 }
 
 impl CcConfig {
@@ -254,6 +258,7 @@ impl CcConfig {
             fixed_window: 256 * mtu,
             delay_ewma_weight: 0.0125,
             min_maxwnd_packets: 0,
+            qa_idle_restart: true,
         }
     }
 
@@ -271,6 +276,7 @@ impl CcConfig {
             fast_increase_mtus: cfg.nscc_fast_increase_mtus,
             fixed_window: (cfg.window as u64 * mtu as u64).min(u32::MAX as u64) as u32,
             min_maxwnd_packets: cfg.nscc_min_maxwnd_packets,
+            qa_idle_restart: cfg.nscc_qa_idle_restart,
             ..CcConfig::nscc(cfg.link_rate_gbps(), mtu, mss)
         }
     }
@@ -356,6 +362,8 @@ pub struct CcStats {
     pub quick_adapt_events: u64,
     /// Feedback dropped during the QuickAdapt ignore phase.
     pub quick_adapt_ignored: u64,
+    /// QuickAdapt windows restarted after an idle gap.
+    pub idle_restarts: u64,
     pub fulfills: u64,
     pub nacks_fabric: u64,
     pub nacks_last_hop: u64,
@@ -421,6 +429,13 @@ impl CongestionControl {
                 }
                 f.stats.in_flight = in_flight_bytes;
             }
+        }
+    }
+
+    /// The sender resumes after its pipe drained with nothing left to send.
+    pub fn on_idle_restart(&mut self) {
+        if let CongestionControl::Nscc(c) = self {
+            c.on_idle_restart()
         }
     }
 
@@ -540,8 +555,8 @@ mod tests {
     #[test]
     fn state_size_matches_the_module_docs() {
         assert_eq!(std::mem::size_of::<nscc::NsccState>(), 72);
-        assert_eq!(std::mem::size_of::<nscc::NsccCounters>(), 144);
-        assert_eq!(std::mem::size_of::<Nscc>(), 224);
+        assert_eq!(std::mem::size_of::<nscc::NsccCounters>(), 152);
+        assert_eq!(std::mem::size_of::<Nscc>(), 232);
         assert_eq!(std::mem::size_of::<LoadBalancer>(), 136);
         assert_eq!(std::mem::size_of::<lb::EntropyStats>(), 56);
     }

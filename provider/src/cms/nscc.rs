@@ -26,6 +26,11 @@
 //!   it arose in and then cleared, so a stale trigger cannot shrink an
 //!   application-limited flow much later. Firing also drops the pending
 //!   increase credit, which was earned before the reset.
+//! * A flow is a busy period: when the sender resumes after its pipe
+//!   drained with nothing left to send, QuickAdapt starts a new window as
+//!   for a new flow ([`Nscc::on_idle_restart`], `FI_UET_NSCC_QA_IDLE_RESTART`).
+//!   Otherwise the first ACK of each message of a ping-pong closes a window
+//!   stretched over the idle gap and finds almost nothing achieved in it.
 //! * The very first multiplicative decrease is not rate-limited (there is no
 //!   previous one to be a base RTT away from).
 //! * Wait-to-Decrease (paper) only adds the fair decrease in the ECN +
@@ -161,6 +166,7 @@ pub struct NsccCounters {
     fast_increase_events: u64,
     quick_adapt_events: u64,
     quick_adapt_ignored: u64,
+    idle_restarts: u64,
     fulfills: u64,
     nacks_fabric: u64,
     nacks_last_hop: u64,
@@ -488,6 +494,22 @@ impl Nscc {
         self.clamp(&d);
     }
 
+    /// The sender starts sending again after its pipe drained with nothing
+    /// left to send (an application-limited gap, as between the messages of
+    /// a ping-pong). QuickAdapt treats the new busy period as a new flow:
+    /// its window starts afresh, so the first ACKs cannot compare a delivery
+    /// rate diluted by the idle gap against a delay that includes the
+    /// receiver's wake-up, and a trigger left from before the gap is dropped.
+    pub fn on_idle_restart(&mut self) {
+        if !self.cfg.qa_idle_restart {
+            return;
+        }
+        self.s.qa_end = 0;
+        self.s.achieved = 0;
+        self.set_flag(FLAG_TRIGGER_QA, false);
+        self.n.idle_restarts += 1;
+    }
+
     /// A packet of `bytes` timed out: shrink by it, never below one MTU.
     pub fn on_timeout(&mut self, _now: u64, bytes: u64) {
         self.n.timeouts += 1;
@@ -520,6 +542,7 @@ impl Nscc {
             fast_increase_events: n.fast_increase_events,
             quick_adapt_events: n.quick_adapt_events,
             quick_adapt_ignored: n.quick_adapt_ignored,
+            idle_restarts: n.idle_restarts,
             fulfills: n.fulfills,
             nacks_fabric: n.nacks_fabric,
             nacks_last_hop: n.nacks_last_hop,
@@ -959,6 +982,54 @@ mod tests {
         let mut c = nscc(cfg());
         qa_window(&mut c, 2);
         ack(&mut c, 23_000, false, 30_000);
+        assert_eq!(c.stats().quick_adapt_events, 0);
+    }
+
+    #[test]
+    fn idle_restart_starts_a_new_quick_adapt_window() {
+        // A ping-pong message: one MTU acked in the window, then the pipe
+        // drains and the sender waits for the reply. The next message's first
+        // ACK comes long after the window and sees the receiver's wake-up as
+        // 40 us of delay.
+        let mut c = nscc(cfg());
+        qa_window(&mut c, 0);
+        c.on_idle_restart();
+        ack(&mut c, 500_000, false, 40_000);
+        // Only a new window opened: nothing was measured before the gap.
+        assert_eq!(c.stats().quick_adapt_events, 0);
+        assert_eq!(c.stats().idle_restarts, 1);
+        assert!(c.cwnd() >= W0 - MTU as u64);
+        // The new window judges the busy period on its own: still stalled at
+        // its end, it fires.
+        ack(&mut c, 500_000 + 22_000, false, 40_000);
+        assert_eq!(c.stats().quick_adapt_events, 1);
+        assert_eq!(c.cwnd(), MTU as u64);
+
+        // The same gap without the restart: the first ACK after it fires,
+        // measuring the one MTU of the window the gap stretched.
+        let mut c = nscc(CcConfig {
+            qa_idle_restart: false,
+            ..cfg()
+        });
+        qa_window(&mut c, 0);
+        c.on_idle_restart();
+        ack(&mut c, 500_000, false, 40_000);
+        assert_eq!(c.stats().idle_restarts, 0);
+        assert_eq!(c.stats().quick_adapt_events, 1);
+        assert_eq!(c.cwnd(), MTU as u64);
+    }
+
+    #[test]
+    fn idle_restart_drops_a_trigger_from_before_the_gap() {
+        let mut c = nscc(cfg());
+        qa_window(&mut c, 3);
+        // A NACK inside the window arms the trigger...
+        c.on_nack(21_000, MTU as u64, true, 0);
+        c.on_idle_restart();
+        // ...but the pipe drained before the window ended: an ACK of the next
+        // busy period, with no congestion of its own, does not fire.
+        ack(&mut c, 400_000, false, 3_000);
+        ack(&mut c, 400_000 + 22_000, false, 3_000);
         assert_eq!(c.stats().quick_adapt_events, 0);
     }
 

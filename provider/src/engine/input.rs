@@ -811,6 +811,9 @@ impl Engine {
             lost += peer.tx.probe_answered(now, 2 * Self::probe_rtt(peer));
         }
         peer.forget_lost();
+        if peer.in_flight_bytes == 0 && peer.queue.is_empty() && peer.tx.retransmit.is_empty() {
+            peer.pipe_drained = true;
+        }
         self.stats.sleek_retransmits += lost as u64;
         let (entropy, rtt) = (out.trigger_entropy.unwrap_or(0), network_rtt.unwrap_or(0));
         self.record(p, now, TraceKind::Ack, entropy, rtt, ecn);

@@ -236,6 +236,10 @@ struct Peer {
     in_flight_bytes: u64,
     /// That field (24 bits, 256-byte units) as of the latest ACK.
     rcvd_units: u32,
+    /// An ACK emptied the pipe while nothing was left to send: the next
+    /// packet of new data starts a new busy period (application-limited
+    /// restart, see [`CongestionControl::on_idle_restart`]).
+    pipe_drained: bool,
     /// Packets resent to this peer (timer, SACK hole or NACK).
     retransmits: u64,
 }
@@ -629,6 +633,7 @@ impl Engine {
             lb,
             in_flight_bytes: 0,
             rcvd_units: 0,
+            pipe_drained: false,
             retransmits: 0,
         });
         self.peer_by_addr.insert(addr, i);

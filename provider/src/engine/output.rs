@@ -247,6 +247,9 @@ impl Engine {
             // Responses are control-like: the endpoint's own address.
             SlotKind::Response { .. } => 0,
         };
+        if std::mem::take(&mut peer.pipe_drained) && peer.in_flight_bytes == 0 {
+            peer.cc.on_idle_restart();
+        }
         let psn = peer.tx.push(kind, now, rto, next_bytes as u32, entropy);
         peer.in_flight_bytes += next_bytes;
         // Ask for an immediate ACK when the backlog empties or the next
