@@ -66,19 +66,26 @@ SOCKPERF_SIZES = [64, 1 * KI, 4 * KI, 65000]
 
 
 def pp_iters(size, config):
-    """Iterations per fi_pingpong run: enough to average, bounded in time."""
+    """Iterations per fi_pingpong run: enough to average, bounded in time.
+
+    fi_pingpong has no warm-up: its first iterations are timed too. A
+    large-message run must last long past a new connection's ramp-up
+    (tcp's first few 4 MiB transfers take three times as long as the
+    rest), or it measures that ramp instead of the steady state an
+    application sees; so even 16 MiB runs move about 1 GiB each way.
+    """
     if size <= 64:
         n = 2000
     elif size <= 4 * KI:
         n = 1000
     elif size <= 64 * KI:
-        n = 200
+        n = 400
     elif size <= 1 * MI:
-        n = 40
+        n = 400
     elif size <= 4 * MI:
-        n = 12
+        n = 200
     else:
-        n = 4
+        n = 60
     if QUICK:
         n = max(2, n // 2)
     # udp;ofi_rxd moves large messages at tens of MB/s.
