@@ -262,9 +262,13 @@ impl Peer {
         self.closing.is_none()
             && (self.next_retransmit(ordered).is_some()
                 || (self.tx.in_flight() < window
-                    && self
-                        .next_new_bytes(max_payload)
-                        .is_some_and(|bytes| self.cc.can_send(self.in_flight_bytes, bytes))))
+                    && !self.queue.is_empty()
+                    // Asked after every packet: a full one fitting settles
+                    // it without sizing the next.
+                    && (self.cc.can_send(self.in_flight_bytes, (max_payload + DATA_HEADERS) as u64)
+                        || self
+                            .next_new_bytes(max_payload)
+                            .is_some_and(|bytes| self.cc.can_send(self.in_flight_bytes, bytes)))))
     }
 
     /// Take packets just declared lost out of the in-flight estimate.

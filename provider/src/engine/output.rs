@@ -208,25 +208,29 @@ impl Engine {
             return None;
         }
         // NSCC.md section 6: send only while in_flight + packet <= cwnd.
-        if !peer
-            .cc
-            .can_send(peer.in_flight_bytes, peer.next_new_bytes(max_payload)?)
-        {
-            return None;
-        }
         let (kind, next_bytes, last_of_item) = match *peer.queue.front()? {
-            TxItem::Response { msg_id, len, code } => (
-                SlotKind::Response { msg_id, len, code },
-                RESPONSE_BYTES,
-                true,
-            ),
+            TxItem::Response { msg_id, len, code } => {
+                if !peer.cc.can_send(peer.in_flight_bytes, RESPONSE_BYTES) {
+                    return None;
+                }
+                (
+                    SlotKind::Response { msg_id, len, code },
+                    RESPONSE_BYTES,
+                    true,
+                )
+            }
             TxItem::Message(id) => {
                 let Some(m) = peer.messages.get_mut(&id) else {
-                    peer.queue.pop_front();
+                    if peer.cc.can_send(peer.in_flight_bytes, 0) {
+                        peer.queue.pop_front();
+                    }
                     return None;
                 };
                 let offset = m.next_offset;
                 let (len, bytes) = next_piece(m, max_payload);
+                if !peer.cc.can_send(peer.in_flight_bytes, bytes) {
+                    return None;
+                }
                 m.next_offset += len;
                 m.started = true;
                 m.unacked_packets += 1;
