@@ -11,8 +11,8 @@
 //! Parameters: `FI_UET_CC` (nscc|none), `FI_UET_LINK_GBPS`,
 //! `FI_UET_BASE_RTT_US` (0 = measure), `FI_UET_NSCC_VARIANT`,
 //! `FI_UET_NSCC_TARGET_PCT`, `FI_UET_NSCC_TRIMMING`,
-//! `FI_UET_NSCC_FAST_INCREASE_MTUS`, `FI_UET_NSCC_QA_IDLE_RESTART`, `FI_UET_LB`, `FI_UET_ENTROPIES` (see
-//! [`crate::config::PARAMS`]).
+//! `FI_UET_NSCC_FAST_INCREASE_MTUS`, `FI_UET_NSCC_QA_IDLE_RESTART`,
+//! `FI_UET_LB`, `FI_UET_ENTROPIES` (see [`crate::config::PARAMS`]).
 //!
 //! Tests: `cargo test -p uet --lib cms` (every mechanism, with expected
 //! numbers from the formulas, and every load balancer's feedback rules) and
