@@ -266,7 +266,7 @@ impl Engine {
     /// Find or establish the receive PDC a request belongs to.
     pub(super) fn rx_context(&mut self, p: usize, req: &RequestRepr) -> RxContext {
         if req.syn() {
-            let start = req.psn.wrapping_sub(req.dpdcid as u32);
+            let start = req.syn_start_psn();
             let same = self.peers[p]
                 .rx
                 .as_ref()

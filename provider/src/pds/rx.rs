@@ -78,14 +78,14 @@ impl RxPdc {
         }
     }
 
-    /// The same context in ordered mode (ROD).
     /// Whether a SYN request belongs to this context (a retransmitted
     /// SYN), not to a new one the sender opened: same peer ID, same start
-    /// PSN (a SYN's DPDCID carries its offset from the start).
+    /// PSN.
     pub fn opened_by(&self, syn: &RequestRepr) -> bool {
-        self.remote_id == syn.spdcid && self.start_psn == syn.psn.wrapping_sub(syn.dpdcid as u32)
+        self.remote_id == syn.spdcid && self.start_psn == syn.syn_start_psn()
     }
 
+    /// The same context in ordered mode (ROD).
     pub fn ordered(mut self) -> RxPdc {
         self.ordered = true;
         self

@@ -84,6 +84,12 @@ impl RequestRepr {
         self.flags & flags::SYN != 0
     }
 
+    /// The first PSN of the context a SYN packet opens: its DPDCID field
+    /// carries the packet's offset from it.
+    pub fn syn_start_psn(&self) -> u32 {
+        self.psn.wrapping_sub(self.dpdcid as u32)
+    }
+
     /// Parse a RUD/ROD request header; never panics.
     pub fn parse(b: &[u8]) -> Result<Self, WireError> {
         let p = Prologue::parse(b)?;
