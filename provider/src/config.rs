@@ -96,6 +96,11 @@ pub const PARAMS: &[ParamSpec] = &[
         help: "Sends longer than this many bytes go as rendezvous sends (default 262144; 0 = never): their first this-many bytes travel eagerly and the receiver pulls the rest straight into its receive buffer once the message is matched, so an unmatched large message costs it at most this much memory. The send completes once the pull is over.",
     },
     ParamSpec {
+        name: "host_read",
+        kind: ParamKind::Bool,
+        help: "Between processes of one host (same boot and PID namespace), the receiver of a rendezvous send copies the part past the eager bytes straight from the sender's memory into its receive buffer (process_vm_readv: one copy, no packets) instead of pulling it over the network; both ends must enable it, and when the kernel refuses the copy (ptrace rules) or a buffer is not in one piece the pull goes over the network as usual. Those bytes bypass the network, so ECN, trimming and congestion control do not see them: leave it off for experiments through emu-net (default 0).",
+    },
+    ParamSpec {
         name: "trace",
         kind: ParamKind::Str,
         help: "File to write a CSV trace of congestion-control events to (one line per ACK, NACK and timeout: time, peer, entropy, RTT, ECN, cwnd, in flight, base RTT, average delay); \"%p\" in the name becomes the process ID, \"%e\" the endpoint's port (default empty: no trace).",
@@ -260,6 +265,8 @@ pub struct Config {
     pub unexpected_bytes: usize,
     /// 0 = every send is eager.
     pub rendezvous_bytes: usize,
+    /// Same-host rendezvous copies (`engine::HostMemory`).
+    pub host_read: bool,
     /// Empty = no congestion-control trace.
     pub trace: String,
     /// Empty = loopback.
@@ -319,6 +326,7 @@ impl Default for Config {
             pdc_idle_us: 1_000_000,
             unexpected_bytes: 64 << 20,
             rendezvous_bytes: 256 << 10,
+            host_read: false,
             trace: String::new(),
             src_addr: String::new(),
             ordered: false,
@@ -429,6 +437,7 @@ impl Config {
             "send_burst_us" => return Some(ParamValue::Int(self.send_burst_us.into())),
             "defer_acks" => return Some(ParamValue::Bool(self.defer_acks)),
             "direct_rx" => return Some(ParamValue::Bool(self.direct_rx)),
+            "host_read" => return Some(ParamValue::Bool(self.host_read)),
             "fabric" => return Some(ParamValue::Str(self.fabric.clone())),
             _ => {}
         }
@@ -552,6 +561,7 @@ impl Config {
             "nscc_qa_idle_restart" => self.nscc_qa_idle_restart = boolean()?,
             "defer_acks" => self.defer_acks = boolean()?,
             "direct_rx" => self.direct_rx = boolean()?,
+            "host_read" => self.host_read = boolean()?,
             "link_gbps" => self.link_gbps = int(1, 3200)? as u32,
             "link_mbps" => self.link_mbps = int(0, 3_200_000)? as u32,
             "base_rtt_us" => self.base_rtt_us = int(0, 1_000_000)? as u64,

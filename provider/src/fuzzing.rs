@@ -34,29 +34,44 @@ pub fn wire_parse(data: &[u8]) {
     // header can start at.
     for at in [0, RequestRepr::LEN, RequestRepr::LEN + SesRequestRepr::LEN] {
         let b = data.get(at..).unwrap_or(&[]);
-        round_trip(b, Prologue::parse, |r, o| r.emit(o), Prologue::LEN);
-        round_trip(b, RequestRepr::parse, |r, o| r.emit(o), RequestRepr::LEN);
-        round_trip(b, AckRepr::parse, |r, o| r.emit(o), AckRepr::LEN);
-        round_trip(b, PlainAckRepr::parse, |r, o| r.emit(o), PlainAckRepr::LEN);
-        round_trip(b, NackRepr::parse, |r, o| r.emit(o), NackRepr::LEN);
-        round_trip(b, ControlRepr::parse, |r, o| r.emit(o), ControlRepr::LEN);
+        round_trip(b, Prologue::parse, |r, o| r.emit(o), |_| Prologue::LEN);
+        round_trip(
+            b,
+            RequestRepr::parse,
+            |r, o| r.emit(o),
+            |_| RequestRepr::LEN,
+        );
+        round_trip(b, AckRepr::parse, |r, o| r.emit(o), |_| AckRepr::LEN);
+        round_trip(
+            b,
+            PlainAckRepr::parse,
+            |r, o| r.emit(o),
+            |_| PlainAckRepr::LEN,
+        );
+        round_trip(b, NackRepr::parse, |r, o| r.emit(o), |_| NackRepr::LEN);
+        round_trip(
+            b,
+            ControlRepr::parse,
+            |r, o| r.emit(o),
+            |_| ControlRepr::LEN,
+        );
         round_trip(
             b,
             SesRequestRepr::parse,
             |r, o| r.emit(o),
-            SesRequestRepr::LEN,
+            |_| SesRequestRepr::LEN,
         );
         round_trip(
             b,
             SesResponseRepr::parse,
             |r, o| r.emit(o),
-            SesResponseRepr::LEN,
+            |_| SesResponseRepr::LEN,
         );
         round_trip(
             b,
             RendezvousRepr::parse,
             |r, o| r.emit(o),
-            RendezvousRepr::LEN,
+            RendezvousRepr::wire_len,
         );
         read_views(b);
     }
@@ -66,11 +81,12 @@ fn round_trip<R: PartialEq + std::fmt::Debug, E>(
     b: &[u8],
     parse: impl Fn(&[u8]) -> Result<R, E>,
     emit: impl Fn(&R, &mut [u8]),
-    len: usize,
+    wire_len: impl Fn(&R) -> usize,
 ) {
     let Ok(r) = parse(b) else {
         return;
     };
+    let len = wire_len(&r);
     assert!(b.len() >= len, "parsed from {} bytes, needs {len}", b.len());
     let mut out = vec![0u8; len];
     emit(&r, &mut out);

@@ -68,6 +68,55 @@ impl MsgBuffer for Shared {
     }
 }
 
+/// A receive buffer in one piece, so the engine may write into it in place
+/// (`slice_at_mut`), that hands its bytes to the test when the engine drops
+/// it (once the receive is over).
+pub struct Returned {
+    data: Vec<u8>,
+    out: Arc<Mutex<Option<Vec<u8>>>>,
+}
+
+impl Returned {
+    /// The buffer, and where its bytes will be once the engine is done.
+    pub fn new(len: usize) -> (Returned, Arc<Mutex<Option<Vec<u8>>>>) {
+        let out = Arc::new(Mutex::new(None));
+        let data = vec![0u8; len];
+        (
+            Returned {
+                data,
+                out: out.clone(),
+            },
+            out,
+        )
+    }
+}
+
+impl MsgBuffer for Returned {
+    fn len(&self) -> usize {
+        self.data.len()
+    }
+    fn read_at(&self, offset: usize, out: &mut [u8]) {
+        self.data.read_at(offset, out);
+    }
+    fn write_at(&mut self, offset: usize, data: &[u8]) {
+        self.data.write_at(offset, data);
+    }
+    fn slice_at(&self, offset: usize, len: usize) -> Option<&[u8]> {
+        self.data.slice_at(offset, len)
+    }
+    fn slice_at_mut(&mut self, offset: usize, len: usize) -> Option<&mut [u8]> {
+        self.data.slice_at_mut(offset, len)
+    }
+}
+
+impl Drop for Returned {
+    fn drop(&mut self) {
+        if let Ok(mut out) = self.out.lock() {
+            *out = Some(std::mem::take(&mut self.data));
+        }
+    }
+}
+
 /// A datagram on its way through a simulated network, delivered at `at`
 /// (ties broken by `seq`, the order it was sent in). A `BinaryHeap` of them
 /// pops the earliest first.

@@ -3,6 +3,8 @@
 //! once it is matched (straight into the receive buffer), holds only the
 //! eager part while it is not, and the sender completes only once the pull
 //! is over. Peek, claim, discard, truncation and peer failure keep working.
+//! Between engines given host memory, the receiver copies the remainder
+//! from the sender's memory instead, and pulls when it cannot.
 
 mod common;
 
@@ -12,10 +14,12 @@ use std::sync::{Arc, Mutex};
 use rand::rngs::SmallRng;
 use rand::SeedableRng;
 
-use common::{pattern, send, shuffled_round, Shared};
+use common::{pattern, send, shuffled_round, Returned, Shared};
+use uet::engine::HostMemory;
+use uet::io::ProcessMemory;
 use uet::{
-    Completion, CompletionError, CompletionKind, CompletionLevel, Config, Engine, ProbeFlags,
-    RecvOp,
+    Completion, CompletionError, CompletionKind, CompletionLevel, Config, Engine, MsgBuffer,
+    ProbeFlags, RecvOp,
 };
 
 const THRESHOLD: usize = 64 * 1024;
@@ -119,19 +123,31 @@ impl Pair {
 
     fn recv(&mut self, len: usize, tag: u64, context: u64, probe: ProbeFlags) -> Shared {
         let buf = Shared(Arc::new(Mutex::new(vec![0u8; len])));
+        self.post_recv(Box::new(buf.clone()), tag, context, probe);
+        buf
+    }
+
+    fn post_recv(&mut self, buffer: Box<dyn MsgBuffer>, tag: u64, context: u64, probe: ProbeFlags) {
         let op = RecvOp {
             src: None,
             tagged: true,
             tag,
             ignore: 0,
-            buffer: Box::new(buf.clone()),
+            buffer,
             context,
             signal: true,
             probe,
         };
         let now = self.now;
         self.eng[1].post_recv(now, op).unwrap();
-        buf
+    }
+
+    /// A receive into a buffer in one piece; its bytes come back once the
+    /// engine lets go of it.
+    fn recv_returned(&mut self, len: usize, tag: u64, context: u64) -> Arc<Mutex<Option<Vec<u8>>>> {
+        let (buf, out) = Returned::new(len);
+        self.post_recv(Box::new(buf), tag, context, plain());
+        out
     }
 
     fn completion(&self, side: usize, context: u64) -> Option<&Completion> {
@@ -452,4 +468,168 @@ fn zero_threshold_means_every_send_is_eager() {
     p.run(|p| p.completion(0, 1).is_some());
     assert!(p.eng[1].staged_bytes() == len);
     assert_eq!(p.eng[1].stats().rendezvous_pulls, 0);
+}
+
+// ----- same host ---------------------------------------------------------------
+
+/// Host memory that names a host of its own choosing and copies nothing
+/// (the kernel refused), counting the copies it was asked for.
+struct Refusing {
+    host: u64,
+    asked: Arc<Mutex<u32>>,
+}
+
+impl HostMemory for Refusing {
+    fn this_process(&self) -> (u64, u32) {
+        (self.host, 1)
+    }
+    fn read(&self, _pid: u32, _address: u64, _dst: &mut [u8]) -> bool {
+        *self.asked.lock().unwrap() += 1;
+        false
+    }
+}
+
+/// A pair whose engines both copy on this host (they share one process).
+fn same_host_pair(seed: u64) -> Pair {
+    let mut p = Pair::new(seed);
+    for e in &mut p.eng {
+        e.enable_host_read(Box::new(ProcessMemory::new().expect("a boot ID")));
+    }
+    p
+}
+
+#[test]
+fn same_host_receiver_copies_the_remainder_instead_of_pulling() {
+    let mut p = same_host_pair(20);
+    let len = 1 << 20;
+    let out = p.recv_returned(len, 5, 100);
+    p.send(len, 5, 1);
+    p.run(|p| p.completion(1, 100).is_some() && p.completion(0, 1).is_some());
+    let r = p.completion(1, 100).unwrap().clone();
+    assert_eq!((r.error, r.len, r.tag), (None, len, 5));
+    assert_eq!(p.completion(0, 1).unwrap().error, None);
+    let got = out.lock().unwrap().take().expect("buffer released");
+    assert!(got == pattern(1, len), "payload differs");
+    let s = p.eng[1].stats();
+    assert_eq!((s.host_reads, s.host_read_bytes), (1, (len - EAGER) as u64));
+    assert_eq!(s.host_read_failures, 0);
+    // The eager part and the empty pull's answer travel, nothing else.
+    let data = p.eng[0].stats().packets_sent;
+    assert!(data <= (EAGER / MTU + 4) as u64, "{data} packets sent");
+    p.settle();
+    p.assert_clean();
+}
+
+#[test]
+fn same_host_copy_of_an_unexpected_message_and_a_truncated_one() {
+    let mut p = same_host_pair(21);
+    let len = 600_000;
+    p.send(len, 3, 1);
+    p.settle();
+    assert!(
+        p.completion(0, 1).is_none(),
+        "send completed before the copy"
+    );
+    let out = p.recv_returned(len, 3, 100);
+    p.run(|p| p.completion(1, 100).is_some() && p.completion(0, 1).is_some());
+    assert!(out.lock().unwrap().take().unwrap() == pattern(1, len));
+    // A buffer shorter than the message takes what fits.
+    let cap = 200_000;
+    let out = p.recv_returned(cap, 3, 101);
+    p.send(len, 3, 2);
+    p.run(|p| p.completion(1, 101).is_some() && p.completion(0, 2).is_some());
+    let r = p.completion(1, 101).unwrap();
+    assert_eq!(
+        (r.len, r.error),
+        (
+            cap,
+            Some(CompletionError::Truncated {
+                overflow: len - cap
+            })
+        )
+    );
+    assert!(out.lock().unwrap().take().unwrap() == pattern(2, len)[..cap]);
+    let s = p.eng[1].stats();
+    assert_eq!(s.host_reads, 2);
+    assert_eq!(s.host_read_bytes, (len - EAGER + cap - EAGER) as u64);
+    p.settle();
+    p.assert_clean();
+}
+
+#[test]
+fn same_host_discard_copies_nothing() {
+    let mut p = same_host_pair(22);
+    let len = 500_000;
+    p.send(len, 6, 1);
+    p.settle();
+    let discard = ProbeFlags {
+        peek: true,
+        claim: false,
+        discard: true,
+    };
+    p.recv(0, 6, 100, discard);
+    p.run(|p| p.completion(0, 1).is_some());
+    assert_eq!(p.completion(0, 1).unwrap().error, None);
+    assert_eq!(p.eng[1].stats().host_reads, 0);
+    p.settle();
+    p.assert_clean();
+}
+
+#[test]
+fn a_buffer_in_pieces_is_pulled_over_the_network() {
+    // `Shared` offers no slice to copy into: the copy fails, the pull runs.
+    let mut p = same_host_pair(23);
+    let len = 1 << 20;
+    let buf = p.recv(len, 5, 100, plain());
+    p.send(len, 5, 1);
+    p.run(|p| p.completion(1, 100).is_some() && p.completion(0, 1).is_some());
+    assert_eq!(p.completion(1, 100).unwrap().error, None);
+    assert!(*buf.0.lock().unwrap() == pattern(1, len));
+    let s = p.eng[1].stats();
+    assert_eq!((s.host_reads, s.host_read_failures), (0, 1));
+    assert!(p.eng[0].stats().packets_sent > (len / MTU) as u64);
+    p.settle();
+    p.assert_clean();
+}
+
+#[test]
+fn refused_or_foreign_host_copies_fall_back_to_the_pull() {
+    // (sender's host, receiver's host, copies the receiver tries)
+    for (seed, receiver_host, tries) in [(24, 7, 1), (25, 8, 0)] {
+        let mut p = Pair::new(seed);
+        let asked = Arc::new(Mutex::new(0));
+        p.eng[0].enable_host_read(Box::new(Refusing {
+            host: 7,
+            asked: asked.clone(),
+        }));
+        p.eng[1].enable_host_read(Box::new(Refusing {
+            host: receiver_host,
+            asked: asked.clone(),
+        }));
+        let len = 1 << 20;
+        let out = p.recv_returned(len, 5, 100);
+        p.send(len, 5, 1);
+        p.run(|p| p.completion(1, 100).is_some() && p.completion(0, 1).is_some());
+        assert_eq!(p.completion(1, 100).unwrap().error, None);
+        assert!(out.lock().unwrap().take().unwrap() == pattern(1, len));
+        assert_eq!(*asked.lock().unwrap(), tries, "host {receiver_host}");
+        let s = p.eng[1].stats();
+        assert_eq!((s.host_reads, s.host_read_failures), (0, tries as u64));
+        p.settle();
+        p.assert_clean();
+    }
+}
+
+#[test]
+fn only_a_sender_with_host_memory_offers_the_copy() {
+    let mut p = Pair::new(26);
+    p.eng[1].enable_host_read(Box::new(ProcessMemory::new().expect("a boot ID")));
+    let len = 1 << 20;
+    let out = p.recv_returned(len, 5, 100);
+    p.send(len, 5, 1);
+    p.run(|p| p.completion(1, 100).is_some() && p.completion(0, 1).is_some());
+    assert!(out.lock().unwrap().take().unwrap() == pattern(1, len));
+    let s = p.eng[1].stats();
+    assert_eq!((s.host_reads, s.host_read_failures), (0, 0));
+    assert_eq!(s.rendezvous_pulls, 1);
 }

@@ -126,7 +126,7 @@ impl Engine {
         self.heard_from(p, now);
         let payload_at = match ses {
             Ses::Request(_, None) => SesRequestRepr::LEN,
-            Ses::Request(_, Some(_)) => SesRequestRepr::LEN + RendezvousRepr::LEN,
+            Ses::Request(_, Some(r)) => SesRequestRepr::LEN + r.wire_len(),
             Ses::Response(_) => SesResponseRepr::LEN,
         };
         let payload_len = body.len().saturating_sub(payload_at) + in_place.unwrap_or(0);
@@ -926,7 +926,7 @@ fn split_rendezvous<'a>(
         return Some((None, rest));
     }
     let r = RendezvousRepr::parse(rest).ok()?;
-    Some((Some(r), &rest[RendezvousRepr::LEN..]))
+    Some((Some(r), &rest[r.wire_len()..]))
 }
 
 /// Control flag of a close that answers one (receiver -> sender).

@@ -31,7 +31,7 @@ mod timers;
 
 pub use landing::{Landing, LANDING_MIN_PAYLOAD};
 pub use output::PayloadRef;
-pub use rendezvous::RENDEZVOUS_RESOURCE;
+pub use rendezvous::{HostMemory, RENDEZVOUS_RESOURCE};
 
 use std::sync::Arc;
 
@@ -123,6 +123,12 @@ pub struct Stats {
     /// Rendezvous messages this endpoint asked the sender for (pulls,
     /// including the empty ones of discarded or truncated messages).
     pub rendezvous_pulls: u64,
+    /// Rendezvous remainders copied from a sender on this host instead of
+    /// pulled (`FI_UET_HOST_READ`), and their bytes.
+    pub host_reads: u64,
+    pub host_read_bytes: u64,
+    /// Same-host copies that failed (the remainder was pulled instead).
+    pub host_read_failures: u64,
     /// Data packets whose payload the driver received straight into the
     /// posted buffer (see `Engine::landing`).
     pub landed: u64,

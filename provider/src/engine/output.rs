@@ -335,7 +335,11 @@ const PAYLOAD_ALIGN: u64 = 64;
 /// `offset` of `m` (the rendezvous header on a rendezvous send's first).
 fn extension_len(m: &TxMessage, offset: u64) -> usize {
     match m.rma {
-        Some(RmaTx::Rendezvous { .. }) if offset == 0 => RendezvousRepr::LEN,
+        Some(RmaTx::Rendezvous { host_read, .. }) if offset == 0 => RendezvousRepr {
+            host_read,
+            ..RendezvousRepr::default()
+        }
+        .wire_len(),
         _ => 0,
     }
 }
@@ -471,16 +475,26 @@ fn build_packet(
             }
             ses.emit(body);
             let mut start = SesRequestRepr::LEN;
-            if let (Some(RmaTx::Rendezvous { key, eager, .. }), true) = (m.rma, som) {
-                RendezvousRepr {
+            if let (
+                Some(RmaTx::Rendezvous {
+                    key,
+                    eager,
+                    host_read,
+                    ..
+                }),
+                true,
+            ) = (m.rma, som)
+            {
+                let header = RendezvousRepr {
                     eager_length: eager as u32,
                     read_address: eager,
                     read_key: key,
                     read_length: (m.len() - eager) as u32,
+                    host_read,
                     ..RendezvousRepr::default()
-                }
-                .emit(&mut body[start..]);
-                start += RendezvousRepr::LEN;
+                };
+                header.emit(&mut body[start..]);
+                start += header.wire_len();
             }
             let total = RequestRepr::LEN + start + len as usize;
             // Where the payload lives: pulled data in the rendezvous send's

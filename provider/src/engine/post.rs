@@ -51,7 +51,7 @@ impl Engine {
         // Large sends are pulled by the receiver once matched.
         let rma = self
             .rendezvous_eager(len)
-            .map(|eager| self.new_rendezvous(p, id, eager, now));
+            .map(|eager| self.new_rendezvous(p, id, eager, &payload, now));
         let peer = &mut self.peers[p];
         peer.messages.insert(
             id,

@@ -29,6 +29,19 @@
 //! pull said none is wanted). A key that names no waiting send gets an SES
 //! response with [`ACCESS_DENIED`](super::rma::ACCESS_DENIED); the receive then fails.
 //!
+//! Same host: an endpoint given [`HostMemory`] (`FI_UET_HOST_READ=1`)
+//! describes the remainder of a rendezvous send that lies in one piece of
+//! memory with a host read descriptor ([`crate::wire::HostReadRepr`]: host,
+//! process, address). A receiver on the same host (same boot, same PID
+//! namespace) that was given [`HostMemory`] as well copies the remainder
+//! straight from the sender's memory into the receive buffer once the
+//! message is matched, one copy instead of a round through both kernels'
+//! network stacks, and then sends the empty pull, on which the sender
+//! completes the send. The bytes so copied bypass the network and its
+//! congestion control. When the copy fails (the kernel refuses access to
+//! the sender, or the receive buffer is not in one piece) the receiver pulls
+//! as usual.
+//!
 //! Liveness: while an endpoint waits on a peer for a rendezvous (a send not
 //! yet pulled, or a pull not yet in) and has nothing in flight to it, a peer
 //! that dies would go unnoticed. So when nothing was heard from such a peer
@@ -38,10 +51,22 @@
 
 use super::*;
 use crate::ses::{PullState, RmaTx};
+use crate::wire::HostReadRepr;
 
 /// The resource index that marks an SES read as a rendezvous pull (the
 /// highest 12-bit index; RMA reads use index 0).
 pub const RENDEZVOUS_RESOURCE: u16 = 0xfff;
+
+/// Copies from the memory of other processes on this host, for rendezvous
+/// between processes of one host (the driver's is `process_vm_readv`).
+pub trait HostMemory: Send {
+    /// This process as a receiver on the same host names it: (host, pid).
+    /// The host value stands for one boot and one PID namespace.
+    fn this_process(&self) -> (u64, u32);
+    /// Fill `dst` with the bytes at `address` of process `pid`; false
+    /// unless every byte was copied.
+    fn read(&self, pid: u32, address: u64, dst: &mut [u8]) -> bool;
+}
 
 /// Rendezvous bookkeeping of an endpoint.
 pub(super) struct RendezvousState {
@@ -57,6 +82,8 @@ pub(super) struct RendezvousState {
     /// The latest `now` the engine was given (arms watches from paths
     /// without a clock of their own).
     clock: u64,
+    /// Same-host copies, when enabled.
+    host: Option<Box<dyn HostMemory>>,
 }
 
 impl RendezvousState {
@@ -67,6 +94,7 @@ impl RendezvousState {
             pulls: FastMap::default(),
             watch: FastMap::default(),
             clock: 0,
+            host: None,
         }
     }
 
@@ -103,6 +131,13 @@ struct Watch {
 }
 
 impl Engine {
+    /// Copy the remainder of rendezvous sends between processes of this
+    /// host through `host` instead of pulling it over the network (both
+    /// ends must have it).
+    pub fn enable_host_read(&mut self, host: Box<dyn HostMemory>) {
+        self.rdv.host = Some(host);
+    }
+
     /// The eager part of a send of `len` bytes when it goes as a rendezvous
     /// send: the first `FI_UET_RENDEZVOUS_BYTES`, which travel while the
     /// receiver's pull makes its round trip.
@@ -111,14 +146,33 @@ impl Engine {
         (t > 0 && len > t).then_some(t as u64)
     }
 
-    /// The description of a new rendezvous send with message ID `id`.
-    pub(super) fn new_rendezvous(&mut self, p: usize, id: u16, eager: u64, now: u64) -> RmaTx {
+    /// The description of a new rendezvous send of `payload` with message
+    /// ID `id`.
+    pub(super) fn new_rendezvous(
+        &mut self,
+        p: usize,
+        id: u16,
+        eager: u64,
+        payload: &Payload,
+        now: u64,
+    ) -> RmaTx {
         self.rdv.clock = self.rdv.clock.max(now);
         self.watch_peer(p);
+        // The remainder's address, when it lies in one piece.
+        let host_read = self.rdv.host.as_ref().and_then(|h| {
+            let (host, pid) = h.this_process();
+            let rest = payload.slice_at(eager as usize, payload.len() - eager as usize)?;
+            Some(HostReadRepr {
+                host,
+                pid,
+                address: rest.as_ptr() as u64,
+            })
+        });
         RmaTx::Rendezvous {
             key: self.rdv.number() << 16 | id as u64,
             eager,
             pull: PullState::Waiting,
+            host_read,
         }
     }
 
@@ -151,15 +205,35 @@ impl Engine {
         r.requested = true;
         self.stats.rendezvous_pulls += 1;
         let number = self.rdv.number();
-        let (key, addr, eager) = (r.key, r.addr, r.eager);
+        let (key, addr, eager, host_read) = (r.key, r.addr, r.eager, r.host_read);
         let cap = match &inb.state {
             InboundState::Posted(recv) => recv.buffer.len() as u64,
             _ => 0,
         };
         let rest = inb.header.len.saturating_sub(eager);
-        let want = rest.min(cap.saturating_sub(eager));
+        let mut want = rest.min(cap.saturating_sub(eager));
         let was_complete = inb.complete();
         inb.received += rest - want;
+        // On the sender's host: copy the remainder in place, then pull
+        // nothing.
+        if let (Some(h), Some(m), InboundState::Posted(recv)) =
+            (host_read, self.rdv.host.as_deref(), &mut inb.state)
+        {
+            if want > 0 && m.this_process().0 == h.host {
+                let copied = recv
+                    .buffer
+                    .slice_at_mut(eager as usize, want as usize)
+                    .is_some_and(|dst| m.read(h.pid, h.address, dst));
+                if copied {
+                    self.stats.host_reads += 1;
+                    self.stats.host_read_bytes += want;
+                    inb.received += want;
+                    want = 0;
+                } else {
+                    self.stats.host_read_failures += 1;
+                }
+            }
+        }
         let completed = !was_complete && inb.complete();
         let id = peer.queue_internal(
             Payload::Owned(Vec::new()),
@@ -327,6 +401,7 @@ impl Engine {
                     key: k,
                     eager,
                     pull,
+                    ..
                 }) if *k == key
                     && *pull == PullState::Waiting
                     && addr >= *eager

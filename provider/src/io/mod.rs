@@ -54,6 +54,8 @@ use crate::wire::ip::{self, Ecn};
 use crate::wire::RelayHeader;
 use crate::{Config, Error, Result};
 
+mod host_memory;
+pub use host_memory::ProcessMemory;
 pub mod impair;
 mod sys;
 #[cfg(test)]
@@ -322,6 +324,11 @@ impl Endpoint {
             config.mtu = config.mtu.min(65507 - HEADROOM);
         }
         let mut engine = Engine::new(&config, local, seed);
+        if config.host_read {
+            if let Some(m) = host_memory::ProcessMemory::new() {
+                engine.enable_host_read(Box::new(m));
+            }
+        }
         // The peer runs the same configuration, so our own receive buffer is
         // the best guess of how many packets it can absorb before the kernel
         // drops them; a larger window only turns into retransmissions.

@@ -69,11 +69,13 @@ pub enum RmaTx {
         fetch: bool,
     },
     /// A rendezvous send: its packets carry the first `eager` bytes; the
-    /// receiver pulls the rest with a read naming `key`.
+    /// receiver pulls the rest with a read naming `key`, or, on this host,
+    /// copies it from where `host_read` says (see `engine/rendezvous.rs`).
     Rendezvous {
         key: u64,
         eager: u64,
         pull: PullState,
+        host_read: Option<crate::wire::HostReadRepr>,
     },
     /// A rendezvous receiver's read of `len` bytes at message offset `addr`
     /// of the send named by `key`; `token` comes back in the data.
@@ -183,6 +185,7 @@ impl From<&crate::wire::RendezvousRepr> for RendezvousRx {
             addr: r.read_address,
             eager: r.eager_length as u64,
             requested: false,
+            host_read: r.host_read,
         }
     }
 }
@@ -197,6 +200,9 @@ pub struct RendezvousRx {
     pub eager: u64,
     /// The pull (or the word that none is wanted) was requested.
     pub requested: bool,
+    /// Where the remainder lies in the memory of a process on the sender's
+    /// host.
+    pub host_read: Option<crate::wire::HostReadRepr>,
 }
 
 impl Inbound {

@@ -18,8 +18,24 @@
 //! The target reads `read_length` bytes from `read_address` and places them
 //! at message offset `eager_length`; `eager_length + read_length` is the SES
 //! request length. All fields big-endian.
+//!
+//! When the resource index is [`HOST_MEMORY_RESOURCE`], a 24-byte host read
+//! descriptor ([`HostReadRepr`]) follows: the remainder also lies, in one
+//! piece, in the memory of a process of the initiator's host, so a target
+//! on that host may copy it in place instead of pulling it over the network.
+//!
+//! ```text
+//!  0 host (u64): the initiator's host (boot and PID namespace)
+//!  8 pid (u32): the initiator's process, in that namespace
+//! 12 reserved (u32): 0
+//! 16 address (u64): virtual address of the remainder's first byte
+//! ```
 
 use super::{be32, be64, packet_view, put32, put64, WireError};
+
+/// Resource index of a rendezvous header followed by a host read
+/// descriptor.
+pub const HOST_MEMORY_RESOURCE: u16 = 0xffe;
 
 mod field {
     pub const EAGER_LENGTH: usize = 0;
@@ -88,6 +104,35 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
     }
 }
 
+/// Where the remainder of a rendezvous send lies in host memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct HostReadRepr {
+    /// Names the host and PID namespace the process lives in.
+    pub host: u64,
+    pub pid: u32,
+    pub address: u64,
+}
+
+impl HostReadRepr {
+    pub const LEN: usize = 24;
+
+    fn parse(b: &[u8]) -> Result<Self, WireError> {
+        let b = b.get(..Self::LEN).ok_or(WireError::Truncated)?;
+        Ok(HostReadRepr {
+            host: be64(b, 0),
+            pid: be32(b, 8),
+            address: be64(b, 16),
+        })
+    }
+
+    fn emit(&self, b: &mut [u8]) {
+        put64(b, 0, self.host);
+        put32(b, 8, self.pid);
+        put32(b, 12, 0);
+        put64(b, 16, self.address);
+    }
+}
+
 /// A parsed rendezvous extension header.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub struct RendezvousRepr {
@@ -100,16 +145,26 @@ pub struct RendezvousRepr {
     pub read_address: u64,
     pub read_key: u64,
     pub read_length: u32,
+    /// The host read descriptor; when present, the resource index on the
+    /// wire is [`HOST_MEMORY_RESOURCE`] whatever `resource_index` says.
+    pub host_read: Option<HostReadRepr>,
 }
 
 impl RendezvousRepr {
+    /// Length of the header alone.
     pub const LEN: usize = 28;
 
-    /// Parse the header; a read range that wraps the 64-bit address space
-    /// is `Malformed`. Never panics.
+    /// Bytes this header takes on the wire (with its descriptor).
+    pub fn wire_len(&self) -> usize {
+        Self::LEN + self.host_read.map_or(0, |_| HostReadRepr::LEN)
+    }
+
+    /// Parse the header and its host read descriptor, if it has one; a read
+    /// range that wraps the 64-bit address space is `Malformed`. Never
+    /// panics.
     pub fn parse(b: &[u8]) -> Result<Self, WireError> {
         let v = Packet::new_checked(b)?;
-        let r = RendezvousRepr {
+        let mut r = RendezvousRepr {
             eager_length: v.eager_length(),
             ri_generation: v.ri_generation(),
             pid_on_fep: v.pid_on_fep(),
@@ -117,22 +172,34 @@ impl RendezvousRepr {
             read_address: v.read_address(),
             read_key: v.read_key(),
             read_length: v.read_length(),
+            host_read: None,
         };
+        if r.resource_index == HOST_MEMORY_RESOURCE {
+            r.host_read = Some(HostReadRepr::parse(&b[Self::LEN..])?);
+        }
         if r.read_address.checked_add(r.read_length as u64).is_none() {
             return Err(WireError::Malformed);
         }
         Ok(r)
     }
 
-    /// Write the header into `b[..LEN]`; panics if `b` is shorter.
+    /// Write the header (and descriptor) into `b[..wire_len()]`; panics if
+    /// `b` is shorter.
     pub fn emit(&self, b: &mut [u8]) {
+        let resource_index = match self.host_read {
+            Some(_) => HOST_MEMORY_RESOURCE,
+            None => self.resource_index,
+        };
         let mut v = Packet::new_unchecked(&mut b[..Self::LEN]);
         v.set_eager_length(self.eager_length);
         v.set_ri_generation(self.ri_generation);
-        v.set_pid_resource(self.pid_on_fep, self.resource_index);
+        v.set_pid_resource(self.pid_on_fep, resource_index);
         v.set_read_address(self.read_address);
         v.set_read_key(self.read_key);
         v.set_read_length(self.read_length);
+        if let Some(h) = &self.host_read {
+            h.emit(&mut b[Self::LEN..Self::LEN + HostReadRepr::LEN]);
+        }
     }
 
     /// The whole message length this header describes (eager + pulled);
@@ -157,6 +224,7 @@ mod tests {
             read_address: 0x7f00_0000_1000,
             read_key: 0xfeed,
             read_length: 0x0010_0000,
+            host_read: None,
         };
         let mut b = [0u8; RendezvousRepr::LEN];
         r.emit(&mut b);
@@ -165,6 +233,38 @@ mod tests {
         assert_eq!(RendezvousRepr::parse(&b), Ok(r));
         assert_eq!(r.total_length(), 0x0010_1000);
         assert_eq!(RendezvousRepr::parse(&b[..27]), Err(WireError::Truncated));
+    }
+
+    #[test]
+    fn host_read_descriptor_follows_its_resource_index() {
+        let r = RendezvousRepr {
+            eager_length: 0x1000,
+            read_address: 0x1000,
+            read_length: 0x2000,
+            resource_index: HOST_MEMORY_RESOURCE,
+            host_read: Some(HostReadRepr {
+                host: 0x0102_0304_0506_0708,
+                pid: 4242,
+                address: 0x7f12_3456_7000,
+            }),
+            ..RendezvousRepr::default()
+        };
+        assert_eq!(r.wire_len(), 52);
+        let mut b = [0xaau8; 52];
+        r.emit(&mut b);
+        assert_eq!(&b[5..8], &[0, 0x0f, 0xfe]);
+        assert_eq!(&b[28..36], &[1, 2, 3, 4, 5, 6, 7, 8]);
+        assert_eq!(&b[36..44], &[0, 0, 0x10, 0x92, 0, 0, 0, 0]);
+        assert_eq!(RendezvousRepr::parse(&b), Ok(r));
+        assert_eq!(
+            RendezvousRepr::parse(&b[..51]),
+            Err(WireError::Truncated),
+            "a descriptor cut short"
+        );
+        // Without the resource index the same bytes are header and payload.
+        b[7] = 0;
+        let plain = RendezvousRepr::parse(&b).unwrap();
+        assert_eq!((plain.host_read, plain.wire_len()), (None, 28));
     }
 
     #[test]
@@ -180,25 +280,35 @@ mod tests {
     }
 
     pub(crate) fn any_rendezvous() -> impl Strategy<Value = RendezvousRepr> {
+        let host_read = proptest::option::of(
+            (any::<u64>(), any::<u32>(), any::<u64>())
+                .prop_map(|(host, pid, address)| HostReadRepr { host, pid, address }),
+        );
         (
-            any::<u32>(),
-            any::<u8>(),
-            0u16..1 << 12,
-            0u16..1 << 12,
-            0u64..u64::MAX - u32::MAX as u64,
-            any::<u64>(),
-            any::<u32>(),
+            (any::<u32>(), any::<u8>(), 0u16..1 << 12, 0u16..1 << 12),
+            (0u64..u64::MAX - u32::MAX as u64, any::<u64>(), any::<u32>()),
+            host_read,
         )
             .prop_map(
-                |(eager_length, ri_generation, pid_on_fep, resource_index, addr, key, len)| {
+                |(
+                    (eager_length, ri_generation, pid_on_fep, resource_index),
+                    (addr, key, len),
+                    host_read,
+                )| {
                     RendezvousRepr {
                         eager_length,
                         ri_generation,
                         pid_on_fep,
-                        resource_index,
+                        // The index on the wire says whether a descriptor follows.
+                        resource_index: match host_read {
+                            Some(_) => HOST_MEMORY_RESOURCE,
+                            None if resource_index == HOST_MEMORY_RESOURCE => 0,
+                            None => resource_index,
+                        },
                         read_address: addr,
                         read_key: key,
                         read_length: len,
+                        host_read,
                     }
                 },
             )
@@ -207,17 +317,23 @@ mod tests {
     proptest! {
         #[test]
         fn emit_parse_round_trip(r in any_rendezvous()) {
-            let mut b = [0u8; RendezvousRepr::LEN];
+            let mut b = [0u8; RendezvousRepr::LEN + HostReadRepr::LEN];
             r.emit(&mut b);
             prop_assert_eq!(RendezvousRepr::parse(&b), Ok(r));
         }
 
         #[test]
-        fn parse_arbitrary_bytes(b in proptest::collection::vec(any::<u8>(), 0..40)) {
+        fn parse_arbitrary_bytes(b in proptest::collection::vec(any::<u8>(), 0..64)) {
             if let Ok(r) = RendezvousRepr::parse(&b) {
-                let mut out = [0u8; RendezvousRepr::LEN];
+                let mut out = [0u8; RendezvousRepr::LEN + HostReadRepr::LEN];
                 r.emit(&mut out);
-                prop_assert_eq!(&out[..], &b[..RendezvousRepr::LEN]);
+                let n = r.wire_len();
+                // The reserved word is written as 0, whatever was read.
+                let mut expect = b[..n].to_vec();
+                if n > RendezvousRepr::LEN {
+                    expect[40..44].fill(0);
+                }
+                prop_assert_eq!(&out[..n], &expect[..]);
             }
         }
     }
