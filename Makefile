@@ -165,6 +165,7 @@ test-functional:
 	$(RUN_ENV) timeout $(T_FUNC) $(PREFIX)/bin/uet_functional -p uet
 	$(RUN_ENV) timeout $(T_FUNC) $(PREFIX)/bin/uet_stats -p uet
 	$(RUN_ENV) timeout $(T_FUNC) $(PREFIX)/bin/uet_surface -p uet
+	$(RUN_ENV) timeout $(T_FUNC) $(PREFIX)/bin/uet_host_read -p uet
 	@echo "-- under valgrind (memory errors, definite leaks): uet_surface, uet_functional close_order"
 	$(RUN_ENV) timeout $(T_FUNC) $(VALGRIND) $(PREFIX)/bin/uet_surface -p uet
 	$(RUN_ENV) timeout $(T_FUNC) $(VALGRIND) $(PREFIX)/bin/uet_functional -p uet -t close_order
@@ -176,6 +177,8 @@ test-pingpong:
 	@echo "-- with injected faults: 2% loss plus 10% reordering (msg), then 5% trimming (tagged)"
 	FI_UET_FAULT_DROP=20 FI_UET_FAULT_REORDER=100 timeout $(T_PP) fabtests/scripts/pingpong.sh $(PREFIX) -S all -I 100 -c
 	FI_UET_FAULT_TRIM=50 timeout $(T_PP) fabtests/scripts/pingpong.sh $(PREFIX) -S all -I 100 -c -m tagged
+	@echo "-- same-host copies (FI_UET_HOST_READ=1, rendezvous from 16 KiB) between the two processes (tagged)"
+	FI_UET_HOST_READ=1 FI_UET_RENDEZVOUS_BYTES=16384 timeout $(T_PP) fabtests/scripts/pingpong.sh $(PREFIX) -S all -I 100 -c -m tagged
 	@echo "-- ordered delivery (FI_UET_DELIVERY=rod) with 2% loss plus reordering"
 	FI_UET_DELIVERY=rod FI_UET_FAULT_DROP=20 FI_UET_FAULT_REORDER=100 timeout $(T_PP) fabtests/scripts/pingpong.sh $(PREFIX) -S all -I 50 -c
 
