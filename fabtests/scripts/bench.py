@@ -8,8 +8,10 @@ Runs, interleaved and repeated, on 127.0.0.1:
     iperf3 UDP at 4 KiB and 64 KiB datagrams (one datagram per system
     call), and udp_gso_bw (build/bin) streaming 4 KiB segments with UDP GSO
     and GRO, the limit for a transport that batches small datagrams,
-over four configurations: uet with 4 KiB packets (FI_UET_MTU=4096), uet with
-its default auto MTU (large datagrams on loopback), tcp and udp;ofi_rxd.
+over five configurations: uet with 4 KiB packets (FI_UET_MTU=4096), uet with
+its default auto MTU (large datagrams on loopback), uet-host (the default
+MTU plus same-host copies, FI_UET_HOST_READ=1, with rendezvous from 16 KiB
+so more of each large message is copied in place), tcp and udp;ofi_rxd.
 
 Writes OUTDIR/{pingpong,stream,raw}.csv (every run), OUTDIR/summary.csv
 (medians) and OUTDIR/bench.png, and prints per size the medians, the spread
@@ -41,12 +43,14 @@ KI, MI = 1024, 1024 * 1024
 CONFIGS = {
     "uet-4k": ("uet", {"FI_PROVIDER_PATH": LIBDIR, "FI_UET_MTU": "4096"}),
     "uet-64k": ("uet", {"FI_PROVIDER_PATH": LIBDIR}),
+    "uet-host": ("uet", {"FI_PROVIDER_PATH": LIBDIR, "FI_UET_HOST_READ": "1",
+                         "FI_UET_RENDEZVOUS_BYTES": "16384"}),
     "tcp": ("tcp", {}),
     "rxd": ("udp;ofi_rxd", {}),
 }
-UETS = ["uet-4k", "uet-64k"]
-# uet-4k is compared with raw UDP at 4 KiB datagrams, uet-64k at 64 KiB.
-RAW_DGRAM = {"uet-4k": 4096, "uet-64k": 65000}
+UETS = ["uet-4k", "uet-64k", "uet-host"]
+# uet-4k is compared with raw UDP at 4 KiB datagrams, the others at 64 KiB.
+RAW_DGRAM = {"uet-4k": 4096, "uet-64k": 65000, "uet-host": 65000}
 
 if QUICK:
     REPS = 1
@@ -382,7 +386,7 @@ def report(pp, bw, raw):
     gso_cpu = med(raw, "cpu_s_per_gb", test="udp_gso", size=4096)[0]
     # What each uet configuration's batching can reach: uet-4k segments its
     # 4 KiB packets as udp_gso_bw does; 64 KiB datagrams go one per call.
-    offload_bw = {"uet-4k": gso, "uet-64k": iperf[65000]}
+    offload_bw = {"uet-4k": gso, "uet-64k": iperf[65000], "uet-host": iperf[65000]}
 
     log("\n== raw UDP anchors (medians)")
     for s in SOCKPERF_SIZES:
