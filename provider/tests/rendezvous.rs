@@ -483,9 +483,35 @@ impl HostMemory for Refusing {
     fn this_process(&self) -> (u64, u32) {
         (self.host, 1)
     }
-    fn read(&self, _pid: u32, _address: u64, _dst: &mut [u8]) -> bool {
+    fn read(&self, _origin: SocketAddr, _pid: u32, _address: u64, _dst: &mut [u8]) -> bool {
         *self.asked.lock().unwrap() += 1;
         false
+    }
+}
+
+/// The real copy, without the socket-owner check (the engines' addresses
+/// here are made up); `origins` records what the engine named.
+struct Trusting {
+    memory: ProcessMemory,
+    origins: Arc<Mutex<Vec<SocketAddr>>>,
+}
+
+impl Trusting {
+    fn new() -> Trusting {
+        Trusting {
+            memory: ProcessMemory::new().expect("a boot ID"),
+            origins: Arc::default(),
+        }
+    }
+}
+
+impl HostMemory for Trusting {
+    fn this_process(&self) -> (u64, u32) {
+        self.memory.this_process()
+    }
+    fn read(&self, origin: SocketAddr, pid: u32, address: u64, dst: &mut [u8]) -> bool {
+        self.origins.lock().unwrap().push(origin);
+        self.memory.copy(pid, address, dst)
     }
 }
 
@@ -493,14 +519,18 @@ impl HostMemory for Refusing {
 fn same_host_pair(seed: u64) -> Pair {
     let mut p = Pair::new(seed);
     for e in &mut p.eng {
-        e.enable_host_read(Box::new(ProcessMemory::new().expect("a boot ID")));
+        e.enable_host_read(Box::new(Trusting::new()));
     }
     p
 }
 
 #[test]
 fn same_host_receiver_copies_the_remainder_instead_of_pulling() {
-    let mut p = same_host_pair(20);
+    let mut p = Pair::new(20);
+    let host = Trusting::new();
+    let origins = host.origins.clone();
+    p.eng[1].enable_host_read(Box::new(host));
+    p.eng[0].enable_host_read(Box::new(Trusting::new()));
     let len = 1 << 20;
     let out = p.recv_returned(len, 5, 100);
     p.send(len, 5, 1);
@@ -513,6 +543,8 @@ fn same_host_receiver_copies_the_remainder_instead_of_pulling() {
     let s = p.eng[1].stats();
     assert_eq!((s.host_reads, s.host_read_bytes), (1, (len - EAGER) as u64));
     assert_eq!(s.host_read_failures, 0);
+    // The copy names the socket the description came from.
+    assert_eq!(*origins.lock().unwrap(), [p.addrs[0]]);
     // The eager part and the empty pull's answer travel, nothing else.
     let data = p.eng[0].stats().packets_sent;
     assert!(data <= (EAGER / MTU + 4) as u64, "{data} packets sent");
@@ -623,7 +655,7 @@ fn refused_or_foreign_host_copies_fall_back_to_the_pull() {
 #[test]
 fn only_a_sender_with_host_memory_offers_the_copy() {
     let mut p = Pair::new(26);
-    p.eng[1].enable_host_read(Box::new(ProcessMemory::new().expect("a boot ID")));
+    p.eng[1].enable_host_read(Box::new(Trusting::new()));
     let len = 1 << 20;
     let out = p.recv_returned(len, 5, 100);
     p.send(len, 5, 1);

@@ -147,10 +147,18 @@ impl Engine {
         // PSN is recorded below.
         let arrival = self.peers[p].rx.as_ref().map(|rx| rx.classify(req.psn));
         let mut matched = false;
-        if let Ses::Request(s, rdv) = &ses {
+        let rdv_rx = match &ses {
+            Ses::Request(_, Some(r)) => Some(RendezvousRx::new(r, from)),
+            _ => None,
+        };
+        if let Ses::Request(s, _) = &ses {
             let new = arrival == Some(Arrival::New);
             let send = is_send(s);
-            if new && send && payload_len > 0 && !self.stage_has_room(p, s, rdv, payload_len) {
+            if new
+                && send
+                && payload_len > 0
+                && !self.stage_has_room(p, s, rdv_rx.as_ref(), payload_len)
+            {
                 // Backpressure: the sender resends later, without counting
                 // it against the peer (NACK 0x07).
                 self.stats.backpressure += 1;
@@ -225,12 +233,12 @@ impl Engine {
             }
         }
         match ses {
-            Ses::Request(s, rdv) => {
+            Ses::Request(s, _) => {
                 let payload = match in_place {
                     Some(n) => PacketPayload::InPlace(n),
                     None => PacketPayload::Bytes(&body[payload_at..]),
                 };
-                self.on_ses_request(p, &s, rdv.as_ref(), payload, matched)
+                self.on_ses_request(p, &s, rdv_rx.as_ref(), payload, matched)
             }
             Ses::Response(r) => self.on_ses_response(p, &r),
         }
@@ -334,14 +342,14 @@ impl Engine {
         inbound: &'a mut FastMap<u16, Inbound>,
         next_match_seq: u64,
         s: &SesRequestRepr,
-        rdv: Option<&RendezvousRepr>,
+        rdv: Option<&RendezvousRx>,
     ) -> &'a mut Inbound {
         match inbound.entry(s.message_id) {
             Entry::Occupied(e) => {
                 let inb = e.into_mut();
                 // A rendezvous send's first packet may come after others.
                 if let (Some(r), None) = (rdv, &inb.rendezvous) {
-                    inb.rendezvous = Some(RendezvousRx::from(r));
+                    inb.rendezvous = Some(*r);
                 }
                 inb
             }
@@ -364,7 +372,7 @@ impl Engine {
                     received: 0,
                     high_water: 0,
                     state: InboundState::Staged(Vec::new()),
-                    rendezvous: rdv.map(RendezvousRx::from),
+                    rendezvous: rdv.copied(),
                 })
             }
         }
@@ -379,13 +387,13 @@ impl Engine {
         &mut self,
         p: usize,
         s: &SesRequestRepr,
-        rdv: &Option<RendezvousRepr>,
+        rdv: Option<&RendezvousRx>,
         len: usize,
     ) -> bool {
         let peer = &mut self.peers[p];
         let next = peer.next_match_seq;
         let src = peer.addr;
-        let inb = Self::ensure_inbound(&mut peer.inbound, next, s, rdv.as_ref());
+        let inb = Self::ensure_inbound(&mut peer.inbound, next, s, rdv);
         let (seq, growth) = (inb.seq, inb.stage_growth(s.buffer_offset, len));
         if seq == next && matches!(inb.state, InboundState::Staged(_)) {
             // Its turn (the usual case): matched here, on the entry at hand.
@@ -423,7 +431,7 @@ impl Engine {
         &mut self,
         p: usize,
         s: &SesRequestRepr,
-        rdv: Option<&RendezvousRepr>,
+        rdv: Option<&RendezvousRx>,
         payload: PacketPayload,
         matched: bool,
     ) {

@@ -63,9 +63,11 @@ pub trait HostMemory: Send {
     /// This process as a receiver on the same host names it: (host, pid).
     /// The host value stands for one boot and one PID namespace.
     fn this_process(&self) -> (u64, u32);
-    /// Fill `dst` with the bytes at `address` of process `pid`; false
+    /// Fill `dst` with the bytes at `address` of process `pid`, which must
+    /// hold the socket bound to `origin` (the source of the datagram that
+    /// described the memory: a peer may only name its own process); false
     /// unless every byte was copied.
-    fn read(&self, pid: u32, address: u64, dst: &mut [u8]) -> bool;
+    fn read(&self, origin: SocketAddr, pid: u32, address: u64, dst: &mut [u8]) -> bool;
 }
 
 /// Rendezvous bookkeeping of an endpoint.
@@ -205,7 +207,7 @@ impl Engine {
         r.requested = true;
         self.stats.rendezvous_pulls += 1;
         let number = self.rdv.number();
-        let (key, addr, eager, host_read) = (r.key, r.addr, r.eager, r.host_read);
+        let (key, addr, eager, host_read, origin) = (r.key, r.addr, r.eager, r.host_read, r.origin);
         let cap = match &inb.state {
             InboundState::Posted(recv) => recv.buffer.len() as u64,
             _ => 0,
@@ -223,7 +225,7 @@ impl Engine {
                 let copied = recv
                     .buffer
                     .slice_at_mut(eager as usize, want as usize)
-                    .is_some_and(|dst| m.read(h.pid, h.address, dst));
+                    .is_some_and(|dst| m.read(origin, h.pid, h.address, dst));
                 if copied {
                     self.stats.host_reads += 1;
                     self.stats.host_read_bytes += want;

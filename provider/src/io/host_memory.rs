@@ -6,7 +6,16 @@
 //! when the pid one names means the same process to the other. The kernel
 //! checks access itself (ptrace rules: same user, Yama's scope); a refused
 //! copy makes the receiver pull over the network instead.
+//!
+//! A peer may only name its own memory: the process must hold the UDP
+//! socket the description came from (its inode in `/proc/net/udp*` among
+//! the process's descriptors), so a peer cannot have a receiver with more
+//! privileges copy a third process's memory into a buffer it may echo back.
+//! The check runs once per (socket, process) and is remembered.
 
+use std::cell::RefCell;
+use std::collections::HashSet;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::os::unix::fs::MetadataExt;
 
 use crate::engine::HostMemory;
@@ -15,6 +24,8 @@ use crate::engine::HostMemory;
 pub struct ProcessMemory {
     host: u64,
     pid: u32,
+    /// (socket address, pid) pairs found to belong together.
+    owners: RefCell<HashSet<(SocketAddr, u32)>>,
 }
 
 impl ProcessMemory {
@@ -26,29 +37,14 @@ impl ProcessMemory {
         Some(ProcessMemory {
             host: host_value(&boot, namespace.dev(), namespace.ino())?,
             pid: std::process::id(),
+            owners: RefCell::new(HashSet::new()),
         })
     }
-}
 
-/// The boot ID (a UUID in text) folded with the PID namespace's device and
-/// inode into 64 bits; `None` when the boot ID is not a UUID.
-fn host_value(boot_id: &str, ns_dev: u64, ns_ino: u64) -> Option<u64> {
-    let hex: String = boot_id.trim().chars().filter(|c| *c != '-').collect();
-    let boot = u128::from_str_radix(&hex, 16)
-        .ok()
-        .filter(|_| hex.len() == 32)?;
-    // Multiplying by odd constants spreads the namespace over all bits.
-    let ns =
-        ns_ino.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ ns_dev.wrapping_mul(0xc2b2_ae3d_27d4_eb4f);
-    Some((boot as u64) ^ ((boot >> 64) as u64) ^ ns)
-}
-
-impl HostMemory for ProcessMemory {
-    fn this_process(&self) -> (u64, u32) {
-        (self.host, self.pid)
-    }
-
-    fn read(&self, pid: u32, address: u64, dst: &mut [u8]) -> bool {
+    /// Copy `dst.len()` bytes at `address` of process `pid` into `dst`,
+    /// without asking who holds which socket (what [`HostMemory::read`]
+    /// does first); false unless every byte was copied.
+    pub fn copy(&self, pid: u32, address: u64, dst: &mut [u8]) -> bool {
         let Ok(pid) = libc::pid_t::try_from(pid) else {
             return false;
         };
@@ -81,6 +77,111 @@ impl HostMemory for ProcessMemory {
     }
 }
 
+/// Whether process `pid` holds a UDP socket bound to `addr` (or to the
+/// unspecified address and its port).
+fn holds_udp_socket(pid: u32, addr: SocketAddr) -> bool {
+    let inodes: HashSet<u64> = ["/proc/net/udp", "/proc/net/udp6"]
+        .iter()
+        .filter_map(|path| std::fs::read_to_string(path).ok())
+        .flat_map(|table| {
+            table
+                .lines()
+                .skip(1)
+                .filter_map(udp_table_row)
+                .filter(|&(local, _)| binds(local, addr))
+                .map(|(_, inode)| inode)
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    if inodes.is_empty() {
+        return false;
+    }
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return false;
+    };
+    fds.flatten().any(|fd| {
+        std::fs::read_link(fd.path()).ok().is_some_and(|target| {
+            let target = target.to_string_lossy();
+            target
+                .strip_prefix("socket:[")
+                .and_then(|t| t.strip_suffix(']'))
+                .and_then(|n| n.parse::<u64>().ok())
+                .is_some_and(|n| inodes.contains(&n))
+        })
+    })
+}
+
+/// Whether a socket bound to `local` sends from `addr`.
+fn binds(local: SocketAddr, addr: SocketAddr) -> bool {
+    let same_ip = match (local.ip(), addr.ip()) {
+        (a, b) if a == b || a.is_unspecified() => true,
+        (IpAddr::V6(a), IpAddr::V4(b)) => a.to_ipv4_mapped() == Some(b),
+        _ => false,
+    };
+    local.port() == addr.port() && same_ip
+}
+
+/// (local address, inode) of one row of `/proc/net/udp` or `udp6`.
+fn udp_table_row(row: &str) -> Option<(SocketAddr, u64)> {
+    let cols: Vec<&str> = row.split_whitespace().collect();
+    let (ip, port) = cols.get(1)?.split_once(':')?;
+    let inode = cols.get(9)?.parse().ok()?;
+    // The kernel prints each 32-bit word of the address as a number in
+    // its own byte order.
+    let word = |i: usize| -> Option<[u8; 4]> {
+        let hex = ip.get(8 * i..8 * i + 8)?;
+        Some(u32::from_str_radix(hex, 16).ok()?.to_ne_bytes())
+    };
+    let ip = match ip.len() {
+        8 => IpAddr::V4(Ipv4Addr::from(word(0)?)),
+        32 => {
+            let mut b = [0u8; 16];
+            for i in 0..4 {
+                b[4 * i..4 * i + 4].copy_from_slice(&word(i)?);
+            }
+            IpAddr::V6(Ipv6Addr::from(b))
+        }
+        _ => return None,
+    };
+    let port = u16::from_str_radix(port, 16).ok()?;
+    Some((SocketAddr::new(ip, port), inode))
+}
+
+/// The boot ID (a UUID in text) folded with the PID namespace's device and
+/// inode into 64 bits; `None` when the boot ID is not a UUID.
+fn host_value(boot_id: &str, ns_dev: u64, ns_ino: u64) -> Option<u64> {
+    let hex: String = boot_id.trim().chars().filter(|c| *c != '-').collect();
+    let boot = u128::from_str_radix(&hex, 16)
+        .ok()
+        .filter(|_| hex.len() == 32)?;
+    // Multiplying by odd constants spreads the namespace over all bits.
+    let ns =
+        ns_ino.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ ns_dev.wrapping_mul(0xc2b2_ae3d_27d4_eb4f);
+    Some((boot as u64) ^ ((boot >> 64) as u64) ^ ns)
+}
+
+impl HostMemory for ProcessMemory {
+    fn this_process(&self) -> (u64, u32) {
+        (self.host, self.pid)
+    }
+
+    fn read(&self, origin: SocketAddr, pid: u32, address: u64, dst: &mut [u8]) -> bool {
+        let key = (origin, pid);
+        if !self.owners.borrow().contains(&key) {
+            if !holds_udp_socket(pid, origin) {
+                return false;
+            }
+            self.owners.borrow_mut().insert(key);
+        }
+        let copied = self.copy(pid, address, dst);
+        if !copied {
+            // The process may be gone, and its pid taken by another.
+            self.owners.borrow_mut().remove(&key);
+        }
+        copied
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -100,20 +201,65 @@ mod tests {
     }
 
     #[test]
-    fn reads_this_process_and_refuses_bad_addresses() {
-        let Some(m) = ProcessMemory::new() else {
-            panic!("this host has no boot ID or PID namespace to read");
-        };
+    fn copies_from_this_process_and_refuses_bad_addresses() {
+        let m = ProcessMemory::new().expect("a boot ID and a PID namespace");
         let (_, pid) = m.this_process();
         let src: Vec<u8> = (0..300_000u32).map(|i| (i * 7 + 1) as u8).collect();
         let mut dst = vec![0u8; src.len()];
-        assert!(m.read(pid, src.as_ptr() as u64, &mut dst));
+        assert!(m.copy(pid, src.as_ptr() as u64, &mut dst));
         assert_eq!(dst, src);
-        assert!(!m.read(pid, 8, &mut dst[..16]), "page zero is never mapped");
+        assert!(!m.copy(pid, 8, &mut dst[..16]), "page zero is never mapped");
         assert!(
-            !m.read(pid, u64::MAX - 4, &mut dst[..16]),
+            !m.copy(pid, u64::MAX - 4, &mut dst[..16]),
             "a wrapping range"
         );
-        assert!(!m.read(u32::MAX, src.as_ptr() as u64, &mut dst[..16]));
+        assert!(!m.copy(u32::MAX, src.as_ptr() as u64, &mut dst[..16]));
+    }
+
+    #[test]
+    fn reads_only_from_the_process_holding_the_socket() {
+        let m = ProcessMemory::new().expect("a boot ID and a PID namespace");
+        let (_, pid) = m.this_process();
+        let src = vec![7u8; 4096];
+        let mut dst = vec![0u8; 4096];
+        let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let ours = socket.local_addr().unwrap();
+        let at = src.as_ptr() as u64;
+        assert!(m.read(ours, pid, at, &mut dst));
+        assert_eq!(dst, src);
+        // Another process does not hold our socket; nobody holds the port
+        // of a socket that was closed.
+        let parent = std::os::unix::process::parent_id();
+        assert!(!m.read(ours, parent, at, &mut dst));
+        let closed = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let gone = closed.local_addr().unwrap();
+        drop(closed);
+        assert!(!m.read(gone, pid, at, &mut dst));
+        // A socket bound to the unspecified address sends from loopback.
+        let any = std::net::UdpSocket::bind("0.0.0.0:0").unwrap();
+        let port = any.local_addr().unwrap().port();
+        let from = SocketAddr::new(Ipv4Addr::LOCALHOST.into(), port);
+        assert!(m.read(from, pid, at, &mut dst));
+    }
+
+    #[test]
+    fn udp_table_rows_parse() {
+        let v4 = "  123: 0100007F:12B9 00000000:0000 07 00000000:00000000 00:00000000 \
+                  00000000     0        0 4242 2 0000000000000000 0";
+        let (addr, inode) = udp_table_row(v4).unwrap();
+        assert_eq!((addr.port(), inode), (4793, 4242));
+        if cfg!(target_endian = "little") {
+            assert_eq!(addr.ip(), IpAddr::V4(Ipv4Addr::LOCALHOST));
+        }
+        let v6 = "  5: 00000000000000000000000001000000:12B9 \
+                  00000000000000000000000000000000:0000 07 00000000:00000000 \
+                  00:00000000 00000000     0        0 99 2 0000000000000000 0";
+        let (addr, inode) = udp_table_row(v6).unwrap();
+        assert_eq!((addr.port(), inode), (4793, 99));
+        if cfg!(target_endian = "little") {
+            assert_eq!(addr.ip(), IpAddr::V6(Ipv6Addr::LOCALHOST));
+        }
+        assert_eq!(udp_table_row("  sl  local_address rem_address"), None);
+        assert_eq!(udp_table_row(""), None);
     }
 }

@@ -178,14 +178,16 @@ pub struct Inbound {
     pub rendezvous: Option<RendezvousRx>,
 }
 
-impl From<&crate::wire::RendezvousRepr> for RendezvousRx {
-    fn from(r: &crate::wire::RendezvousRepr) -> Self {
+impl RendezvousRx {
+    /// From the extension header of a packet that came from `origin`.
+    pub fn new(r: &crate::wire::RendezvousRepr, origin: std::net::SocketAddr) -> Self {
         RendezvousRx {
             key: r.read_key,
             addr: r.read_address,
             eager: r.eager_length as u64,
             requested: false,
             host_read: r.host_read,
+            origin,
         }
     }
 }
@@ -203,6 +205,10 @@ pub struct RendezvousRx {
     /// Where the remainder lies in the memory of a process on the sender's
     /// host.
     pub host_read: Option<crate::wire::HostReadRepr>,
+    /// The source address of the datagram that carried the header (not
+    /// the canonical one: the socket it really left from, which the
+    /// process named by `host_read` must hold).
+    pub origin: std::net::SocketAddr,
 }
 
 impl Inbound {
