@@ -88,6 +88,12 @@ impl Pair {
                 self.dead,
             );
             self.max_staged = self.max_staged.max(self.eng[1].staged_bytes());
+            // As the driver does once the pulls are out.
+            for e in &mut self.eng {
+                if e.has_host_copies() {
+                    e.run_host_copies();
+                }
+            }
             self.now += if idle { 100_000 } else { 1_000 };
             for i in 0..2 {
                 if self.dead[i] {
@@ -487,6 +493,10 @@ impl HostMemory for Refusing {
         *self.asked.lock().unwrap() += 1;
         false
     }
+    fn write(&self, _origin: SocketAddr, _pid: u32, _address: u64, _src: &[u8]) -> bool {
+        *self.asked.lock().unwrap() += 1;
+        false
+    }
 }
 
 /// The real copy, without the socket-owner check (the engines' addresses
@@ -513,6 +523,10 @@ impl HostMemory for Trusting {
         self.origins.lock().unwrap().push(origin);
         self.memory.copy(pid, address, dst)
     }
+    fn write(&self, origin: SocketAddr, pid: u32, address: u64, src: &[u8]) -> bool {
+        self.origins.lock().unwrap().push(origin);
+        self.memory.copy_to(pid, address, src)
+    }
 }
 
 /// A pair whose engines both copy on this host (they share one process).
@@ -527,27 +541,123 @@ fn same_host_pair(seed: u64) -> Pair {
 #[test]
 fn same_host_receiver_copies_the_remainder_instead_of_pulling() {
     let mut p = Pair::new(20);
-    let host = Trusting::new();
-    let origins = host.origins.clone();
-    p.eng[1].enable_host_read(Box::new(host));
-    p.eng[0].enable_host_read(Box::new(Trusting::new()));
+    let (receiver, sender) = (Trusting::new(), Trusting::new());
+    let (read_from, written_from) = (receiver.origins.clone(), sender.origins.clone());
+    p.eng[1].enable_host_read(Box::new(receiver));
+    p.eng[0].enable_host_read(Box::new(sender));
+    // Below the split size the receiver copies it all; above, the sender
+    // writes the back half while the receiver reads the front.
+    for (context, len, split) in [(1u64, 200_000, false), (2, 1 << 20, true)] {
+        let before = (p.eng[1].stats(), p.eng[0].stats());
+        let out = p.recv_returned(len, 5, 100 + context);
+        p.send(len, 5, context);
+        p.run(|p| p.completion(1, 100 + context).is_some() && p.completion(0, context).is_some());
+        let r = p.completion(1, 100 + context).unwrap().clone();
+        assert_eq!((r.error, r.len, r.tag), (None, len, 5));
+        assert_eq!(p.completion(0, context).unwrap().error, None);
+        let got = out.lock().unwrap().take().expect("buffer released");
+        assert!(got == pattern(context, len), "payload differs ({len} B)");
+        let (rs, ss) = (p.eng[1].stats(), p.eng[0].stats());
+        let read = rs.host_read_bytes - before.0.host_read_bytes;
+        let written = ss.host_write_bytes - before.1.host_write_bytes;
+        assert_eq!(read + written, (len - EAGER) as u64, "{len} B");
+        assert_eq!(rs.host_reads - before.0.host_reads, 1);
+        assert_eq!(ss.host_writes - before.1.host_writes, split as u64);
+        if split {
+            assert!(
+                read >= written && written > 0,
+                "read {read}, written {written}"
+            );
+        }
+        assert_eq!((rs.host_read_failures, ss.host_write_failures), (0, 0));
+        // The eager part and the pull's answer travel, nothing else.
+        let sent = ss.packets_sent - before.1.packets_sent;
+        assert!(sent <= (EAGER / MTU + 4) as u64, "{sent} packets sent");
+    }
+    // Each copy names the socket the other side's datagram came from.
+    assert!(read_from.lock().unwrap().iter().all(|&a| a == p.addrs[0]));
+    assert_eq!(*written_from.lock().unwrap(), [p.addrs[1]]);
+    p.settle();
+    p.assert_clean();
+}
+
+/// The real copy for reads, and writes that fail after `writes` of them,
+/// reads after `reads` (both counted per engine).
+struct Failing {
+    inner: Trusting,
+    reads: Mutex<u32>,
+    writes: Mutex<u32>,
+}
+
+impl Failing {
+    fn new(reads: u32, writes: u32) -> Failing {
+        Failing {
+            inner: Trusting::new(),
+            reads: Mutex::new(reads),
+            writes: Mutex::new(writes),
+        }
+    }
+}
+
+impl HostMemory for Failing {
+    fn this_process(&self) -> (u64, u32) {
+        self.inner.this_process()
+    }
+    fn read(&self, origin: SocketAddr, pid: u32, address: u64, dst: &mut [u8]) -> bool {
+        let mut left = self.reads.lock().unwrap();
+        if *left == 0 {
+            return false;
+        }
+        *left -= 1;
+        self.inner.read(origin, pid, address, dst)
+    }
+    fn write(&self, origin: SocketAddr, pid: u32, address: u64, src: &[u8]) -> bool {
+        let mut left = self.writes.lock().unwrap();
+        if *left == 0 {
+            return false;
+        }
+        *left -= 1;
+        self.inner.write(origin, pid, address, src)
+    }
+}
+
+#[test]
+fn a_sender_that_cannot_write_sends_its_half() {
+    let mut p = Pair::new(27);
+    p.eng[1].enable_host_read(Box::new(Trusting::new()));
+    p.eng[0].enable_host_read(Box::new(Failing::new(u32::MAX, 0)));
     let len = 1 << 20;
     let out = p.recv_returned(len, 5, 100);
     p.send(len, 5, 1);
     p.run(|p| p.completion(1, 100).is_some() && p.completion(0, 1).is_some());
-    let r = p.completion(1, 100).unwrap().clone();
-    assert_eq!((r.error, r.len, r.tag), (None, len, 5));
+    assert_eq!(p.completion(1, 100).unwrap().error, None);
     assert_eq!(p.completion(0, 1).unwrap().error, None);
-    let got = out.lock().unwrap().take().expect("buffer released");
-    assert!(got == pattern(1, len), "payload differs");
-    let s = p.eng[1].stats();
-    assert_eq!((s.host_reads, s.host_read_bytes), (1, (len - EAGER) as u64));
-    assert_eq!(s.host_read_failures, 0);
-    // The copy names the socket the description came from.
-    assert_eq!(*origins.lock().unwrap(), [p.addrs[0]]);
-    // The eager part and the empty pull's answer travel, nothing else.
-    let data = p.eng[0].stats().packets_sent;
-    assert!(data <= (EAGER / MTU + 4) as u64, "{data} packets sent");
+    assert!(out.lock().unwrap().take().unwrap() == pattern(1, len));
+    let (rs, ss) = (p.eng[1].stats(), p.eng[0].stats());
+    assert_eq!((ss.host_writes, ss.host_write_failures), (0, 1));
+    // The sender's half went as read response data.
+    let pulled = (len - EAGER) as u64 - rs.host_read_bytes;
+    assert!(pulled > 0 && ss.packets_sent >= pulled / MTU as u64);
+    p.settle();
+    p.assert_clean();
+}
+
+#[test]
+fn a_failed_share_fails_the_receive() {
+    // The probe read works, the receiver's share after the pull does not
+    // (the sender unmapped what it described, say).
+    let mut p = Pair::new(28);
+    p.eng[1].enable_host_read(Box::new(Failing::new(1, 0)));
+    p.eng[0].enable_host_read(Box::new(Trusting::new()));
+    let len = 1 << 20;
+    let _out = p.recv_returned(len, 5, 100);
+    p.send(len, 5, 1);
+    p.run(|p| p.completion(1, 100).is_some() && p.completion(0, 1).is_some());
+    assert_eq!(
+        p.completion(1, 100).unwrap().error,
+        Some(CompletionError::PeerUnreachable)
+    );
+    assert_eq!(p.eng[1].stats().host_read_failures, 1);
     p.settle();
     p.assert_clean();
 }
@@ -581,9 +691,13 @@ fn same_host_copy_of_an_unexpected_message_and_a_truncated_one() {
         )
     );
     assert!(out.lock().unwrap().take().unwrap() == pattern(2, len)[..cap]);
-    let s = p.eng[1].stats();
-    assert_eq!(s.host_reads, 2);
-    assert_eq!(s.host_read_bytes, (len - EAGER + cap - EAGER) as u64);
+    // The first is shared with the sender, the truncated one is not.
+    let (rs, ss) = (p.eng[1].stats(), p.eng[0].stats());
+    assert_eq!((rs.host_reads, ss.host_writes), (2, 1));
+    assert_eq!(
+        rs.host_read_bytes + ss.host_write_bytes,
+        (len - EAGER + cap - EAGER) as u64
+    );
     p.settle();
     p.assert_clean();
 }

@@ -238,7 +238,7 @@ impl Engine {
                     Some(n) => PacketPayload::InPlace(n),
                     None => PacketPayload::Bytes(&body[payload_at..]),
                 };
-                self.on_ses_request(p, &s, rdv_rx.as_ref(), payload, matched)
+                self.on_ses_request(p, from, &s, rdv_rx.as_ref(), payload, matched)
             }
             Ses::Response(r) => self.on_ses_response(p, &r),
         }
@@ -430,12 +430,13 @@ impl Engine {
     pub(super) fn on_ses_request(
         &mut self,
         p: usize,
+        from: SocketAddr,
         s: &SesRequestRepr,
         rdv: Option<&RendezvousRx>,
         payload: PacketPayload,
         matched: bool,
     ) {
-        if self.on_rma_request(p, s, payload) {
+        if self.on_rma_request(p, from, s, payload) {
             return;
         }
         let peer = &mut self.peers[p];

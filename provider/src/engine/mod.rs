@@ -127,8 +127,14 @@ pub struct Stats {
     /// pulled (`FI_UET_HOST_READ`), and their bytes.
     pub host_reads: u64,
     pub host_read_bytes: u64,
-    /// Same-host copies that failed (the remainder was pulled instead).
+    /// Same-host copies that failed (the remainder was pulled instead, or,
+    /// for the share of a split copy, the receive failed).
     pub host_read_failures: u64,
+    /// Pulls a receiver on this host let us answer by writing into its
+    /// buffer, their bytes, and such writes that failed (the data was sent).
+    pub host_writes: u64,
+    pub host_write_bytes: u64,
+    pub host_write_failures: u64,
     /// Data packets whose payload the driver received straight into the
     /// posted buffer (see `Engine::landing`).
     pub landed: u64,

@@ -31,16 +31,24 @@
 //!
 //! Same host: an endpoint given [`HostMemory`] (`FI_UET_HOST_READ=1`)
 //! describes the remainder of a rendezvous send that lies in one piece of
-//! memory with a host read descriptor ([`crate::wire::HostReadRepr`]: host,
-//! process, address). A receiver on the same host (same boot, same PID
-//! namespace) that was given [`HostMemory`] as well copies the remainder
-//! straight from the sender's memory into the receive buffer once the
-//! message is matched, one copy instead of a round through both kernels'
-//! network stacks, and then sends the empty pull, on which the sender
-//! completes the send. The bytes so copied bypass the network and its
-//! congestion control. When the copy fails (the kernel refuses access to
-//! the sender, or the receive buffer is not in one piece) the receiver pulls
-//! as usual.
+//! memory with a host memory descriptor ([`crate::wire::HostMemoryRepr`]:
+//! host, process, address). A receiver on the same host (same boot, same
+//! PID namespace) that was given [`HostMemory`] as well copies the
+//! remainder straight from the sender's memory into the receive buffer once
+//! the message is matched: one copy instead of a round through both
+//! kernels' network stacks. A remainder of [`HOST_SPLIT_MIN`] or more is
+//! shared: the receiver copies its first page at once (which shows the
+//! kernel lets it), sends a pull for the back half whose payload describes
+//! where that half goes in its buffer, and copies the front half once the
+//! pull has left ([`Engine::run_host_copies`]); the sender writes the back
+//! half into the buffer and answers with an SES response of return code 0,
+//! so both processors copy at the same time. Otherwise the receiver copies
+//! it all and sends the empty pull. The sender completes the send on the
+//! empty pull or once it has written. The bytes so copied bypass the
+//! network and its congestion control. A copy the kernel refuses, or a
+//! buffer in pieces, falls back to the pull over the network (a sender that
+//! cannot write sends its half as read response data); a receiver's half
+//! that fails after the pull left fails the receive.
 //!
 //! Liveness: while an endpoint waits on a peer for a rendezvous (a send not
 //! yet pulled, or a pull not yet in) and has nothing in flight to it, a peer
@@ -51,7 +59,8 @@
 
 use super::*;
 use crate::ses::{PullState, RmaTx};
-use crate::wire::HostReadRepr;
+use crate::wire::HostMemoryRepr;
+use std::net::SocketAddr;
 
 /// The resource index that marks an SES read as a rendezvous pull (the
 /// highest 12-bit index; RMA reads use index 0).
@@ -68,6 +77,8 @@ pub trait HostMemory: Send {
     /// described the memory: a peer may only name its own process); false
     /// unless every byte was copied.
     fn read(&self, origin: SocketAddr, pid: u32, address: u64, dst: &mut [u8]) -> bool;
+    /// Copy `src` to `address` of process `pid`, under the same rule.
+    fn write(&self, origin: SocketAddr, pid: u32, address: u64, src: &[u8]) -> bool;
 }
 
 /// Rendezvous bookkeeping of an endpoint.
@@ -86,7 +97,30 @@ pub(super) struct RendezvousState {
     clock: u64,
     /// Same-host copies, when enabled.
     host: Option<Box<dyn HostMemory>>,
+    /// Our shares of split same-host copies, run once the pulls that hand
+    /// the senders theirs have left ([`Engine::run_host_copies`]).
+    copies: Vec<HostCopy>,
 }
+
+/// Our share of a same-host copy: `len` bytes at `address` of process `pid`
+/// (named by a datagram from `origin`) into inbound message `msg_id` of
+/// peer `p` at message offset `offset`.
+#[derive(Clone, Copy, Debug)]
+struct HostCopy {
+    p: usize,
+    msg_id: u16,
+    origin: SocketAddr,
+    pid: u32,
+    address: u64,
+    offset: u64,
+    len: u64,
+}
+
+/// A same-host copy at least this long is shared with the sender.
+const HOST_SPLIT_MIN: u64 = 256 << 10;
+/// Bytes of a same-host copy made at once, before the pull leaves: they
+/// show the kernel lets us read the sender's memory.
+const HOST_PROBE_BYTES: u64 = 4096;
 
 impl RendezvousState {
     pub(super) fn new(config: &Config) -> Self {
@@ -97,6 +131,7 @@ impl RendezvousState {
             watch: FastMap::default(),
             clock: 0,
             host: None,
+            copies: Vec::new(),
         }
     }
 
@@ -164,7 +199,7 @@ impl Engine {
         let host_read = self.rdv.host.as_ref().and_then(|h| {
             let (host, pid) = h.this_process();
             let rest = payload.slice_at(eager as usize, payload.len() - eager as usize)?;
-            Some(HostReadRepr {
+            Some(HostMemoryRepr {
                 host,
                 pid,
                 address: rest.as_ptr() as u64,
@@ -216,8 +251,12 @@ impl Engine {
         let mut want = rest.min(cap.saturating_sub(eager));
         let was_complete = inb.complete();
         inb.received += rest - want;
-        // On the sender's host: copy the remainder in place, then pull
-        // nothing.
+        // On the sender's host: copy the remainder in place. A large one is
+        // shared: the pull hands the sender the back half to write into
+        // our buffer while we read the front, so both cores copy.
+        let mut pull_at = eager;
+        let mut share = None;
+        let mut descriptor = Vec::new();
         if let (Some(h), Some(m), InboundState::Posted(recv)) =
             (host_read, self.rdv.host.as_deref(), &mut inb.state)
         {
@@ -225,23 +264,60 @@ impl Engine {
                 let copied = recv
                     .buffer
                     .slice_at_mut(eager as usize, want as usize)
-                    .is_some_and(|dst| m.read(origin, h.pid, h.address, dst));
-                if copied {
-                    self.stats.host_reads += 1;
-                    self.stats.host_read_bytes += want;
-                    inb.received += want;
-                    want = 0;
-                } else {
-                    self.stats.host_read_failures += 1;
+                    .and_then(|dst| {
+                        let probe = want.min(HOST_PROBE_BYTES);
+                        if !m.read(origin, h.pid, h.address, &mut dst[..probe as usize]) {
+                            return None;
+                        }
+                        if want < HOST_SPLIT_MIN {
+                            let rest = &mut dst[probe as usize..];
+                            return m
+                                .read(origin, h.pid, h.address + probe, rest)
+                                .then_some(want);
+                        }
+                        let mine = (want / 2).next_multiple_of(HOST_PROBE_BYTES);
+                        let (host, pid) = m.this_process();
+                        let theirs = HostMemoryRepr {
+                            host,
+                            pid,
+                            address: dst.as_ptr() as u64 + mine,
+                        };
+                        descriptor = vec![0u8; HostMemoryRepr::LEN];
+                        theirs.emit(&mut descriptor);
+                        share = Some(HostCopy {
+                            p,
+                            msg_id,
+                            origin,
+                            pid: h.pid,
+                            address: h.address + probe,
+                            offset: eager + probe,
+                            len: mine - probe,
+                        });
+                        pull_at = eager + mine;
+                        Some(probe)
+                    });
+                match copied {
+                    Some(n) => {
+                        self.stats.host_reads += 1;
+                        self.stats.host_read_bytes += n;
+                        inb.received += n;
+                        // A shared copy leaves the pull the sender's half;
+                        // a whole one leaves it nothing.
+                        want -= if share.is_some() { pull_at - eager } else { n };
+                    }
+                    None => self.stats.host_read_failures += 1,
                 }
             }
         }
+        if let Some(c) = share {
+            self.rdv.copies.push(c);
+        }
         let completed = !was_complete && inb.complete();
         let id = peer.queue_internal(
-            Payload::Owned(Vec::new()),
+            Payload::Owned(descriptor),
             RmaTx::Pull {
                 key,
-                addr,
+                addr: addr + (pull_at - eager),
                 len: want,
                 token: number,
             },
@@ -252,7 +328,7 @@ impl Engine {
                 (p, number),
                 PendingPull {
                     msg_id,
-                    offset: eager,
+                    offset: pull_at,
                     len: want,
                     request_id: id,
                 },
@@ -323,12 +399,11 @@ impl Engine {
         self.finish_if_complete(p, msg_id);
     }
 
-    /// An SES response refusing one of our pulls (the sender no longer has
-    /// the message): the receive fails. False when it is about no pull.
-    pub(super) fn on_pull_refused(&mut self, p: usize, r: &SesResponseRepr) -> bool {
-        if r.return_code == 0 {
-            return false;
-        }
+    /// An SES response to one of our pulls: the sender wrote the bytes into
+    /// our buffer (return code 0, same host), or refused the pull (it no
+    /// longer has the message: the receive fails). False when it is about
+    /// no pull.
+    pub(super) fn on_pull_answered(&mut self, p: usize, r: &SesResponseRepr) -> bool {
         let found = self
             .rdv
             .pulls
@@ -339,8 +414,64 @@ impl Engine {
             return false;
         };
         self.rdv.pulls.remove(&k);
-        self.fail_bound_receive(p, pull.msg_id);
+        if r.return_code != 0 {
+            self.fail_bound_receive(p, pull.msg_id);
+            return true;
+        }
+        let Some(target) = self.peers[p].inbound.get_mut(&pull.msg_id) else {
+            return true;
+        };
+        if matches!(target.state, InboundState::Posted(_)) {
+            let was_complete = target.complete();
+            target.received += pull.len;
+            if !was_complete && target.complete() {
+                self.rendezvous_complete(p, pull.msg_id);
+            }
+        }
         true
+    }
+
+    /// Whether shares of same-host copies wait for [`run_host_copies`].
+    ///
+    /// [`run_host_copies`]: Self::run_host_copies
+    pub fn has_host_copies(&self) -> bool {
+        !self.rdv.copies.is_empty()
+    }
+
+    /// Make our shares of split same-host copies. The driver calls it once
+    /// the pulls queued with them have left, so the senders copy their
+    /// shares meanwhile. A copy that fails now (the sender died, or
+    /// unmapped the memory it described) fails its receive.
+    pub fn run_host_copies(&mut self) {
+        for c in std::mem::take(&mut self.rdv.copies) {
+            let Some(m) = self.rdv.host.as_deref() else {
+                return;
+            };
+            let Some(inb) = self.peers[c.p].inbound.get_mut(&c.msg_id) else {
+                continue;
+            };
+            let InboundState::Posted(recv) = &mut inb.state else {
+                continue;
+            };
+            let copied = recv
+                .buffer
+                .slice_at_mut(c.offset as usize, c.len as usize)
+                .is_some_and(|dst| m.read(c.origin, c.pid, c.address, dst));
+            if !copied {
+                self.stats.host_read_failures += 1;
+                self.rdv
+                    .pulls
+                    .retain(|&(q, _), pull| q != c.p || pull.msg_id != c.msg_id);
+                self.fail_bound_receive(c.p, c.msg_id);
+                continue;
+            }
+            self.stats.host_read_bytes += c.len;
+            let was_complete = inb.complete();
+            inb.received += c.len;
+            if !was_complete && inb.complete() {
+                self.rendezvous_complete(c.p, c.msg_id);
+            }
+        }
     }
 
     /// The peer is gone (or its context restarted): every pull from it
@@ -386,8 +517,16 @@ impl Engine {
 
     // ----- sender -----------------------------------------------------------------
 
-    /// A peer's pull of one of our rendezvous sends.
-    pub(super) fn on_pull_request(&mut self, p: usize, s: &SesRequestRepr) {
+    /// A peer's pull of one of our rendezvous sends, from the datagram
+    /// source `from`; `descriptor`: its payload, where a receiver on this
+    /// host wants the bytes written.
+    pub(super) fn on_pull_request(
+        &mut self,
+        p: usize,
+        from: SocketAddr,
+        s: &SesRequestRepr,
+        descriptor: &[u8],
+    ) {
         let (key, addr, len, token) = (
             s.match_bits,
             s.buffer_offset,
@@ -427,6 +566,10 @@ impl Engine {
             self.settle_message(p, send_id);
             return;
         }
+        if self.write_on_host(p, from, s, descriptor) {
+            return;
+        }
+        let peer = &mut self.peers[p];
         peer.queue_internal(
             Payload::Owned(Vec::new()),
             RmaTx::PullData {
@@ -438,6 +581,53 @@ impl Engine {
         );
         self.sends_outstanding += 1;
         self.mark_ready(p);
+    }
+
+    /// Answer pull `s` (accepted) by writing its bytes into the receive
+    /// buffer `descriptor` names, when the receiver is on this host and
+    /// the kernel lets us: then an SES response (return code 0) tells it,
+    /// and the send is done. False when the data must travel.
+    fn write_on_host(
+        &mut self,
+        p: usize,
+        from: SocketAddr,
+        s: &SesRequestRepr,
+        descriptor: &[u8],
+    ) -> bool {
+        let (Ok(d), Some(m)) = (HostMemoryRepr::parse(descriptor), self.rdv.host.as_deref()) else {
+            return false;
+        };
+        if m.this_process().0 != d.host {
+            return false;
+        }
+        let (send_id, offset, len) = (s.match_bits as u16, s.buffer_offset, s.request_length);
+        let peer = &mut self.peers[p];
+        let written = peer
+            .messages
+            .get(&send_id)
+            .and_then(|msg| msg.payload.slice_at(offset as usize, len as usize))
+            .is_some_and(|src| m.write(from, d.pid, d.address, src));
+        if !written {
+            self.stats.host_write_failures += 1;
+            return false;
+        }
+        self.stats.host_writes += 1;
+        self.stats.host_write_bytes += len as u64;
+        if let Some(RmaTx::Rendezvous { pull, .. }) = peer
+            .messages
+            .get_mut(&send_id)
+            .and_then(|msg| msg.rma.as_mut())
+        {
+            *pull = PullState::Done;
+        }
+        peer.queue.push_back(TxItem::Response {
+            msg_id: s.message_id,
+            len,
+            code: 0,
+        });
+        self.mark_ready(p);
+        self.settle_message(p, send_id);
+        true
     }
 
     /// The data of a pull is acknowledged: its send is done.

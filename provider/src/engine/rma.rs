@@ -282,9 +282,12 @@ impl Engine {
 
     /// Handle an RMA request packet (write, read request, read data). False
     /// when the packet is a message for the normal path.
+    /// `from`: the datagram's source (a rendezvous pull's descriptor must
+    /// name the process holding it).
     pub(super) fn on_rma_request(
         &mut self,
         p: usize,
+        from: SocketAddr,
         s: &SesRequestRepr,
         payload: PacketPayload,
     ) -> bool {
@@ -293,7 +296,7 @@ impl Engine {
         let bytes = payload.bytes().unwrap_or_default();
         match s.opcode() {
             Ok(SesOpcode::Write) => self.on_write(p, s, bytes),
-            Ok(SesOpcode::Read) => self.on_read_request(p, s),
+            Ok(SesOpcode::Read) => self.on_read_request(p, from, s, bytes),
             Ok(SesOpcode::ReadResponse) => self.on_read_data(p, s, payload),
             Ok(SesOpcode::Atomic) => self.on_atomic(p, s, bytes, false),
             Ok(SesOpcode::FetchingAtomic) => self.on_atomic(p, s, bytes, true),
@@ -385,11 +388,11 @@ impl Engine {
         self.retire_rma_inbound(p, id);
     }
 
-    fn on_read_request(&mut self, p: usize, s: &SesRequestRepr) {
+    fn on_read_request(&mut self, p: usize, from: SocketAddr, s: &SesRequestRepr, bytes: &[u8]) {
         if s.resource_index == super::RENDEZVOUS_RESOURCE {
             self.rma_inbound(p, s, 0, |_| None);
             self.retire_rma_inbound(p, s.message_id);
-            self.on_pull_request(p, s);
+            self.on_pull_request(p, from, s, bytes);
             return;
         }
         let (key, addr, len) = (s.match_bits, s.buffer_offset, s.request_length as u64);
@@ -612,7 +615,7 @@ impl Engine {
     /// An SES response for one of our RMA operations. False when it is a
     /// message's delivery response.
     pub(super) fn on_rma_response(&mut self, p: usize, r: &SesResponseRepr) -> bool {
-        if self.on_pull_refused(p, r) {
+        if self.on_pull_answered(p, r) {
             return true;
         }
         // A read is only ever answered with a response when it was refused

@@ -1,5 +1,6 @@
 //! Same-host rendezvous copies: `process_vm_readv` out of a sender process
-//! on this host (see `engine/rendezvous.rs`, `FI_UET_HOST_READ`).
+//! on this host, `process_vm_writev` into a receiver's buffer (see
+//! `engine/rendezvous.rs`, `FI_UET_HOST_READ`).
 //!
 //! A process is named by (host, pid). The host value folds the boot ID
 //! together with the PID namespace, so two processes agree on it exactly
@@ -48,33 +49,86 @@ impl ProcessMemory {
         let Ok(pid) = libc::pid_t::try_from(pid) else {
             return false;
         };
-        let mut done = 0usize;
-        while done < dst.len() {
-            let Some(from) = address.checked_add(done as u64) else {
-                return false;
-            };
+        transfer(address, dst.len(), |done, at| {
             let rest = &mut dst[done..];
             let local = libc::iovec {
                 iov_base: rest.as_mut_ptr().cast(),
                 iov_len: rest.len(),
             };
             let remote = libc::iovec {
-                iov_base: from as usize as *mut libc::c_void,
+                iov_base: at as usize as *mut libc::c_void,
                 iov_len: rest.len(),
             };
             // SAFETY: the local iovec covers `rest`, memory we hold mutably
-            // for this call; the remote one names memory of another process,
-            // which the kernel checks and reads on our behalf (a bad address
-            // fails with EFAULT, never touching ours).
-            let n = unsafe { libc::process_vm_readv(pid, &local, 1, &remote, 1, 0) };
-            match n {
-                // Large copies may stop short (the kernel caps one call).
-                1.. => done += n as usize,
-                _ => return false,
-            }
-        }
-        true
+            // for this call; the remote one names memory of another
+            // process, which the kernel checks and reads on our behalf (a
+            // bad address fails with EFAULT, never touching ours).
+            unsafe { libc::process_vm_readv(pid, &local, 1, &remote, 1, 0) }
+        })
     }
+
+    /// Copy `src` to `address` of process `pid`, without asking who holds
+    /// which socket (what [`HostMemory::write`] does first); false unless
+    /// every byte was copied.
+    pub fn copy_to(&self, pid: u32, address: u64, src: &[u8]) -> bool {
+        let Ok(pid) = libc::pid_t::try_from(pid) else {
+            return false;
+        };
+        transfer(address, src.len(), |done, at| {
+            let rest = &src[done..];
+            let local = libc::iovec {
+                iov_base: rest.as_ptr().cast_mut().cast(),
+                iov_len: rest.len(),
+            };
+            let remote = libc::iovec {
+                iov_base: at as usize as *mut libc::c_void,
+                iov_len: rest.len(),
+            };
+            // SAFETY: the local iovec covers `rest`, which the kernel only
+            // reads; the remote one names memory of another process, which
+            // the kernel checks and writes on our behalf (a bad address
+            // fails with EFAULT).
+            unsafe { libc::process_vm_writev(pid, &local, 1, &remote, 1, 0) }
+        })
+    }
+
+    /// Whether process `pid` may be named by a peer whose datagram came
+    /// from `origin`.
+    fn owns(&self, origin: SocketAddr, pid: u32) -> bool {
+        let key = (origin, pid);
+        if self.owners.borrow().contains(&key) {
+            return true;
+        }
+        let found = holds_udp_socket(pid, origin);
+        if found {
+            self.owners.borrow_mut().insert(key);
+        }
+        found
+    }
+
+    /// A copy with `pid` failed: it may be gone, and its pid taken by
+    /// another process.
+    fn forget(&self, origin: SocketAddr, pid: u32) {
+        self.owners.borrow_mut().remove(&(origin, pid));
+    }
+}
+
+/// Move `len` bytes from or to `address` of another process, `step(done,
+/// at)` making one system call for the bytes from `done` on (at `at`
+/// there); the kernel may stop short of the whole. False unless every byte
+/// moved.
+fn transfer(address: u64, len: usize, mut step: impl FnMut(usize, u64) -> isize) -> bool {
+    let mut done = 0usize;
+    while done < len {
+        let Some(at) = address.checked_add(done as u64) else {
+            return false;
+        };
+        match step(done, at) {
+            n @ 1.. => done += n as usize,
+            _ => return false,
+        }
+    }
+    true
 }
 
 /// Whether process `pid` holds a UDP socket bound to `addr` (or to the
@@ -166,17 +220,17 @@ impl HostMemory for ProcessMemory {
     }
 
     fn read(&self, origin: SocketAddr, pid: u32, address: u64, dst: &mut [u8]) -> bool {
-        let key = (origin, pid);
-        if !self.owners.borrow().contains(&key) {
-            if !holds_udp_socket(pid, origin) {
-                return false;
-            }
-            self.owners.borrow_mut().insert(key);
-        }
-        let copied = self.copy(pid, address, dst);
+        let copied = self.owns(origin, pid) && self.copy(pid, address, dst);
         if !copied {
-            // The process may be gone, and its pid taken by another.
-            self.owners.borrow_mut().remove(&key);
+            self.forget(origin, pid);
+        }
+        copied
+    }
+
+    fn write(&self, origin: SocketAddr, pid: u32, address: u64, src: &[u8]) -> bool {
+        let copied = self.owns(origin, pid) && self.copy_to(pid, address, src);
+        if !copied {
+            self.forget(origin, pid);
         }
         copied
     }
@@ -208,6 +262,10 @@ mod tests {
         let mut dst = vec![0u8; src.len()];
         assert!(m.copy(pid, src.as_ptr() as u64, &mut dst));
         assert_eq!(dst, src);
+        let mut back = vec![0u8; src.len()];
+        assert!(m.copy_to(pid, back.as_mut_ptr() as u64, &src));
+        assert_eq!(back, src);
+        assert!(!m.copy_to(pid, 8, &src[..16]), "page zero is never mapped");
         assert!(!m.copy(pid, 8, &mut dst[..16]), "page zero is never mapped");
         assert!(
             !m.copy(pid, u64::MAX - 4, &mut dst[..16]),
@@ -227,10 +285,14 @@ mod tests {
         let at = src.as_ptr() as u64;
         assert!(m.read(ours, pid, at, &mut dst));
         assert_eq!(dst, src);
+        let mut back = vec![0u8; 4096];
+        assert!(m.write(ours, pid, back.as_mut_ptr() as u64, &src));
+        assert_eq!(back, src);
         // Another process does not hold our socket; nobody holds the port
         // of a socket that was closed.
         let parent = std::os::unix::process::parent_id();
         assert!(!m.read(ours, parent, at, &mut dst));
+        assert!(!m.write(ours, parent, at, &src));
         let closed = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
         let gone = closed.local_addr().unwrap();
         drop(closed);

@@ -679,6 +679,13 @@ impl Endpoint {
             && !self.engine.has_queued_data();
         self.awaiting_reply = answerable;
         busy |= self.flush_holding_acks(now, answerable && self.replies_follow);
+        if self.engine.has_host_copies() {
+            // Our shares of same-host copies, now that the pulls handing
+            // the senders theirs are out (FI_UET_HOST_READ).
+            self.engine.run_host_copies();
+            busy = true;
+            busy |= self.flush(self.now());
+        }
         busy |= self.engine.has_completions();
         if let Some(t) = self.trace.as_mut() {
             t.drain(&mut self.engine);

@@ -75,7 +75,7 @@ pub enum RmaTx {
         key: u64,
         eager: u64,
         pull: PullState,
-        host_read: Option<crate::wire::HostReadRepr>,
+        host_read: Option<crate::wire::HostMemoryRepr>,
     },
     /// A rendezvous receiver's read of `len` bytes at message offset `addr`
     /// of the send named by `key`; `token` comes back in the data.
@@ -204,7 +204,7 @@ pub struct RendezvousRx {
     pub requested: bool,
     /// Where the remainder lies in the memory of a process on the sender's
     /// host.
-    pub host_read: Option<crate::wire::HostReadRepr>,
+    pub host_read: Option<crate::wire::HostMemoryRepr>,
     /// The source address of the datagram that carried the header (not
     /// the canonical one: the socket it really left from, which the
     /// process named by `host_read` must hold).

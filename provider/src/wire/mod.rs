@@ -30,7 +30,7 @@ pub use ip::{Ecn, Trim};
 pub use nack::{NackCode, NackRepr};
 pub use prologue::{NextHeader, PacketType, Prologue};
 pub use relay::RelayHeader;
-pub use rendezvous::{HostReadRepr, RendezvousRepr, HOST_MEMORY_RESOURCE};
+pub use rendezvous::{HostMemoryRepr, RendezvousRepr, HOST_MEMORY_RESOURCE};
 pub use request::RequestRepr;
 pub use ses::{SesOpcode, SesRequestRepr, SesResponseRepr};
 

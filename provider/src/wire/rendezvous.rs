@@ -20,7 +20,7 @@
 //! request length. All fields big-endian.
 //!
 //! When the resource index is [`HOST_MEMORY_RESOURCE`], a 24-byte host read
-//! descriptor ([`HostReadRepr`]) follows: the remainder also lies, in one
+//! descriptor ([`HostMemoryRepr`]) follows: the remainder also lies, in one
 //! piece, in the memory of a process of the initiator's host, so a target
 //! on that host may copy it in place instead of pulling it over the network.
 //!
@@ -104,28 +104,32 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
     }
 }
 
-/// Where the remainder of a rendezvous send lies in host memory.
+/// Where bytes lie in the memory of a process on this host: the remainder
+/// of a rendezvous send (after the extension header), or the receive
+/// buffer a pull's bytes go to (a pull's payload).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
-pub struct HostReadRepr {
+pub struct HostMemoryRepr {
     /// Names the host and PID namespace the process lives in.
     pub host: u64,
     pub pid: u32,
     pub address: u64,
 }
 
-impl HostReadRepr {
+impl HostMemoryRepr {
     pub const LEN: usize = 24;
 
-    fn parse(b: &[u8]) -> Result<Self, WireError> {
+    /// Parse the first `LEN` bytes of `b`. Never panics.
+    pub fn parse(b: &[u8]) -> Result<Self, WireError> {
         let b = b.get(..Self::LEN).ok_or(WireError::Truncated)?;
-        Ok(HostReadRepr {
+        Ok(HostMemoryRepr {
             host: be64(b, 0),
             pid: be32(b, 8),
             address: be64(b, 16),
         })
     }
 
-    fn emit(&self, b: &mut [u8]) {
+    /// Write the descriptor into `b[..LEN]`; panics if `b` is shorter.
+    pub fn emit(&self, b: &mut [u8]) {
         put64(b, 0, self.host);
         put32(b, 8, self.pid);
         put32(b, 12, 0);
@@ -147,7 +151,7 @@ pub struct RendezvousRepr {
     pub read_length: u32,
     /// The host read descriptor; when present, the resource index on the
     /// wire is [`HOST_MEMORY_RESOURCE`] whatever `resource_index` says.
-    pub host_read: Option<HostReadRepr>,
+    pub host_read: Option<HostMemoryRepr>,
 }
 
 impl RendezvousRepr {
@@ -156,7 +160,7 @@ impl RendezvousRepr {
 
     /// Bytes this header takes on the wire (with its descriptor).
     pub fn wire_len(&self) -> usize {
-        Self::LEN + self.host_read.map_or(0, |_| HostReadRepr::LEN)
+        Self::LEN + self.host_read.map_or(0, |_| HostMemoryRepr::LEN)
     }
 
     /// Parse the header and its host read descriptor, if it has one; a read
@@ -175,7 +179,7 @@ impl RendezvousRepr {
             host_read: None,
         };
         if r.resource_index == HOST_MEMORY_RESOURCE {
-            r.host_read = Some(HostReadRepr::parse(&b[Self::LEN..])?);
+            r.host_read = Some(HostMemoryRepr::parse(&b[Self::LEN..])?);
         }
         if r.read_address.checked_add(r.read_length as u64).is_none() {
             return Err(WireError::Malformed);
@@ -198,7 +202,7 @@ impl RendezvousRepr {
         v.set_read_key(self.read_key);
         v.set_read_length(self.read_length);
         if let Some(h) = &self.host_read {
-            h.emit(&mut b[Self::LEN..Self::LEN + HostReadRepr::LEN]);
+            h.emit(&mut b[Self::LEN..Self::LEN + HostMemoryRepr::LEN]);
         }
     }
 
@@ -242,7 +246,7 @@ mod tests {
             read_address: 0x1000,
             read_length: 0x2000,
             resource_index: HOST_MEMORY_RESOURCE,
-            host_read: Some(HostReadRepr {
+            host_read: Some(HostMemoryRepr {
                 host: 0x0102_0304_0506_0708,
                 pid: 4242,
                 address: 0x7f12_3456_7000,
@@ -282,7 +286,7 @@ mod tests {
     pub(crate) fn any_rendezvous() -> impl Strategy<Value = RendezvousRepr> {
         let host_read = proptest::option::of(
             (any::<u64>(), any::<u32>(), any::<u64>())
-                .prop_map(|(host, pid, address)| HostReadRepr { host, pid, address }),
+                .prop_map(|(host, pid, address)| HostMemoryRepr { host, pid, address }),
         );
         (
             (any::<u32>(), any::<u8>(), 0u16..1 << 12, 0u16..1 << 12),
@@ -317,7 +321,7 @@ mod tests {
     proptest! {
         #[test]
         fn emit_parse_round_trip(r in any_rendezvous()) {
-            let mut b = [0u8; RendezvousRepr::LEN + HostReadRepr::LEN];
+            let mut b = [0u8; RendezvousRepr::LEN + HostMemoryRepr::LEN];
             r.emit(&mut b);
             prop_assert_eq!(RendezvousRepr::parse(&b), Ok(r));
         }
@@ -325,7 +329,7 @@ mod tests {
         #[test]
         fn parse_arbitrary_bytes(b in proptest::collection::vec(any::<u8>(), 0..64)) {
             if let Ok(r) = RendezvousRepr::parse(&b) {
-                let mut out = [0u8; RendezvousRepr::LEN + HostReadRepr::LEN];
+                let mut out = [0u8; RendezvousRepr::LEN + HostMemoryRepr::LEN];
                 r.emit(&mut out);
                 let n = r.wire_len();
                 // The reserved word is written as 0, whatever was read.
