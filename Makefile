@@ -166,6 +166,8 @@ test-functional:
 	$(RUN_ENV) timeout $(T_FUNC) $(PREFIX)/bin/uet_stats -p uet
 	$(RUN_ENV) timeout $(T_FUNC) $(PREFIX)/bin/uet_surface -p uet
 	$(RUN_ENV) timeout $(T_FUNC) $(PREFIX)/bin/uet_host_read -p uet
+	@echo "-- uet_functional again with same-host copies (FI_UET_HOST_READ=1, rendezvous from 16 KiB)"
+	$(RUN_ENV) FI_UET_HOST_READ=1 FI_UET_RENDEZVOUS_BYTES=16384 timeout $(T_FUNC) $(PREFIX)/bin/uet_functional -p uet
 	@echo "-- under valgrind (memory errors, definite leaks): uet_surface, uet_functional close_order"
 	$(RUN_ENV) timeout $(T_FUNC) $(VALGRIND) $(PREFIX)/bin/uet_surface -p uet
 	$(RUN_ENV) timeout $(T_FUNC) $(VALGRIND) $(PREFIX)/bin/uet_functional -p uet -t close_order
