@@ -1564,6 +1564,15 @@ static void t_selective_completion(void)
  * peer buffered (no receive posted yet) completes without a receive. A send
  * longer than FI_UET_RENDEZVOUS_BYTES (256 KiB by default) is pulled by the
  * receiver once matched, so it completes only after the receive is posted. */
+/* Sends longer than this are rendezvous sends (FI_UET_RENDEZVOUS_BYTES,
+ * 262144 unless set; 0 = never). */
+static size_t rendezvous_bytes(void)
+{
+	const char *v = getenv("FI_UET_RENDEZVOUS_BYTES");
+	size_t n = v ? strtoull(v, NULL, 0) : 256 << 10;
+	return n ? n : SIZE_MAX;
+}
+
 static void delivery_complete_unexpected(void)
 {
 	static const size_t sizes[] = { 100, 100 << 10, 1 << 20 };
@@ -1573,7 +1582,7 @@ static void delivery_complete_unexpected(void)
 		uint8_t *s = xalloc(sizes[k]), *r = xalloc(sizes[k]);
 		struct fi_context2 sctx, rctx;
 		struct comp c;
-		int pulled = sizes[k] > (256 << 10);
+		int pulled = sizes[k] > rendezvous_bytes();
 
 		fill_pattern(s, sizes[k], k + 5);
 		send_msg(0, 1, s, sizes[k], &sctx, FI_DELIVERY_COMPLETE | FI_COMPLETION);
