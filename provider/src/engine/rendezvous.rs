@@ -116,6 +116,56 @@ struct HostCopy {
     len: u64,
 }
 
+/// How a same-host copy of a rendezvous remainder began.
+struct HostStart {
+    /// Bytes copied already.
+    copied: u64,
+    /// Bytes from the start of the remainder that are ours to copy (the
+    /// rest is the sender's, or nothing).
+    ours: u64,
+    /// Where the sender is to write its share, when it has one.
+    theirs: Option<HostMemoryRepr>,
+}
+
+/// Begin copying `want` bytes of a rendezvous remainder, described by `h`
+/// in a datagram from `origin`, into `buffer` at message offset `eager`:
+/// all of it at once when short; otherwise its first page (proof that the
+/// kernel lets us), keeping the front half for after the pull has left and
+/// handing the back half to the sender. `None` when the copy cannot be
+/// made (the buffer is in pieces, the kernel refuses): pull as usual.
+fn start_host_copy(
+    m: &dyn HostMemory,
+    h: &HostMemoryRepr,
+    origin: SocketAddr,
+    buffer: &mut dyn MsgBuffer,
+    eager: u64,
+    want: u64,
+) -> Option<HostStart> {
+    let dst = buffer.slice_at_mut(eager as usize, want as usize)?;
+    if want < HOST_SPLIT_MIN {
+        return m.read(origin, h.pid, h.address, dst).then_some(HostStart {
+            copied: want,
+            ours: want,
+            theirs: None,
+        });
+    }
+    let probe = HOST_PROBE_BYTES;
+    if !m.read(origin, h.pid, h.address, &mut dst[..probe as usize]) {
+        return None;
+    }
+    let ours = (want / 2).next_multiple_of(HOST_PROBE_BYTES);
+    let (host, pid) = m.this_process();
+    Some(HostStart {
+        copied: probe,
+        ours,
+        theirs: Some(HostMemoryRepr {
+            host,
+            pid,
+            address: dst.as_ptr() as u64 + ours,
+        }),
+    })
+}
+
 /// A same-host copy at least this long is shared with the sender.
 const HOST_SPLIT_MIN: u64 = 256 << 10;
 /// Bytes of a same-host copy made at once, before the pull leaves: they
@@ -251,66 +301,38 @@ impl Engine {
         let mut want = rest.min(cap.saturating_sub(eager));
         let was_complete = inb.complete();
         inb.received += rest - want;
-        // On the sender's host: copy the remainder in place. A large one is
-        // shared: the pull hands the sender the back half to write into
-        // our buffer while we read the front, so both cores copy.
+        // On the sender's host: copy the remainder in place (a large one
+        // shared with the sender, see `start_host_copy`).
         let mut pull_at = eager;
-        let mut share = None;
         let mut descriptor = Vec::new();
         if let (Some(h), Some(m), InboundState::Posted(recv)) =
             (host_read, self.rdv.host.as_deref(), &mut inb.state)
         {
             if want > 0 && m.this_process().0 == h.host {
-                let copied = recv
-                    .buffer
-                    .slice_at_mut(eager as usize, want as usize)
-                    .and_then(|dst| {
-                        let probe = want.min(HOST_PROBE_BYTES);
-                        if !m.read(origin, h.pid, h.address, &mut dst[..probe as usize]) {
-                            return None;
-                        }
-                        if want < HOST_SPLIT_MIN {
-                            let rest = &mut dst[probe as usize..];
-                            return m
-                                .read(origin, h.pid, h.address + probe, rest)
-                                .then_some(want);
-                        }
-                        let mine = (want / 2).next_multiple_of(HOST_PROBE_BYTES);
-                        let (host, pid) = m.this_process();
-                        let theirs = HostMemoryRepr {
-                            host,
-                            pid,
-                            address: dst.as_ptr() as u64 + mine,
-                        };
-                        descriptor = vec![0u8; HostMemoryRepr::LEN];
-                        theirs.emit(&mut descriptor);
-                        share = Some(HostCopy {
-                            p,
-                            msg_id,
-                            origin,
-                            pid: h.pid,
-                            address: h.address + probe,
-                            offset: eager + probe,
-                            len: mine - probe,
-                        });
-                        pull_at = eager + mine;
-                        Some(probe)
-                    });
-                match copied {
-                    Some(n) => {
+                match start_host_copy(m, &h, origin, recv.buffer.as_mut(), eager, want) {
+                    Some(start) => {
                         self.stats.host_reads += 1;
-                        self.stats.host_read_bytes += n;
-                        inb.received += n;
-                        // A shared copy leaves the pull the sender's half;
-                        // a whole one leaves it nothing.
-                        want -= if share.is_some() { pull_at - eager } else { n };
+                        self.stats.host_read_bytes += start.copied;
+                        inb.received += start.copied;
+                        pull_at += start.ours;
+                        want -= start.ours;
+                        if let Some(theirs) = start.theirs {
+                            descriptor = vec![0u8; HostMemoryRepr::LEN];
+                            theirs.emit(&mut descriptor);
+                            self.rdv.copies.push(HostCopy {
+                                p,
+                                msg_id,
+                                origin,
+                                pid: h.pid,
+                                address: h.address + start.copied,
+                                offset: eager + start.copied,
+                                len: start.ours - start.copied,
+                            });
+                        }
                     }
                     None => self.stats.host_read_failures += 1,
                 }
             }
-        }
-        if let Some(c) = share {
-            self.rdv.copies.push(c);
         }
         let completed = !was_complete && inb.complete();
         let id = peer.queue_internal(
