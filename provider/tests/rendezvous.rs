@@ -501,6 +501,9 @@ impl HostMemory for Refusing {
         *self.asked.lock().unwrap() += 1;
         false
     }
+    fn clock_ms(&self) -> u32 {
+        0
+    }
 }
 
 /// The real copy, without the socket-owner check (the engines' addresses
@@ -530,6 +533,9 @@ impl HostMemory for Trusting {
     fn write(&self, origin: SocketAddr, pid: u32, address: u64, src: &[u8]) -> bool {
         self.origins.lock().unwrap().push(origin);
         self.memory.copy_to(pid, address, src)
+    }
+    fn clock_ms(&self) -> u32 {
+        self.memory.clock_ms()
     }
 }
 
@@ -622,6 +628,9 @@ impl HostMemory for Failing {
         }
         *left -= 1;
         self.inner.write(origin, pid, address, src)
+    }
+    fn clock_ms(&self) -> u32 {
+        self.inner.clock_ms()
     }
 }
 
@@ -763,4 +772,68 @@ fn only_a_sender_with_host_memory_offers_the_copy() {
     let s = p.eng[1].stats();
     assert_eq!((s.host_reads, s.host_read_failures), (0, 0));
     assert_eq!(s.rendezvous_pulls, 1);
+}
+
+#[test]
+fn a_receive_offered_to_a_writer_fails_only_once_it_cannot_write() {
+    let mut p = same_host_pair(29);
+    let len = 1 << 20;
+    let _out = p.recv_returned(len, 5, 100);
+    p.send(len, 5, 1);
+    // The pull offering the sender its share is queued, not yet out: the
+    // sender dies before it sees it.
+    p.run(|p| p.eng[1].pulls_pending() > 0);
+    let offered = p.now;
+    p.dead[0] = true;
+    p.run(|p| p.completion(1, 100).is_some());
+    let c = p.completion(1, 100).unwrap();
+    assert_eq!(c.error, Some(CompletionError::PeerUnreachable));
+    assert_eq!(p.eng[1].stats().peers_failed, 1);
+    // The peer was given up on long before; its receive waited until the
+    // sender could no longer have been writing into the buffer.
+    let waited = p.now - offered;
+    assert!(waited >= 2_000_000_000, "failed after {waited} ns");
+    assert_eq!(p.eng[1].pulls_pending(), 0);
+}
+
+/// Host memory whose clock runs `ahead_ms` ahead of the real one.
+struct Late {
+    inner: Trusting,
+    ahead_ms: u32,
+}
+
+impl HostMemory for Late {
+    fn this_process(&self) -> (u64, u32) {
+        self.inner.this_process()
+    }
+    fn read(&self, origin: SocketAddr, pid: u32, address: u64, dst: &mut [u8]) -> bool {
+        self.inner.read(origin, pid, address, dst)
+    }
+    fn write(&self, origin: SocketAddr, pid: u32, address: u64, src: &[u8]) -> bool {
+        self.inner.write(origin, pid, address, src)
+    }
+    fn clock_ms(&self) -> u32 {
+        self.inner.clock_ms().wrapping_add(self.ahead_ms)
+    }
+}
+
+#[test]
+fn a_sender_past_the_offer_sends_its_half_instead_of_writing() {
+    let mut p = Pair::new(30);
+    p.eng[1].enable_host_read(Box::new(Trusting::new()));
+    p.eng[0].enable_host_read(Box::new(Late {
+        inner: Trusting::new(),
+        ahead_ms: 5000,
+    }));
+    let len = 1 << 20;
+    let out = p.recv_returned(len, 5, 100);
+    p.send(len, 5, 1);
+    p.run(|p| p.completion(1, 100).is_some() && p.completion(0, 1).is_some());
+    assert_eq!(p.completion(1, 100).unwrap().error, None);
+    assert!(out.lock().unwrap().take().unwrap() == pattern(1, len));
+    let ss = p.eng[0].stats();
+    assert_eq!((ss.host_writes, ss.host_write_failures), (0, 0));
+    assert!(ss.packets_sent > ((len / 2 - EAGER) / MTU) as u64);
+    p.settle();
+    p.assert_clean();
 }

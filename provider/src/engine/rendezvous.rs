@@ -47,8 +47,12 @@
 //! empty pull or once it has written. The bytes so copied bypass the
 //! network and its congestion control. A copy the kernel refuses, or a
 //! buffer in pieces, falls back to the pull over the network (a sender that
-//! cannot write sends its half as read response data); a receiver's half
-//! that fails after the pull left fails the receive.
+//! cannot write sends its half as read response data, and so does one
+//! that sees the pull after its expiry); a receiver's half that fails after
+//! the pull left fails the receive, as does a sender that fails, but only
+//! once the sender has answered or can no longer be writing into the
+//! buffer ([`HOST_WRITE_HOLD_NS`] after the pull left), so the application
+//! never gets back memory another process may still write.
 //!
 //! Liveness: while an endpoint waits on a peer for a rendezvous (a send not
 //! yet pulled, or a pull not yet in) and has nothing in flight to it, a peer
@@ -79,6 +83,9 @@ pub trait HostMemory: Send {
     fn read(&self, origin: SocketAddr, pid: u32, address: u64, dst: &mut [u8]) -> bool;
     /// Copy `src` to `address` of process `pid`, under the same rule.
     fn write(&self, origin: SocketAddr, pid: u32, address: u64, src: &[u8]) -> bool;
+    /// The host's monotonic clock in milliseconds (the same in every
+    /// process of the host, unlike engine time), wrapping.
+    fn clock_ms(&self) -> u32;
 }
 
 /// Rendezvous bookkeeping of an endpoint.
@@ -161,10 +168,20 @@ fn start_host_copy(
         theirs: Some(HostMemoryRepr {
             host,
             pid,
+            expires_ms: m.clock_ms().wrapping_add(HOST_WRITE_WINDOW_MS),
             address: dst.as_ptr() as u64 + ours,
         }),
     })
 }
+
+/// How long a sender may start writing its share after the pull left,
+/// by the host's clock; later it sends the data instead.
+const HOST_WRITE_WINDOW_MS: u32 = 1000;
+/// A receive whose buffer a sender may write into fails no earlier than
+/// this long after the pull left (engine time): the window, and as long
+/// again for a write under way to end. Failing it sooner would let the
+/// application reuse memory another process is still writing.
+const HOST_WRITE_HOLD_NS: u64 = 2 * HOST_WRITE_WINDOW_MS as u64 * 1_000_000;
 
 /// A same-host copy at least this long is shared with the sender.
 const HOST_SPLIT_MIN: u64 = 256 << 10;
@@ -209,6 +226,12 @@ struct PendingPull {
     len: u64,
     /// Message ID of the pull request (a refusal names it).
     request_id: u16,
+    /// Engine time until which the sender may write into the receive
+    /// buffer (a same-host share); 0 when it may not.
+    written_until: u64,
+    /// The receive fails once the sender answers, or once it can no
+    /// longer write (`written_until`), whichever comes first.
+    doomed: bool,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -252,6 +275,7 @@ impl Engine {
             Some(HostMemoryRepr {
                 host,
                 pid,
+                expires_ms: 0,
                 address: rest.as_ptr() as u64,
             })
         });
@@ -305,6 +329,7 @@ impl Engine {
         // shared with the sender, see `start_host_copy`).
         let mut pull_at = eager;
         let mut descriptor = Vec::new();
+        let mut written_until = 0;
         if let (Some(h), Some(m), InboundState::Posted(recv)) =
             (host_read, self.rdv.host.as_deref(), &mut inb.state)
         {
@@ -319,6 +344,7 @@ impl Engine {
                         if let Some(theirs) = start.theirs {
                             descriptor = vec![0u8; HostMemoryRepr::LEN];
                             theirs.emit(&mut descriptor);
+                            written_until = self.rdv.clock + HOST_WRITE_HOLD_NS;
                             self.rdv.copies.push(HostCopy {
                                 p,
                                 msg_id,
@@ -353,6 +379,8 @@ impl Engine {
                     offset: pull_at,
                     len: want,
                     request_id: id,
+                    written_until,
+                    doomed: false,
                 },
             );
             self.watch_peer(p);
@@ -368,12 +396,15 @@ impl Engine {
     pub(super) fn on_pull_data(&mut self, p: usize, s: &SesRequestRepr, payload: PacketPayload) {
         let token = s.match_bits;
         let len = s.request_length as u64;
-        let pull = self
+        let found = self
             .rdv
             .pulls
             .get(&(p, token))
             .copied()
             .filter(|q| q.len == len);
+        // A doomed pull's data goes nowhere; its receive fails once it is in.
+        let doomed = found.filter(|q| q.doomed);
+        let pull = found.filter(|q| !q.doomed);
         self.rma_inbound(p, s, len, |_| None);
         let id = s.message_id;
         let peer = &mut self.peers[p];
@@ -398,6 +429,9 @@ impl Engine {
         if pulled {
             self.retire_rma_inbound(p, id);
             self.rdv.pulls.remove(&(p, token));
+            if let Some(q) = doomed {
+                self.fail_bound_receive(p, q.msg_id);
+            }
         }
         if let (Some(q), true) = (pull, landed) {
             self.rendezvous_complete(p, q.msg_id);
@@ -436,7 +470,7 @@ impl Engine {
             return false;
         };
         self.rdv.pulls.remove(&k);
-        if r.return_code != 0 {
+        if r.return_code != 0 || pull.doomed {
             self.fail_bound_receive(p, pull.msg_id);
             return true;
         }
@@ -480,11 +514,19 @@ impl Engine {
                 .slice_at_mut(c.offset as usize, c.len as usize)
                 .is_some_and(|dst| m.read(c.origin, c.pid, c.address, dst));
             if !copied {
+                // The sender may be writing its share into the buffer: the
+                // receive fails once it has answered or can no longer write.
                 self.stats.host_read_failures += 1;
-                self.rdv
+                let share = self
+                    .rdv
                     .pulls
-                    .retain(|&(q, _), pull| q != c.p || pull.msg_id != c.msg_id);
-                self.fail_bound_receive(c.p, c.msg_id);
+                    .iter()
+                    .find(|(&(q, _), pull)| q == c.p && pull.msg_id == c.msg_id)
+                    .map(|(&k, _)| k);
+                match share {
+                    Some(k) => self.doom_pull(k),
+                    None => self.fail_bound_receive(c.p, c.msg_id),
+                }
                 continue;
             }
             self.stats.host_read_bytes += c.len;
@@ -499,18 +541,33 @@ impl Engine {
     /// The peer is gone (or its context restarted): every pull from it
     /// fails, and so do their receives.
     pub(super) fn fail_pulls(&mut self, p: usize) {
-        let mut ids: Vec<((usize, u64), u16)> = self
+        let mut keys: Vec<(usize, u64)> = self
             .rdv
             .pulls
-            .iter()
-            .filter(|((q, _), _)| *q == p)
-            .map(|(&k, pull)| (k, pull.msg_id))
+            .keys()
+            .filter(|(q, _)| *q == p)
+            .copied()
             .collect();
-        ids.sort_unstable();
-        for (k, msg_id) in ids {
-            self.rdv.pulls.remove(&k);
-            self.fail_bound_receive(p, msg_id);
+        keys.sort_unstable();
+        for k in keys {
+            self.doom_pull(k);
         }
+    }
+
+    /// Pull `k` will not deliver: its receive fails, at once unless the
+    /// sender may still write into the buffer (then once it no longer can,
+    /// or answers).
+    fn doom_pull(&mut self, k: (usize, u64)) {
+        let Some(pull) = self.rdv.pulls.get_mut(&k) else {
+            return;
+        };
+        if pull.written_until > self.rdv.clock {
+            pull.doomed = true;
+            return;
+        }
+        let msg_id = pull.msg_id;
+        self.rdv.pulls.remove(&k);
+        self.fail_bound_receive(k.0, msg_id);
     }
 
     /// The receive matched to message `msg_id` of peer `p` will never get
@@ -619,7 +676,9 @@ impl Engine {
         let (Ok(d), Some(m)) = (HostMemoryRepr::parse(descriptor), self.rdv.host.as_deref()) else {
             return false;
         };
-        if m.this_process().0 != d.host {
+        // Too late (the receiver may fail the receive soon): send instead.
+        let left = d.expires_ms.wrapping_sub(m.clock_ms()) as i32;
+        if m.this_process().0 != d.host || left <= 0 {
             return false;
         }
         let (send_id, offset, len) = (s.match_bits as u16, s.buffer_offset, s.request_length);
@@ -682,17 +741,34 @@ impl Engine {
     }
 
     pub(super) fn rendezvous_deadline(&self) -> Option<u64> {
-        self.rdv.watch.values().map(|w| w.due).min()
+        let doomed = self.rdv.pulls.values().filter(|q| q.doomed);
+        let watched = self.rdv.watch.values().map(|w| w.due);
+        watched.chain(doomed.map(|q| q.written_until)).min()
     }
 
     /// Whether this endpoint waits on peer `p` for a rendezvous.
     fn waits_on(&self, p: usize) -> bool {
-        self.rdv.pulls.keys().any(|&(q, _)| q == p)
+        // A doomed pull waits on the clock, not on the peer.
+        self.rdv
+            .pulls
+            .iter()
+            .any(|(&(q, _), pull)| q == p && !pull.doomed)
             || self.peers[p].messages.values().any(TxMessage::pull_pending)
     }
 
     pub(super) fn rendezvous_timer(&mut self, now: u64) {
         self.rdv.clock = self.rdv.clock.max(now);
+        let mut expired: Vec<(usize, u64)> = self
+            .rdv
+            .pulls
+            .iter()
+            .filter(|(_, q)| q.doomed && q.written_until <= now)
+            .map(|(&k, _)| k)
+            .collect();
+        expired.sort_unstable();
+        for k in expired {
+            self.doom_pull(k);
+        }
         let mut due: Vec<usize> = self
             .rdv
             .watch

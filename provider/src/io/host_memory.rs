@@ -234,6 +234,10 @@ impl HostMemory for ProcessMemory {
         }
         copied
     }
+
+    fn clock_ms(&self) -> u32 {
+        (super::sys::monotonic_ns() / 1_000_000) as u32
+    }
 }
 
 #[cfg(test)]

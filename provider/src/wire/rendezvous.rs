@@ -27,7 +27,9 @@
 //! ```text
 //!  0 host (u64): the initiator's host (boot and PID namespace)
 //!  8 pid (u32): the initiator's process, in that namespace
-//! 12 reserved (u32): 0
+//! 12 expires (u32): 0 here; in a pull's descriptor, the host's
+//!    CLOCK_MONOTONIC millisecond (wrapping) from which it may no longer
+//!    be written
 //! 16 address (u64): virtual address of the remainder's first byte
 //! ```
 
@@ -112,6 +114,9 @@ pub struct HostMemoryRepr {
     /// Names the host and PID namespace the process lives in.
     pub host: u64,
     pub pid: u32,
+    /// A write target's expiry: the host's monotonic clock in milliseconds
+    /// (wrapping) from which the memory may no longer be written.
+    pub expires_ms: u32,
     pub address: u64,
 }
 
@@ -124,6 +129,7 @@ impl HostMemoryRepr {
         Ok(HostMemoryRepr {
             host: be64(b, 0),
             pid: be32(b, 8),
+            expires_ms: be32(b, 12),
             address: be64(b, 16),
         })
     }
@@ -132,7 +138,7 @@ impl HostMemoryRepr {
     pub fn emit(&self, b: &mut [u8]) {
         put64(b, 0, self.host);
         put32(b, 8, self.pid);
-        put32(b, 12, 0);
+        put32(b, 12, self.expires_ms);
         put64(b, 16, self.address);
     }
 }
@@ -249,6 +255,7 @@ mod tests {
             host_read: Some(HostMemoryRepr {
                 host: 0x0102_0304_0506_0708,
                 pid: 4242,
+                expires_ms: 0,
                 address: 0x7f12_3456_7000,
             }),
             ..RendezvousRepr::default()
@@ -285,8 +292,14 @@ mod tests {
 
     pub(crate) fn any_rendezvous() -> impl Strategy<Value = RendezvousRepr> {
         let host_read = proptest::option::of(
-            (any::<u64>(), any::<u32>(), any::<u64>())
-                .prop_map(|(host, pid, address)| HostMemoryRepr { host, pid, address }),
+            (any::<u64>(), any::<u32>(), any::<u32>(), any::<u64>()).prop_map(
+                |(host, pid, expires_ms, address)| HostMemoryRepr {
+                    host,
+                    pid,
+                    expires_ms,
+                    address,
+                },
+            ),
         );
         (
             (any::<u32>(), any::<u8>(), 0u16..1 << 12, 0u16..1 << 12),
@@ -332,12 +345,7 @@ mod tests {
                 let mut out = [0u8; RendezvousRepr::LEN + HostMemoryRepr::LEN];
                 r.emit(&mut out);
                 let n = r.wire_len();
-                // The reserved word is written as 0, whatever was read.
-                let mut expect = b[..n].to_vec();
-                if n > RendezvousRepr::LEN {
-                    expect[40..44].fill(0);
-                }
-                prop_assert_eq!(&out[..n], &expect[..]);
+                prop_assert_eq!(&out[..n], &b[..n]);
             }
         }
     }
