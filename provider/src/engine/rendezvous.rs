@@ -469,6 +469,10 @@ impl Engine {
         let Some((k, pull)) = found else {
             return false;
         };
+        if r.return_code == 0 && pull.written_until == 0 {
+            // We offered no write: the data is still to come.
+            return true;
+        }
         self.rdv.pulls.remove(&k);
         if r.return_code != 0 || pull.doomed {
             self.fail_bound_receive(p, pull.msg_id);
