@@ -324,7 +324,10 @@ impl Endpoint {
             config.mtu = config.mtu.min(65507 - HEADROOM);
         }
         let mut engine = Engine::new(&config, local, seed);
-        if config.host_read {
+        // Through an emulated fabric every byte must cross it: the relay
+        // hands the engine the sender's own address, so the copies would
+        // otherwise bypass the emulated switch.
+        if config.host_read && fabric.is_none() {
             if let Some(m) = host_memory::ProcessMemory::new() {
                 engine.enable_host_read(Box::new(m));
             }

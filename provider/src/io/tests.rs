@@ -888,3 +888,56 @@ fn a_closing_endpoint_sends_what_fault_injection_holds_back() {
     }
     assert_eq!(*buf.0.lock().unwrap(), pattern(6, 64));
 }
+
+#[test]
+fn host_copies_on_loopback_never_through_a_relay() {
+    let relay = TestRelay::start(1 << 40, 1 << 40);
+    for through_relay in [false, true] {
+        let cfg = Config {
+            host_read: true,
+            rendezvous_bytes: 16 << 10,
+            fabric: if through_relay {
+                relay.addr.to_string()
+            } else {
+                String::new()
+            },
+            ..config(1)
+        };
+        let (mut a, mut b) = pair(&cfg);
+        let len = 1 << 20;
+        // A receive buffer in one piece, so the copy can land in it.
+        b.recv(RecvOp {
+            src: None,
+            tagged: false,
+            tag: 0,
+            ignore: 0,
+            buffer: Box::new(vec![0u8; len]),
+            context: 1,
+            signal: true,
+            probe: Default::default(),
+        })
+        .unwrap();
+        a.send(send_op(b.local_addr(), pattern(1, len), 2)).unwrap();
+        let (mut sent, mut received) = (false, false);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !(sent && received) {
+            assert!(Instant::now() < deadline, "hung");
+            a.progress();
+            b.progress();
+            while let Some(c) = a.poll_completion() {
+                assert_eq!(c.error, None);
+                sent = true;
+            }
+            while let Some(c) = b.poll_completion() {
+                assert_eq!((c.error, c.len), (None, len));
+                received = true;
+            }
+        }
+        let copied = b.engine_stats().host_read_bytes + a.engine_stats().host_write_bytes;
+        if through_relay {
+            assert_eq!(copied, 0, "copied past the relay");
+        } else {
+            assert_eq!(copied, (len - (16 << 10)) as u64);
+        }
+    }
+}
