@@ -101,6 +101,11 @@ pub const PARAMS: &[ParamSpec] = &[
         help: "Between processes of one host (same boot and PID namespace), the receiver of a rendezvous send copies the part past the eager bytes straight from the sender's memory into its receive buffer (process_vm_readv: one copy, no packets) instead of pulling it over the network; both ends must enable it, and when the kernel refuses the copy (ptrace rules) or a buffer is not in one piece the pull goes over the network as usual. Those bytes bypass the network, so ECN, trimming and congestion control do not see them; an endpoint with FI_UET_FABRIC (the emu-net relay) ignores this parameter, so every byte crosses the emulated fabric (default 0).",
     },
     ParamSpec {
+        name: "host_rendezvous_bytes",
+        kind: ParamKind::Int,
+        help: "With FI_UET_HOST_READ: once a peer has copied one of our rendezvous sends in place (it is on this host), sends to it longer than this many bytes go as rendezvous sends, instead of those longer than FI_UET_RENDEZVOUS_BYTES, since the copy beats the network from a few pages on (default 16384; 0 = never).",
+    },
+    ParamSpec {
         name: "trace",
         kind: ParamKind::Str,
         help: "File to write a CSV trace of congestion-control events to (one line per ACK, NACK and timeout: time, peer, entropy, RTT, ECN, cwnd, in flight, base RTT, average delay); \"%p\" in the name becomes the process ID, \"%e\" the endpoint's port (default empty: no trace).",
@@ -267,6 +272,8 @@ pub struct Config {
     pub rendezvous_bytes: usize,
     /// Same-host rendezvous copies (`engine::HostMemory`).
     pub host_read: bool,
+    /// Rendezvous threshold towards peers known to copy in place.
+    pub host_rendezvous_bytes: usize,
     /// Empty = no congestion-control trace.
     pub trace: String,
     /// Empty = loopback.
@@ -327,6 +334,7 @@ impl Default for Config {
             unexpected_bytes: 64 << 20,
             rendezvous_bytes: 256 << 10,
             host_read: false,
+            host_rendezvous_bytes: 16 << 10,
             trace: String::new(),
             src_addr: String::new(),
             ordered: false,
@@ -456,6 +464,7 @@ impl Config {
             "pdc_idle_us" => self.pdc_idle_us as i64,
             "unexpected_bytes" => self.unexpected_bytes as i64,
             "rendezvous_bytes" => self.rendezvous_bytes as i64,
+            "host_rendezvous_bytes" => self.host_rendezvous_bytes as i64,
             "link_gbps" => self.link_gbps as i64,
             "link_mbps" => self.link_mbps as i64,
             "base_rtt_us" => self.base_rtt_us as i64,
@@ -519,6 +528,7 @@ impl Config {
             "pdc_idle_us" => self.pdc_idle_us = int(0, 1 << 40)? as u64,
             "unexpected_bytes" => self.unexpected_bytes = int(0, 1 << 40)? as usize,
             "rendezvous_bytes" => self.rendezvous_bytes = int(0, 1 << 40)? as usize,
+            "host_rendezvous_bytes" => self.host_rendezvous_bytes = int(0, 1 << 40)? as usize,
             "trace" => match value {
                 ParamValue::Str(s) => self.trace = s,
                 _ => return Err(err("expects a file name".into())),

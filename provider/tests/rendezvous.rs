@@ -26,6 +26,8 @@ const THRESHOLD: usize = 64 * 1024;
 const MTU: usize = 9000;
 /// Bytes a rendezvous send carries itself.
 const EAGER: usize = THRESHOLD;
+/// The same to a peer seen copying in place (FI_UET_HOST_RENDEZVOUS_BYTES).
+const HOST_EAGER: usize = 16 << 10;
 
 struct Pair {
     eng: [Engine; 2],
@@ -556,8 +558,12 @@ fn same_host_receiver_copies_the_remainder_instead_of_pulling() {
     p.eng[1].enable_host_read(Box::new(receiver));
     p.eng[0].enable_host_read(Box::new(sender));
     // Below the split size the receiver copies it all; above, the sender
-    // writes the back half while the receiver reads the front.
-    for (context, len, split) in [(1u64, 200_000, false), (2, 1 << 20, true)] {
+    // writes the back half while the receiver reads the front. Once the
+    // receiver has copied, the sender's eager part to it is shorter.
+    for (context, len, split, eager) in [
+        (1u64, 200_000, false, EAGER),
+        (2, 1 << 20, true, HOST_EAGER),
+    ] {
         let before = (p.eng[1].stats(), p.eng[0].stats());
         let out = p.recv_returned(len, 5, 100 + context);
         p.send(len, 5, context);
@@ -570,7 +576,7 @@ fn same_host_receiver_copies_the_remainder_instead_of_pulling() {
         let (rs, ss) = (p.eng[1].stats(), p.eng[0].stats());
         let read = rs.host_read_bytes - before.0.host_read_bytes;
         let written = ss.host_write_bytes - before.1.host_write_bytes;
-        assert_eq!(read + written, (len - EAGER) as u64, "{len} B");
+        assert_eq!(read + written, (len - eager) as u64, "{len} B");
         assert_eq!(rs.host_reads - before.0.host_reads, 1);
         assert_eq!(ss.host_writes - before.1.host_writes, split as u64);
         if split {
@@ -582,7 +588,7 @@ fn same_host_receiver_copies_the_remainder_instead_of_pulling() {
         assert_eq!((rs.host_read_failures, ss.host_write_failures), (0, 0));
         // The eager part and the pull's answer travel, nothing else.
         let sent = ss.packets_sent - before.1.packets_sent;
-        assert!(sent <= (EAGER / MTU + 4) as u64, "{sent} packets sent");
+        assert!(sent <= (eager / MTU + 4) as u64, "{sent} packets sent");
     }
     // Each copy names the socket the other side's datagram came from.
     assert!(read_from.lock().unwrap().iter().all(|&a| a == p.addrs[0]));
@@ -709,7 +715,7 @@ fn same_host_copy_of_an_unexpected_message_and_a_truncated_one() {
     assert_eq!((rs.host_reads, ss.host_writes), (2, 1));
     assert_eq!(
         rs.host_read_bytes + ss.host_write_bytes,
-        (len - EAGER + cap - EAGER) as u64
+        (len - EAGER + cap - HOST_EAGER) as u64
     );
     p.settle();
     p.assert_clean();
@@ -836,4 +842,35 @@ fn a_sender_past_the_offer_sends_its_half_instead_of_writing() {
     assert!(ss.packets_sent > ((len / 2 - EAGER) / MTU) as u64);
     p.settle();
     p.assert_clean();
+}
+
+#[test]
+fn a_peer_seen_copying_gets_the_host_threshold() {
+    // Between engines that copy on one host, and between engines that do
+    // not: a first large send, then one between the two thresholds.
+    for same_host in [true, false] {
+        let mut p = if same_host {
+            same_host_pair(31)
+        } else {
+            Pair::new(31)
+        };
+        let out = p.recv_returned(1 << 20, 5, 100);
+        p.send(1 << 20, 5, 1);
+        p.run(|p| p.completion(1, 100).is_some() && p.completion(0, 1).is_some());
+        drop(out);
+        let len = 40_000;
+        assert!(len > HOST_EAGER && len < THRESHOLD);
+        let out = p.recv_returned(len, 5, 101);
+        p.send(len, 5, 2);
+        p.run(|p| p.completion(1, 101).is_some() && p.completion(0, 2).is_some());
+        assert!(out.lock().unwrap().take().unwrap() == pattern(2, len));
+        let pulls = p.eng[1].stats().rendezvous_pulls;
+        assert_eq!(
+            pulls,
+            if same_host { 2 } else { 1 },
+            "same host: {same_host}"
+        );
+        p.settle();
+        p.assert_clean();
+    }
 }

@@ -263,11 +263,17 @@ impl Engine {
             }
             None => !(rendezvous && som) || payload_len == 0,
         };
+        // A read's length is what it asks for; its own payload is at most
+        // a host memory descriptor (a rendezvous pull on one host).
+        let room = match s.opcode() {
+            Ok(SesOpcode::Read) => crate::wire::HostMemoryRepr::LEN as u64,
+            _ => s.request_length as u64,
+        };
         rendezvous_ok
             && Self::carries_known_opcode(s)
             && Self::message_offset(s)
                 .checked_add(payload_len as u64)
-                .is_some_and(|end| end <= s.request_length as u64)
+                .is_some_and(|end| end <= room)
             && s.request_length as usize <= Config::MAX_MSG_SIZE
     }
 

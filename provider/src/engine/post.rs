@@ -50,7 +50,7 @@ impl Engine {
         peer.next_msg_id = id.wrapping_add(1);
         // Large sends are pulled by the receiver once matched.
         let rma = self
-            .rendezvous_eager(len)
+            .rendezvous_eager(p, len)
             .map(|eager| self.new_rendezvous(p, id, eager, &payload, now));
         let peer = &mut self.peers[p];
         peer.messages.insert(

@@ -107,6 +107,10 @@ pub(super) struct RendezvousState {
     /// Our shares of split same-host copies, run once the pulls that hand
     /// the senders theirs have left ([`Engine::run_host_copies`]).
     copies: Vec<HostCopy>,
+    /// Peers that copied one of our sends in place (they are on this
+    /// host), and the threshold of sends to them.
+    host_peers: FastMap<usize, ()>,
+    host_threshold: usize,
 }
 
 /// Our share of a same-host copy: `len` bytes at `address` of process `pid`
@@ -199,6 +203,8 @@ impl RendezvousState {
             clock: 0,
             host: None,
             copies: Vec::new(),
+            host_peers: FastMap::default(),
+            host_threshold: config.host_rendezvous_bytes,
         }
     }
 
@@ -248,11 +254,16 @@ impl Engine {
         self.rdv.host = Some(host);
     }
 
-    /// The eager part of a send of `len` bytes when it goes as a rendezvous
-    /// send: the first `FI_UET_RENDEZVOUS_BYTES`, which travel while the
-    /// receiver's pull makes its round trip.
-    pub(super) fn rendezvous_eager(&self, len: usize) -> Option<u64> {
-        let t = self.rdv.threshold;
+    /// The eager part of a send of `len` bytes to peer `p` when it goes as
+    /// a rendezvous send: the first `FI_UET_RENDEZVOUS_BYTES`, which travel
+    /// while the receiver's pull makes its round trip. A peer known to be on this host (it copied one of our sends in
+    /// place) has its own threshold, `FI_UET_HOST_RENDEZVOUS_BYTES`: the
+    /// copy beats the network from a few pages on.
+    pub(super) fn rendezvous_eager(&self, p: usize, len: usize) -> Option<u64> {
+        let t = match self.rdv.host_peers.contains_key(&p) {
+            true => self.rdv.host_threshold,
+            false => self.rdv.threshold,
+        };
         (t > 0 && len > t).then_some(t as u64)
     }
 
@@ -341,9 +352,18 @@ impl Engine {
                         inb.received += start.copied;
                         pull_at += start.ours;
                         want -= start.ours;
-                        if let Some(theirs) = start.theirs {
-                            descriptor = vec![0u8; HostMemoryRepr::LEN];
-                            theirs.emit(&mut descriptor);
+                        // The pull tells the sender we are on its host; with
+                        // where its share goes, if it has one.
+                        let (host, pid) = m.this_process();
+                        let told = start.theirs.unwrap_or(HostMemoryRepr {
+                            host,
+                            pid,
+                            expires_ms: 0,
+                            address: 0,
+                        });
+                        descriptor = vec![0u8; HostMemoryRepr::LEN];
+                        told.emit(&mut descriptor);
+                        if start.theirs.is_some() {
                             written_until = self.rdv.clock + HOST_WRITE_HOLD_NS;
                             self.rdv.copies.push(HostCopy {
                                 p,
@@ -644,6 +664,11 @@ impl Engine {
         if !accepted {
             self.deny_access(p, s.message_id);
             return;
+        }
+        // A pull with a descriptor of our host: the peer copies in place.
+        let ours = self.rdv.host.as_deref().map(|m| m.this_process().0);
+        if HostMemoryRepr::parse(descriptor).is_ok_and(|d| Some(d.host) == ours) {
+            self.rdv.host_peers.insert(p, ());
         }
         if len == 0 {
             self.settle_message(p, send_id);
