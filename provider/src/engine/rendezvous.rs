@@ -43,8 +43,9 @@
 //! pull has left ([`Engine::run_host_copies`]); the sender writes the back
 //! half into the buffer and answers with an SES response of return code 0,
 //! so both processors copy at the same time. Otherwise the receiver copies
-//! it all and sends the empty pull. The sender completes the send on the
-//! empty pull or once it has written. The bytes so copied bypass the
+//! it all and sends a pull of length 0 (its descriptor, address 0, still
+//! tells the sender the peer is on its host: see `rendezvous_eager`). The
+//! sender completes the send on that pull or once it has written. The bytes so copied bypass the
 //! network and its congestion control. A copy the kernel refuses, or a
 //! buffer in pieces, falls back to the pull over the network (a sender that
 //! cannot write sends its half as read response data, and so does one
@@ -131,11 +132,12 @@ struct HostCopy {
 struct HostStart {
     /// Bytes copied already.
     copied: u64,
-    /// Bytes from the start of the remainder that are ours to copy (the
-    /// rest is the sender's, or nothing).
+    /// Bytes from the start of the remainder that are ours to copy; the
+    /// rest, if any, is the sender's.
     ours: u64,
-    /// Where the sender is to write its share, when it has one.
-    theirs: Option<HostMemoryRepr>,
+    /// What the pull tells the sender: that we are on its host, and where
+    /// its share goes (address 0: it has none).
+    told: HostMemoryRepr,
 }
 
 /// Begin copying `want` bytes of a rendezvous remainder, described by `h`
@@ -153,11 +155,18 @@ fn start_host_copy(
     want: u64,
 ) -> Option<HostStart> {
     let dst = buffer.slice_at_mut(eager as usize, want as usize)?;
+    let (host, pid) = m.this_process();
+    let mut told = HostMemoryRepr {
+        host,
+        pid,
+        expires_ms: 0,
+        address: 0,
+    };
     if want < HOST_SPLIT_MIN {
         return m.read(origin, h.pid, h.address, dst).then_some(HostStart {
             copied: want,
             ours: want,
-            theirs: None,
+            told,
         });
     }
     let probe = HOST_PROBE_BYTES;
@@ -165,16 +174,12 @@ fn start_host_copy(
         return None;
     }
     let ours = (want / 2).next_multiple_of(HOST_PROBE_BYTES);
-    let (host, pid) = m.this_process();
+    told.expires_ms = m.clock_ms().wrapping_add(HOST_WRITE_WINDOW_MS);
+    told.address = dst.as_ptr() as u64 + ours;
     Some(HostStart {
         copied: probe,
         ours,
-        theirs: Some(HostMemoryRepr {
-            host,
-            pid,
-            expires_ms: m.clock_ms().wrapping_add(HOST_WRITE_WINDOW_MS),
-            address: dst.as_ptr() as u64 + ours,
-        }),
+        told,
     })
 }
 
@@ -350,20 +355,10 @@ impl Engine {
                         self.stats.host_reads += 1;
                         self.stats.host_read_bytes += start.copied;
                         inb.received += start.copied;
-                        pull_at += start.ours;
-                        want -= start.ours;
-                        // The pull tells the sender we are on its host; with
-                        // where its share goes, if it has one.
-                        let (host, pid) = m.this_process();
-                        let told = start.theirs.unwrap_or(HostMemoryRepr {
-                            host,
-                            pid,
-                            expires_ms: 0,
-                            address: 0,
-                        });
                         descriptor = vec![0u8; HostMemoryRepr::LEN];
-                        told.emit(&mut descriptor);
-                        if start.theirs.is_some() {
+                        start.told.emit(&mut descriptor);
+                        if start.ours < want {
+                            // Shared: the sender writes the rest.
                             written_until = self.rdv.clock + HOST_WRITE_HOLD_NS;
                             self.rdv.copies.push(HostCopy {
                                 p,
@@ -375,6 +370,8 @@ impl Engine {
                                 len: start.ours - start.copied,
                             });
                         }
+                        pull_at += start.ours;
+                        want -= start.ours;
                     }
                     None => self.stats.host_read_failures += 1,
                 }

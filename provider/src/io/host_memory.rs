@@ -92,24 +92,23 @@ impl ProcessMemory {
         })
     }
 
-    /// Whether process `pid` may be named by a peer whose datagram came
-    /// from `origin`.
-    fn owns(&self, origin: SocketAddr, pid: u32) -> bool {
+    /// `copy`, when process `pid` may be named by a peer whose datagram
+    /// came from `origin` (it holds that socket). Ownership found is
+    /// remembered; a failed copy forgets it (the process may be gone, and
+    /// its pid taken by another).
+    fn checked(&self, origin: SocketAddr, pid: u32, copy: impl FnOnce() -> bool) -> bool {
         let key = (origin, pid);
-        if self.owners.borrow().contains(&key) {
-            return true;
+        let known = self.owners.borrow().contains(&key);
+        if !known && !holds_udp_socket(pid, origin) {
+            return false;
         }
-        let found = holds_udp_socket(pid, origin);
-        if found {
+        let copied = copy();
+        if copied {
             self.owners.borrow_mut().insert(key);
+        } else {
+            self.owners.borrow_mut().remove(&key);
         }
-        found
-    }
-
-    /// A copy with `pid` failed: it may be gone, and its pid taken by
-    /// another process.
-    fn forget(&self, origin: SocketAddr, pid: u32) {
-        self.owners.borrow_mut().remove(&(origin, pid));
+        copied
     }
 }
 
@@ -220,19 +219,11 @@ impl HostMemory for ProcessMemory {
     }
 
     fn read(&self, origin: SocketAddr, pid: u32, address: u64, dst: &mut [u8]) -> bool {
-        let copied = self.owns(origin, pid) && self.copy(pid, address, dst);
-        if !copied {
-            self.forget(origin, pid);
-        }
-        copied
+        self.checked(origin, pid, || self.copy(pid, address, dst))
     }
 
     fn write(&self, origin: SocketAddr, pid: u32, address: u64, src: &[u8]) -> bool {
-        let copied = self.owns(origin, pid) && self.copy_to(pid, address, src);
-        if !copied {
-            self.forget(origin, pid);
-        }
-        copied
+        self.checked(origin, pid, || self.copy_to(pid, address, src))
     }
 
     fn clock_ms(&self) -> u32 {

@@ -155,7 +155,7 @@ pub struct RendezvousRepr {
     pub read_address: u64,
     pub read_key: u64,
     pub read_length: u32,
-    /// The host read descriptor; when present, the resource index on the
+    /// The host memory descriptor; when present, the resource index on the
     /// wire is [`HOST_MEMORY_RESOURCE`] whatever `resource_index` says.
     pub host_read: Option<HostMemoryRepr>,
 }
@@ -169,7 +169,7 @@ impl RendezvousRepr {
         Self::LEN + self.host_read.map_or(0, |_| HostMemoryRepr::LEN)
     }
 
-    /// Parse the header and its host read descriptor, if it has one; a read
+    /// Parse the header and its host memory descriptor, if it has one; a read
     /// range that wraps the 64-bit address space is `Malformed`. Never
     /// panics.
     pub fn parse(b: &[u8]) -> Result<Self, WireError> {
