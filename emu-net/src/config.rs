@@ -9,7 +9,8 @@ use serde::{Deserialize, Serialize};
 pub const FRAME_OVERHEAD: usize = 42;
 
 /// Size of a PDS request (12 B) plus the SES standard header (44 B): what a
-/// trimmed data packet keeps of its UET bytes.
+/// trimmed data packet keeps of its UET bytes (and an ACK riding at its
+/// end, `uet::wire::ack_trailer`).
 pub const TRIM_KEEP: usize = 56;
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]

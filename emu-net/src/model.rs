@@ -22,7 +22,7 @@ use std::net::{IpAddr, SocketAddr};
 
 use serde::Serialize;
 use uet::wire::ip::{self, Ecn};
-use uet::wire::{PacketType, Prologue};
+use uet::wire::{ack_trailer, PacketType, Prologue};
 
 use crate::config::{FabricConfig, LinkAction, TopologyKind, FRAME_OVERHEAD, TRIM_KEEP};
 
@@ -866,7 +866,9 @@ impl Fabric {
                     self.totals.drops += 1;
                     return;
                 }
-                packet.data.truncate(TRIM_KEEP);
+                // A trailing ACK stays (uet::wire::ack_trailer).
+                let kept = ack_trailer::trim(&mut packet.data, TRIM_KEEP);
+                packet.data.truncate(kept);
                 let dscp = if port.to_host {
                     ip::DSCP_TRIMMED_LASTHOP
                 } else {
@@ -1060,6 +1062,44 @@ mod tests {
                 let tag = (s * 1_000_000 + i) as u64;
                 f.send(0, s, pkt(s, 40000, dst, data_bytes(len, 0), ECT0, tag));
             }
+        }
+    }
+
+    #[test]
+    fn trimming_keeps_an_ack_riding_at_the_end() {
+        let mut f = single(
+            3,
+            SwitchConfig {
+                buffer_bytes: Some(20_000),
+                ..Default::default()
+            },
+        );
+        // Data packets that each carry an ACK at their end, the ACK's
+        // bytes told apart by the packet's tag.
+        for s in [0, 1] {
+            for i in 0..40 {
+                let tag = (s * 1_000 + i) as u64;
+                let mut d = data_bytes(4000 - 32, ack_trailer::FLAG);
+                let mut ack = ack_bytes();
+                ack[24..32].copy_from_slice(&tag.to_be_bytes());
+                d.extend_from_slice(&ack);
+                f.send(0, s, pkt(s, 40000, 2, d, ECT0, tag));
+            }
+        }
+        let out = drain(&mut f);
+        assert_eq!(out.len(), 80);
+        let trimmed: Vec<_> = out
+            .iter()
+            .filter(|d| ip::trim_of(d.packet.tos).is_some())
+            .collect();
+        assert!(!trimmed.is_empty());
+        for d in trimmed {
+            let data = &d.packet.data;
+            assert_eq!(data.len(), TRIM_KEEP + 32);
+            assert!(ack_trailer::flagged(data));
+            let (_, ack) = ack_trailer::split(data, true).expect("splits");
+            let ack = ack.expect("the ACK stayed");
+            assert_eq!(ack[24..32], d.packet.tag.to_be_bytes());
         }
     }
 

@@ -81,6 +81,11 @@ pub const PARAMS: &[ParamSpec] = &[
         help: "When a progress call made by the application completes a message and has only ACKs to send, and the application answered the last such call with a send or RMA, hold those ACKs until its next send, RMA or progress call, so a reply it posts at once leaves ahead of them; the hold is reported in the ACK's service time; background progress threads never hold ACKs, and a call that finds ACKs held sends them whatever it completes (default 1; 0 = ACKs leave in the call that queues them).",
     },
     ParamSpec {
+        name: "ack_piggyback",
+        kind: ParamKind::Bool,
+        help: "ACKs held for a reply (FI_UET_DEFER_ACKS) ride at the end of the reply's first datagram when it goes to the same peer, leaves in one piece and has room within FI_UET_MTU, so a request-response exchange sends one datagram per message instead of two; a switch that trims the reply keeps the ACK (emu-net does) (default 1; 0 = held ACKs leave in datagrams of their own, after the reply).",
+    },
+    ParamSpec {
         name: "src_addr",
         kind: ParamKind::Str,
         help: "IP address an endpoint binds when the application names no source or destination address (default 127.0.0.1; \"auto\" = the address of the interface holding the default route).",
@@ -260,6 +265,9 @@ pub struct Config {
     /// ACKs of a progress call that completes a message wait for the
     /// application's next call (see `io::Endpoint::progress_app`).
     pub defer_acks: bool,
+    /// Held ACKs ride at the end of the reply's datagram
+    /// (`wire::ack_trailer`).
+    pub ack_piggyback: bool,
     /// Large payloads are received straight into posted buffers
     /// (`engine::Engine::landing`).
     pub direct_rx: bool,
@@ -327,6 +335,7 @@ impl Default for Config {
             spin_before_yield: 64,
             idle_progress_us: 1000,
             defer_acks: true,
+            ack_piggyback: true,
             direct_rx: true,
             max_pdcs: 16384,
             port: 0,
@@ -444,6 +453,7 @@ impl Config {
             "gso" => return Some(ParamValue::Bool(self.gso)),
             "send_burst_us" => return Some(ParamValue::Int(self.send_burst_us.into())),
             "defer_acks" => return Some(ParamValue::Bool(self.defer_acks)),
+            "ack_piggyback" => return Some(ParamValue::Bool(self.ack_piggyback)),
             "direct_rx" => return Some(ParamValue::Bool(self.direct_rx)),
             "host_read" => return Some(ParamValue::Bool(self.host_read)),
             "fabric" => return Some(ParamValue::Str(self.fabric.clone())),
@@ -570,6 +580,7 @@ impl Config {
             "nscc_trimming" => self.trimming = boolean()?,
             "nscc_qa_idle_restart" => self.nscc_qa_idle_restart = boolean()?,
             "defer_acks" => self.defer_acks = boolean()?,
+            "ack_piggyback" => self.ack_piggyback = boolean()?,
             "direct_rx" => self.direct_rx = boolean()?,
             "host_read" => self.host_read = boolean()?,
             "link_gbps" => self.link_gbps = int(1, 3200)? as u32,

@@ -198,13 +198,17 @@ pub fn flags_of(datagram: &[u8]) -> u8 {
 
 /// Two engines with default settings and their addresses.
 pub fn engine_pair() -> ([SocketAddr; 2], Engine, Engine) {
+    engine_pair_with(&Config::default())
+}
+
+/// Two engines with settings `cfg` and their addresses.
+pub fn engine_pair_with(cfg: &Config) -> ([SocketAddr; 2], Engine, Engine) {
     let addrs: [SocketAddr; 2] = [
         "10.0.0.1:4793".parse().unwrap(),
         "10.0.0.2:4793".parse().unwrap(),
     ];
-    let cfg = Config::default();
-    let a = Engine::new(&cfg, addrs[0], 1);
-    let b = Engine::new(&cfg, addrs[1], 2);
+    let a = Engine::new(cfg, addrs[0], 1);
+    let b = Engine::new(cfg, addrs[1], 2);
     (addrs, a, b)
 }
 

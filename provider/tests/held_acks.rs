@@ -1,14 +1,24 @@
-//! ACKs held while the application answers (`Engine::hold_acks`): the reply
-//! leaves first, the ACK follows with the time it was held as its service
-//! time, and the sender's congestion control sees the round trip without it.
+//! ACKs held while the application answers (`Engine::hold_acks`), with
+//! `FI_UET_ACK_PIGGYBACK` off: the reply leaves first, the ACK follows in a
+//! datagram of its own with the time it was held as its service time, and
+//! the sender's congestion control sees the round trip without it. (With
+//! the knob on, the ACK rides in the reply: `piggyback.rs`.)
 
 mod common;
 
 use uet::engine::{TraceEvent, TraceKind};
 use uet::wire::{AckRepr, PacketType};
-use uet::Engine;
+use uet::{Config, Engine};
 
-use common::{drain, engine_pair, recv, send};
+use common::{drain, engine_pair_with, recv, send};
+
+/// Two engines that send held ACKs in datagrams of their own.
+fn engine_pair() -> ([std::net::SocketAddr; 2], Engine, Engine) {
+    engine_pair_with(&Config {
+        ack_piggyback: false,
+        ..Config::default()
+    })
+}
 
 fn is_data(t: PacketType) -> bool {
     matches!(t, PacketType::RudRequest | PacketType::RodRequest)

@@ -4,7 +4,7 @@ use std::collections::hash_map::Entry;
 
 use super::*;
 use crate::ses::{RendezvousRx, RmaTx};
-use crate::wire::RendezvousRepr;
+use crate::wire::{ack_trailer, RendezvousRepr};
 
 impl Engine {
     // ----- datagram input -------------------------------------------------------------
@@ -18,6 +18,11 @@ impl Engine {
             return;
         };
         match prologue.ptype {
+            PacketType::RudRequest | PacketType::RodRequest
+                if prologue.flags & ack_trailer::FLAG != 0 =>
+            {
+                self.on_request_with_ack(now, from, tos, data)
+            }
             PacketType::RudRequest | PacketType::RodRequest => {
                 self.on_request(now, from, tos, data, None)
             }
@@ -25,6 +30,24 @@ impl Engine {
             PacketType::Nack => self.on_nack(now, from, data),
             PacketType::Control => self.on_control(now, from, data),
             _ => self.stats.malformed += 1,
+        }
+    }
+
+    /// A request carrying an ACK for us at its end (`wire::ack_trailer`):
+    /// the request, then the ACK, as if it had followed in a datagram of
+    /// its own from the sender's canonical address (a sprayed request
+    /// comes from another of its ports).
+    fn on_request_with_ack(&mut self, now: u64, from: SocketAddr, tos: u8, data: &[u8]) {
+        let trimmed = crate::wire::ip::trim_of(tos).is_some();
+        let Some((request, ack)) = ack_trailer::split(data, trimmed) else {
+            self.stats.malformed += 1;
+            return;
+        };
+        self.on_request(now, from, tos, request, None);
+        if let Some(ack) = ack {
+            let acked = self.stats.acks_received;
+            self.on_ack(now, request_origin(from, request), ack);
+            self.stats.piggybacked_acks_received += self.stats.acks_received - acked;
         }
     }
 
@@ -992,6 +1015,18 @@ fn trimmed(tos: u8, ses: &Ses, payload_len: usize) -> Option<Trim> {
 fn canonical_source(from: SocketAddr, ses: &Ses) -> SocketAddr {
     match ses {
         Ses::Request(s, _) => request_source(from, s),
+        _ => from,
+    }
+}
+
+/// The canonical address of the sender of the request datagram `data`
+/// (see [`canonical_source`]); `from` when it does not parse.
+fn request_origin(from: SocketAddr, data: &[u8]) -> SocketAddr {
+    match RequestRepr::parse(data) {
+        Ok(req) if req.next == NextHeader::SesRequest => data
+            .get(RequestRepr::LEN..)
+            .and_then(|body| SesRequestRepr::parse(body).ok())
+            .map_or(from, |s| request_source(from, &s)),
         _ => from,
     }
 }

@@ -143,10 +143,13 @@ impl Engine {
         let Ok(prologue) = Prologue::parse(header) else {
             return false;
         };
+        // A request carrying an ACK (which would sit in the region) is
+        // taken whole.
         if !matches!(
             prologue.ptype,
             PacketType::RudRequest | PacketType::RodRequest
-        ) {
+        ) || prologue.flags & crate::wire::ack_trailer::FLAG != 0
+        {
             return false;
         }
         let Ok(req) = RequestRepr::parse(header) else {

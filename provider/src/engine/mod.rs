@@ -84,6 +84,10 @@ pub struct Stats {
     pub duplicates: u64,
     pub acks_sent: u64,
     pub acks_received: u64,
+    /// ACKs among `acks_sent` that rode at the end of a request
+    /// (`FI_UET_ACK_PIGGYBACK`), and those among `acks_received`.
+    pub acks_piggybacked: u64,
+    pub piggybacked_acks_received: u64,
     /// Datagrams dropped because they did not parse or failed a check.
     pub malformed: u64,
     /// Requests for a PDC we do not know (stale, spoofed).
@@ -392,6 +396,9 @@ pub struct Engine {
     ack_queue: VecDeque<usize>,
     /// Queued ACKs stay back (see [`Engine::hold_acks`]).
     acks_held: bool,
+    /// A held ACK rides at the end of a request to its peer
+    /// (`FI_UET_ACK_PIGGYBACK`, [`crate::wire::ack_trailer`]).
+    ack_piggyback: bool,
     /// NACKs and control packets, sent ahead of ACKs and data.
     control_queue: VecDeque<(SocketAddr, ControlOut)>,
     send_ring: VecDeque<usize>,
@@ -454,6 +461,7 @@ impl Engine {
             completions: VecDeque::new(),
             ack_queue: VecDeque::new(),
             acks_held: false,
+            ack_piggyback: config.ack_piggyback,
             control_queue: VecDeque::new(),
             send_ring: VecDeque::new(),
             ack_timer: 0,

@@ -2,7 +2,7 @@
 
 use super::*;
 use crate::ses::RmaTx;
-use crate::wire::RendezvousRepr;
+use crate::wire::{ack_trailer, RendezvousRepr};
 
 impl Engine {
     // ----- datagram output --------------------------------------------------------------
@@ -120,11 +120,45 @@ impl Engine {
             self.peers[p].in_send_ring = false;
             let sent = self.next_packet(p, now, buf, gather);
             self.mark_ready(p);
-            if let Some((t, g)) = sent {
+            if let Some((mut t, g)) = sent {
+                if g.is_none() {
+                    t.len = self.attach_held_ack(p, now, buf, t.len);
+                }
                 return Some((t, g.map(|(msg_id, offset, len)| (p, msg_id, offset, len))));
             }
         }
         None
+    }
+
+    /// A request to peer `p` was just built in `buf[..len]`, all of it
+    /// there (no gathered payload): when an ACK for that peer is held, it
+    /// rides at the end (`wire::ack_trailer`) if the datagram stays within
+    /// the MTU. Returns the datagram's length. Held ACKs are those of
+    /// messages the application is answering, so this is the reply to
+    /// what they acknowledge; without the trailer they would follow it in
+    /// a datagram of their own.
+    fn attach_held_ack(&mut self, p: usize, now: u64, buf: &mut [u8], len: usize) -> usize {
+        let end = len + ack_trailer::LEN;
+        if !self.acks_held || !self.ack_piggyback || end > self.mtu || end > buf.len() {
+            return len;
+        }
+        let peer = &mut self.peers[p];
+        if !peer.in_ack_queue {
+            return len;
+        }
+        let Some(rx) = peer.rx.as_mut() else {
+            return len;
+        };
+        rx.build_ack(now).emit(&mut buf[len..end]);
+        ack_trailer::mark(&mut buf[..end]);
+        peer.in_ack_queue = false;
+        // Held ACKs are the few of one progress call's arrivals.
+        if let Some(i) = self.ack_queue.iter().position(|&q| q == p) {
+            self.ack_queue.remove(i);
+        }
+        self.stats.acks_sent += 1;
+        self.stats.acks_piggybacked += 1;
+        end
     }
 
     /// The next queued ACK (the caller checked that ACKs are not held).

@@ -6,8 +6,9 @@
 //!
 //! * `drop`: data and ACK packets are not sent.
 //! * `trim` (data only, when not dropped): cut after the PDS request + SES
-//!   headers and sent with DSCP `FI_UET_DSCP_TRIMMED`, as a switch does
-//!   instead of dropping.
+//!   headers (keeping an ACK riding at the end, `wire::ack_trailer`) and
+//!   sent with DSCP `FI_UET_DSCP_TRIMMED`, as a switch does instead of
+//!   dropping.
 //! * `ecn` (data only): sent with ECN CE instead of the engine's codepoint.
 //! * `dup`: data and ACK packets are sent twice.
 //! * `reorder`: data and ACK packets are held for `delay_ns` and sent by a

@@ -51,7 +51,7 @@ use crate::copy::copy_bytes;
 use crate::engine::{Engine, PayloadRef, Transmit};
 use crate::ops::{Completion, Context, RecvOp, SendOp};
 use crate::wire::ip::{self, Ecn};
-use crate::wire::RelayHeader;
+use crate::wire::{ack_trailer, RelayHeader};
 use crate::{Config, Error, Result};
 
 mod host_memory;
@@ -1100,7 +1100,7 @@ impl Endpoint {
         let mut len = t.len;
         let mut dscp = 0;
         if treat.trim && len > TRIMMED_LEN {
-            len = TRIMMED_LEN;
+            len = ack_trailer::trim(&mut self.tx_buf[HEADROOM..HEADROOM + len], TRIMMED_LEN);
             dscp = ip::DSCP_TRIMMED;
             self.stats.fault_trimmed += 1;
         }

@@ -568,7 +568,18 @@ fn deliver(a: &mut Endpoint, b: &mut Endpoint, seed: u64) -> (u64, u64) {
 
 #[test]
 fn application_progress_holds_acks_once_it_sees_replies() {
-    let cfg = ack_config();
+    for piggyback in [false, true] {
+        holds_acks_once_it_sees_replies(piggyback);
+    }
+}
+
+/// With `piggyback`, the held ACK rides in the reply's datagram; without,
+/// it follows the reply in its own.
+fn holds_acks_once_it_sees_replies(piggyback: bool) {
+    let cfg = Config {
+        ack_piggyback: piggyback,
+        ..ack_config()
+    };
     let (mut a, mut b) = pair(&cfg);
     // Nothing known of the application yet: the ACK leaves at once.
     let (before, after) = deliver(&mut a, &mut b, 1);
@@ -586,19 +597,30 @@ fn application_progress_holds_acks_once_it_sees_replies() {
     let (op, _buf) = recv_op(64, 4);
     b.recv(op).unwrap();
     assert_eq!(b.engine_stats().acks_sent, after);
+    // a takes what b sent so far (all in its socket already), so what
+    // arrives next is the reply.
+    for _ in 0..100 {
+        a.progress();
+    }
     let sent = b.stats().sent[0];
     let gso_sends = b.stats().gso_sends;
     let a_received = a.stats().received[0];
+    let a_acks = a.engine_stats().acks_received;
     b.send(send_op(a.local_addr(), pattern(5, 64), 5)).unwrap();
     assert_eq!(b.engine_stats().acks_sent, after + 1);
-    assert_eq!(b.stats().sent[0], sent + 2);
-    // Two plain sends (a pair is no run worth segmenting), reply first.
+    let datagrams = if piggyback { 1 } else { 2 };
+    assert_eq!(b.stats().sent[0], sent + datagrams);
+    assert_eq!(b.engine_stats().acks_piggybacked, piggyback as u64);
+    // Plain sends (a pair is no run worth segmenting), reply first.
     assert_eq!(b.stats().gso_sends, gso_sends);
     let deadline = Instant::now() + Duration::from_secs(10);
-    while a.stats().received[0] < a_received + 2 {
+    while a.stats().received[0] < a_received + datagrams
+        || a.engine_stats().acks_received < a_acks + 1
+    {
         assert!(Instant::now() < deadline, "reply and ACK did not arrive");
         a.progress();
     }
+    assert_eq!(a.engine_stats().piggybacked_acks_received, piggyback as u64);
 
     // Held, then no reply: the next progress call sends it whatever it
     // finds, and the endpoint stops holding (a receiver that only polls).

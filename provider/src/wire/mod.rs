@@ -12,9 +12,11 @@
 //! A data packet is `prologue+request (12 B) | SES header (44 B) |
 //! [rendezvous extension (28 B)] | payload`; an ACK is `prologue+ACK_CC
 //! (32 B)` (or a plain 24 B ACK); NACKs and control packets are 16 B.
-//! `provider/README.md` draws every layout.
+//! A request may end in an ACK_CC it carries for its receiver
+//! ([`ack_trailer`]). `provider/README.md` draws every layout.
 
 pub mod ack;
+pub mod ack_trailer;
 pub mod control;
 pub mod ip;
 pub mod nack;

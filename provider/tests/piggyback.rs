@@ -1,0 +1,378 @@
+//! ACKs riding at the end of a reply (`FI_UET_ACK_PIGGYBACK`,
+//! `wire::ack_trailer`): an ACK held while the application answers leaves
+//! inside the answer's datagram, and the peer takes both from it, whole,
+//! trimmed or with the ACK cut away; a request-response exchange over a
+//! lossy channel still delivers every message intact.
+
+mod common;
+
+use std::collections::BinaryHeap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+
+use common::{drain, engine_pair, flags_of, pattern, recv, send, InFlight, Shared};
+use uet::engine::{TraceEvent, TraceKind};
+use uet::wire::ip::{self, Ecn, DSCP_TRIMMED};
+use uet::wire::{ack_trailer, AckRepr, PacketType};
+use uet::{CompletionKind, Config, Engine, ProbeFlags, RecvOp};
+
+/// UET headers in front of a data packet's payload: PDS request + SES.
+const DATA_HEADERS: usize = 12 + 44;
+
+/// a pinged b with 64 B at 10 us; b took the message, holds its ACK and
+/// has posted a reply of `reply_len` bytes. Returns the addresses, a (with
+/// a receive posted for the reply), b, and b's datagrams while holding.
+fn replying(reply_len: usize) -> ([SocketAddr; 2], Engine, Engine, Vec<Vec<u8>>) {
+    let (addrs, mut a, mut b) = engine_pair();
+    a.enable_trace();
+    a.post_recv(0, recv(reply_len, None, 10)).unwrap();
+    b.post_recv(0, recv(64, None, 20)).unwrap();
+    a.post_send(0, send(addrs[1], vec![1; 64], None, 1))
+        .unwrap();
+    let ping = drain(&mut a, 0);
+    assert_eq!(ping.len(), 1);
+    b.handle_datagram(10_000, addrs[0], 0, &ping[0].1);
+    assert!(b.has_queued_acks());
+    b.hold_acks(true);
+    b.post_send(16_400, send(addrs[0], vec![2; reply_len], None, 2))
+        .unwrap();
+    let held = drain(&mut b, 16_400).into_iter().map(|(_, d)| d).collect();
+    b.hold_acks(false);
+    (addrs, a, b, held)
+}
+
+/// The completions `e` has, as (kind, context).
+fn completions(e: &mut Engine) -> Vec<(CompletionKind, u64)> {
+    let mut out = Vec::new();
+    while let Some(c) = e.poll_completion() {
+        assert_eq!(c.error, None, "{c:?}");
+        out.push((c.kind, c.context));
+    }
+    out
+}
+
+#[test]
+fn held_ack_rides_at_the_end_of_the_reply() {
+    let (addrs, mut a, mut b, held) = replying(64);
+    assert_eq!(held.len(), 1, "one datagram for reply and ACK");
+    let reply = &held[0];
+    assert_eq!(reply.len(), DATA_HEADERS + 64 + ack_trailer::LEN);
+    assert_ne!(flags_of(reply) & ack_trailer::FLAG, 0);
+    let ack = AckRepr::parse(&reply[reply.len() - ack_trailer::LEN..]).unwrap();
+    assert_eq!(ack.service_time_ns(), 6_400, "it reports its hold");
+    // Nothing left to send once released.
+    assert!(!b.has_queued_acks());
+    assert!(drain(&mut b, 16_400).is_empty());
+    assert_eq!(b.stats().acks_piggybacked, 1);
+    assert_eq!(b.stats().acks_sent, 1);
+
+    // a takes the reply and the ACK: both its operations complete, and
+    // its congestion control sees the round trip less b's hold.
+    let arrival = 19_400;
+    a.handle_datagram(arrival, addrs[1], 0, reply);
+    let mut done = completions(&mut a);
+    done.sort_by_key(|&(_, ctx)| ctx);
+    assert_eq!(
+        done,
+        vec![(CompletionKind::Send, 1), (CompletionKind::Recv, 10)]
+    );
+    assert_eq!(a.stats().piggybacked_acks_received, 1);
+    let mut trace: Vec<TraceEvent> = Vec::new();
+    a.take_trace(&mut trace);
+    let rtts: Vec<u64> = trace
+        .iter()
+        .filter(|e| e.kind == TraceKind::Ack)
+        .map(|e| e.rtt_ns)
+        .collect();
+    assert_eq!(rtts, vec![arrival - 6_400]);
+    // And it acknowledges the reply on its own (nothing to answer with).
+    let out = drain(&mut a, arrival);
+    assert_eq!(out.len(), 1);
+    assert_eq!(out[0].0, PacketType::AckCc);
+}
+
+#[test]
+fn a_sprayed_reply_still_delivers_its_ack() {
+    let (addrs, mut a, _b, held) = replying(64);
+    // Sprayed data leaves from another port of b's; the ACK counts as
+    // coming from b's own address.
+    let sprayed: SocketAddr = "10.0.0.2:4800".parse().unwrap();
+    a.handle_datagram(19_400, sprayed, 0, &held[0]);
+    assert_eq!(a.stats().acks_received, 1);
+    assert_eq!(a.stats().unknown_pdc, 0);
+    assert_eq!(completions(&mut a).len(), 2);
+    let _ = addrs;
+}
+
+#[test]
+fn a_full_datagram_leaves_the_ack_to_its_own() {
+    let max = Engine::new(&Config::default(), "10.0.0.9:1".parse().unwrap(), 0).max_payload();
+    let (addrs, mut a, mut b, held) = replying(max);
+    assert_eq!(held.len(), 1);
+    assert_eq!(flags_of(&held[0]) & ack_trailer::FLAG, 0);
+    assert_eq!(held[0].len(), DATA_HEADERS + max);
+    let acks = drain(&mut b, 20_000);
+    assert_eq!(acks.len(), 1);
+    assert_eq!(acks[0].0, PacketType::AckCc);
+    a.handle_datagram(23_000, addrs[1], 0, &held[0]);
+    a.handle_datagram(23_000, addrs[1], 0, &acks[0].1);
+    assert_eq!(completions(&mut a).len(), 2);
+    assert_eq!(a.stats().piggybacked_acks_received, 0);
+}
+
+#[test]
+fn a_reply_in_pieces_carries_the_ack_in_the_first_with_room() {
+    let max = Engine::new(&Config::default(), "10.0.0.9:1".parse().unwrap(), 0).max_payload();
+    let (addrs, mut a, mut b, held) = replying(max + 100);
+    let flagged: Vec<bool> = held
+        .iter()
+        .map(|d| flags_of(d) & ack_trailer::FLAG != 0)
+        .collect();
+    assert_eq!(flagged.iter().filter(|&&f| f).count(), 1, "{flagged:?}");
+    assert!(drain(&mut b, 20_000).is_empty());
+    for d in &held {
+        a.handle_datagram(23_000, addrs[1], 0, d);
+    }
+    assert_eq!(completions(&mut a).len(), 2);
+}
+
+#[test]
+fn a_trimmed_reply_keeps_its_ack_and_is_nacked() {
+    let (addrs, mut a, _b, held) = replying(1000);
+    let mut d = held[0].clone();
+    let kept = ack_trailer::trim(&mut d, DATA_HEADERS);
+    d.truncate(kept);
+    assert_eq!(d.len(), DATA_HEADERS + ack_trailer::LEN);
+    a.handle_datagram(19_400, addrs[1], ip::tos(DSCP_TRIMMED, Ecn::Ect0), &d);
+    assert_eq!(a.stats().trimmed_received, 1);
+    assert_eq!(a.stats().piggybacked_acks_received, 1);
+    // The ping is acknowledged; the reply is not here yet.
+    assert_eq!(completions(&mut a), vec![(CompletionKind::Send, 1)]);
+    let out = drain(&mut a, 19_400);
+    assert!(out.iter().any(|(t, _)| *t == PacketType::Nack), "{out:?}");
+}
+
+#[test]
+fn a_reply_trimmed_without_its_ack_is_still_nacked() {
+    let (addrs, mut a, _b, held) = replying(1000);
+    // A switch that cuts at the headers: the trailer is gone.
+    let d = &held[0][..DATA_HEADERS];
+    assert_ne!(flags_of(d) & ack_trailer::FLAG, 0);
+    a.handle_datagram(19_400, addrs[1], ip::tos(DSCP_TRIMMED, Ecn::Ect0), d);
+    assert_eq!(a.stats().trimmed_received, 1);
+    assert_eq!(a.stats().acks_received, 0);
+    assert_eq!(a.stats().malformed, 0);
+    assert!(completions(&mut a).is_empty());
+    let out = drain(&mut a, 19_400);
+    assert!(out.iter().any(|(t, _)| *t == PacketType::Nack), "{out:?}");
+}
+
+#[test]
+fn a_flag_without_an_ack_is_dropped_untrimmed() {
+    let (addrs, mut a, _b, held) = replying(64);
+    let d = &held[0][..held[0].len() - ack_trailer::LEN];
+    a.handle_datagram(19_400, addrs[1], 0, d);
+    assert_eq!(a.stats().malformed, 1);
+    assert_eq!(a.stats().packets_received, 0);
+    assert!(completions(&mut a).is_empty());
+}
+
+/// `count` request-response rounds between a (client) and b (server) over
+/// a channel that drops, duplicates (`dup`), delays (reorders) and trims, both
+/// answering with their ACKs held the way an application progress call
+/// holds them. Returns both engines' statistics.
+fn ping_pong(
+    seed: u64,
+    sizes: &[usize],
+    drop: f64,
+    dup: f64,
+    trim: f64,
+) -> [uet::engine::Stats; 2] {
+    let cfg = Config {
+        mtu: 1500,
+        window: 64,
+        rto_min_us: 100,
+        rto_max_us: 2000,
+        max_retries: 1000,
+        ..Config::default()
+    };
+    let addrs: [SocketAddr; 2] = [
+        "10.0.0.1:4793".parse().unwrap(),
+        "10.0.0.2:4793".parse().unwrap(),
+    ];
+    let mut eng = [
+        Engine::new(&cfg, addrs[0], seed),
+        Engine::new(&cfg, addrs[1], seed ^ 0x5eed),
+    ];
+    let mut rng = SmallRng::seed_from_u64(seed);
+    let rounds = sizes.len();
+    // Receive buffers: a's for replies, b's for requests.
+    let bufs: [Vec<Shared>; 2] = [0, 1].map(|_| {
+        sizes
+            .iter()
+            .map(|&n| Shared(Arc::new(Mutex::new(vec![0u8; n]))))
+            .collect()
+    });
+    let post = |e: &mut Engine, side: usize, i: usize, now: u64| {
+        let op = RecvOp {
+            src: None,
+            tagged: false,
+            tag: 0,
+            ignore: 0,
+            buffer: Box::new(bufs[side][i].clone()),
+            context: 1_000_000 + i as u64,
+            signal: true,
+            probe: ProbeFlags::default(),
+        };
+        e.post_recv(now, op).unwrap();
+    };
+    // Request i carries pattern(i), reply i pattern(1000 + i).
+    post(&mut eng[0], 0, 0, 0);
+    post(&mut eng[1], 1, 0, 0);
+    eng[0]
+        .post_send(0, send(addrs[1], pattern(0, sizes[0]), None, 0))
+        .unwrap();
+    let mut net: BinaryHeap<InFlight> = BinaryHeap::new();
+    let mut seq = 0u64;
+    let mut now = 0u64;
+    let mut sends = [vec![0u32; rounds], vec![0u32; rounds]];
+    let mut recvs = [vec![0u32; rounds], vec![0u32; rounds]];
+    let mut buf = vec![0u8; 65536];
+    let mut transmit = |e: &mut Engine, from: usize, now: u64, net: &mut BinaryHeap<InFlight>| {
+        while let Some(t) = e.poll_transmit(now, &mut buf) {
+            if rng.gen_bool(drop) {
+                continue;
+            }
+            let copies = if rng.gen_bool(dup) { 2 } else { 1 };
+            for _ in 0..copies {
+                let mut data = buf[..t.len].to_vec();
+                let mut tos = ip::tos(0, t.ecn);
+                let is_data = t.ecn == Ecn::Ect0 && t.len > DATA_HEADERS + ack_trailer::LEN;
+                if is_data && rng.gen_bool(trim) {
+                    // Half the switches keep the trailer, half cut it.
+                    let kept = if rng.gen_bool(0.5) {
+                        ack_trailer::trim(&mut data, DATA_HEADERS)
+                    } else {
+                        DATA_HEADERS
+                    };
+                    data.truncate(kept);
+                    tos = ip::tos(DSCP_TRIMMED, t.ecn);
+                }
+                seq += 1;
+                net.push(InFlight {
+                    at: now + 2_000 + rng.gen_range(0..=3_000),
+                    seq,
+                    to: 1 - from,
+                    from: addrs[from],
+                    tos,
+                    data,
+                });
+            }
+        }
+    };
+    for _step in 0..1_000_000 {
+        for side in 0..2 {
+            let mut answer = Vec::new();
+            while let Some(c) = eng[side].poll_completion() {
+                assert_eq!(c.error, None, "error completion {c:?}");
+                match c.kind {
+                    CompletionKind::Send => sends[side][c.context as usize] += 1,
+                    CompletionKind::Recv => {
+                        let i = (c.context - 1_000_000) as usize;
+                        recvs[side][i] += 1;
+                        assert_eq!(c.len, sizes[i]);
+                        answer.push(i);
+                    }
+                    other => panic!("no RMA here, got {other:?}"),
+                }
+            }
+            // The application answers what it took, ACKs held meanwhile.
+            eng[side].hold_acks(true);
+            for i in answer {
+                let (next, reply) = match side {
+                    1 => (i + 1, Some((i, pattern(1000 + i as u64, sizes[i])))),
+                    _ => (
+                        i + 1,
+                        (i + 1 < rounds).then(|| (i + 1, pattern(i as u64 + 1, sizes[i + 1]))),
+                    ),
+                };
+                if next < rounds {
+                    post(&mut eng[side], side, next, now);
+                }
+                if let Some((ctx, data)) = reply {
+                    eng[side]
+                        .post_send(now, send(addrs[1 - side], data, None, ctx as u64))
+                        .unwrap();
+                }
+            }
+            transmit(&mut eng[side], side, now, &mut net);
+            eng[side].hold_acks(false);
+            transmit(&mut eng[side], side, now, &mut net);
+        }
+        let done =
+            (0..2).all(|s| sends[s].iter().all(|&n| n == 1) && recvs[s].iter().all(|&n| n == 1));
+        if done && net.is_empty() {
+            break;
+        }
+        let next_net = net.peek().map(|p| p.at);
+        let next_timer = eng.iter().filter_map(|e| e.next_timeout()).min();
+        let next = [next_net, next_timer]
+            .into_iter()
+            .flatten()
+            .min()
+            .unwrap_or(now + 10_000);
+        now = next.max(now).min(now + 10_000).max(now + 1);
+        while net.peek().is_some_and(|p| p.at <= now) {
+            let p = net.pop().unwrap();
+            eng[p.to].handle_datagram(now, p.from, p.tos, &p.data);
+        }
+        for e in eng.iter_mut() {
+            if e.next_timeout().is_some_and(|t| t <= now) {
+                e.handle_timeout(now);
+            }
+        }
+    }
+    for i in 0..rounds {
+        for side in 0..2 {
+            assert_eq!(sends[side][i], 1, "side {side} send {i}");
+            assert_eq!(recvs[side][i], 1, "side {side} recv {i}");
+        }
+        let seed = [1000 + i as u64, i as u64];
+        for side in 0..2 {
+            assert!(
+                *bufs[side][i].0.lock().unwrap() == pattern(seed[side], sizes[i]),
+                "side {side} message {i} corrupted"
+            );
+        }
+    }
+    [eng[0].stats(), eng[1].stats()]
+}
+
+#[test]
+fn clean_ping_pong_sends_one_datagram_per_message() {
+    let sizes = [64; 20];
+    let [a, b] = ping_pong(1, &sizes, 0.0, 0.0, 0.0);
+    // Every answer carried the ACK of what it answered; only the last
+    // reply's ACK leaves alone.
+    assert_eq!(b.acks_piggybacked, 20, "{b:?}");
+    assert_eq!(a.acks_piggybacked, 19, "{a:?}");
+    assert_eq!(a.acks_sent, 20);
+    assert_eq!(a.piggybacked_acks_received, 20);
+    assert_eq!(b.piggybacked_acks_received, 19);
+}
+
+#[test]
+fn lossy_ping_pong_delivers_everything_once() {
+    let sizes = [64, 0, 1400, 3000, 1, 9000, 64, 64, 100_000, 500];
+    let mut piggybacked = 0;
+    let mut trimmed = 0;
+    for seed in 0..12 {
+        let [a, b] = ping_pong(seed, &sizes, 0.1, 0.05, 0.1);
+        piggybacked += a.piggybacked_acks_received + b.piggybacked_acks_received;
+        trimmed += a.trimmed_received + b.trimmed_received;
+    }
+    assert!(piggybacked > 0 && trimmed > 0, "{piggybacked} {trimmed}");
+}
