@@ -3,7 +3,8 @@
 //!   valgrind --tool=callgrind target/release/examples/pingpong_cost N
 //! Loopback delivers a datagram within the sender's system call, so every
 //! receive finds its message: the count does not depend on timing. Compare
-//! two N to get the cost per round trip.
+//! two N to get the cost per round trip. `FI_UET_*` parameters in the
+//! environment apply.
 
 use uet::{CompletionKind, CompletionLevel, Config, Endpoint, Payload, ProbeFlags, RecvOp, SendOp};
 
@@ -52,7 +53,17 @@ fn main() {
         .nth(1)
         .and_then(|a| a.parse().ok())
         .unwrap_or(10_000);
-    let cfg = Config::default();
+    // FI_UET_<NAME>=value settings in the environment apply, as in the
+    // provider (to compare two settings' costs).
+    let mut cfg = Config::default();
+    for (key, value) in std::env::vars() {
+        if let Some(name) = key.strip_prefix("FI_UET_") {
+            if let Err(e) = cfg.set_text(&name.to_ascii_lowercase(), &value) {
+                eprintln!("{key}: {e}");
+                std::process::exit(1);
+            }
+        }
+    }
     let any = "127.0.0.1:0".parse().expect("address");
     let (Ok(mut a), Ok(mut b)) = (Endpoint::bind(&cfg, any), Endpoint::bind(&cfg, any)) else {
         eprintln!("cannot bind UDP sockets on 127.0.0.1");
