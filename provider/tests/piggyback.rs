@@ -95,6 +95,45 @@ fn held_ack_rides_at_the_end_of_the_reply() {
 }
 
 #[test]
+fn a_deferred_ack_waits_for_the_answer_and_keeps_its_arrival_time() {
+    let (addrs, mut a, _b, held) = replying(64);
+    a.defer_trailer_acks(true);
+    let arrival = 19_400;
+    a.handle_datagram(arrival, addrs[1], 0, &held[0]);
+    a.defer_trailer_acks(false);
+    // The reply is there; the ACK waits (the send is not complete yet).
+    assert_eq!(completions(&mut a), vec![(CompletionKind::Recv, 10)]);
+    assert!(a.has_trailer_acks());
+    assert_eq!(a.stats().acks_received, 0);
+    a.handle_trailer_acks();
+    assert!(!a.has_trailer_acks());
+    assert_eq!(completions(&mut a), vec![(CompletionKind::Send, 1)]);
+    assert_eq!(a.stats().piggybacked_acks_received, 1);
+    let mut trace: Vec<TraceEvent> = Vec::new();
+    a.take_trace(&mut trace);
+    let rtts: Vec<u64> = trace
+        .iter()
+        .filter(|e| e.kind == TraceKind::Ack)
+        .map(|e| e.rtt_ns)
+        .collect();
+    assert_eq!(rtts, vec![arrival - 6_400], "dated when it arrived");
+}
+
+#[test]
+fn timers_take_deferred_acks_first() {
+    let (addrs, mut a, _b, held) = replying(64);
+    a.defer_trailer_acks(true);
+    a.handle_datagram(19_400, addrs[1], 0, &held[0]);
+    a.defer_trailer_acks(false);
+    // Long past the retransmission timeout of the ping: the ACK in hand
+    // is taken before the timer could resend it.
+    a.handle_timeout(500_000_000);
+    assert_eq!(a.stats().retransmits, 0);
+    assert_eq!(a.stats().timeouts, 0);
+    assert_eq!(a.stats().piggybacked_acks_received, 1);
+}
+
+#[test]
 fn a_sprayed_reply_still_delivers_its_ack() {
     let (addrs, mut a, _b, held) = replying(64);
     // Sprayed data leaves from another port of b's; the ACK counts as

@@ -44,11 +44,56 @@ impl Engine {
             return;
         };
         self.on_request(now, from, tos, request, None);
-        if let Some(ack) = ack {
-            let acked = self.stats.acks_received;
-            self.on_ack(now, request_origin(from, request), ack);
-            self.stats.piggybacked_acks_received += self.stats.acks_received - acked;
+        let Some(ack) = ack else { return };
+        let from = request_origin(from, request);
+        match <[u8; AckRepr::LEN]>::try_from(ack) {
+            Ok(bytes) if self.trailer_acks_deferred => {
+                self.trailer_acks.push(TrailerAck {
+                    at: now,
+                    from,
+                    bytes,
+                });
+            }
+            _ => self.on_trailer_ack(now, from, ack),
         }
+    }
+
+    fn on_trailer_ack(&mut self, now: u64, from: SocketAddr, ack: &[u8]) {
+        let acked = self.stats.acks_received;
+        self.on_ack(now, from, ack);
+        self.stats.piggybacked_acks_received += self.stats.acks_received - acked;
+    }
+
+    /// While `deferred`, an ACK that arrives at the end of a request waits
+    /// until [`handle_trailer_acks`](Self::handle_trailer_acks) (or the
+    /// next timer call) instead of being taken with the request. The
+    /// request is most likely what the application waits for and answers
+    /// at once: a driver defers the ACK's work (a congestion-control
+    /// update) until the answer has left, where a separate ACK datagram
+    /// would have been taken while the application was busy anyway. Its
+    /// arrival time is kept for the round-trip sample.
+    pub fn defer_trailer_acks(&mut self, deferred: bool) {
+        self.trailer_acks_deferred = deferred;
+    }
+
+    /// True when ACKs wait for [`handle_trailer_acks`](Self::handle_trailer_acks).
+    pub fn has_trailer_acks(&self) -> bool {
+        !self.trailer_acks.is_empty()
+    }
+
+    /// Take the ACKs deferred by [`defer_trailer_acks`](Self::defer_trailer_acks),
+    /// in arrival order, each dated when it arrived.
+    pub fn handle_trailer_acks(&mut self) {
+        if self.trailer_acks.is_empty() {
+            return;
+        }
+        let mut acks = std::mem::take(&mut self.trailer_acks);
+        for a in &acks {
+            self.on_trailer_ack(a.at, a.from, &a.bytes);
+        }
+        // Keep the allocation for the next ones.
+        acks.clear();
+        self.trailer_acks = acks;
     }
 
     /// `in_place`: `data` holds the headers only, and this many payload

@@ -75,6 +75,15 @@ const MAX_MSGS_PER_PEER: usize = 16384;
 /// Headers in front of the payload of a data packet.
 const DATA_HEADERS: usize = RequestRepr::LEN + SesRequestRepr::LEN;
 
+/// An ACK that arrived at the end of a request, kept for later
+/// ([`Engine::defer_trailer_acks`]): when, from whom, its bytes.
+#[derive(Clone, Copy, Debug)]
+struct TrailerAck {
+    at: u64,
+    from: SocketAddr,
+    bytes: [u8; AckRepr::LEN],
+}
+
 /// Counters for diagnostics and tests.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Stats {
@@ -399,6 +408,10 @@ pub struct Engine {
     /// A held ACK rides at the end of a request to its peer
     /// (`FI_UET_ACK_PIGGYBACK`, [`crate::wire::ack_trailer`]).
     ack_piggyback: bool,
+    /// ACKs that arrived riding on requests wait in `trailer_acks` (see
+    /// [`Engine::defer_trailer_acks`]).
+    trailer_acks_deferred: bool,
+    trailer_acks: Vec<TrailerAck>,
     /// NACKs and control packets, sent ahead of ACKs and data.
     control_queue: VecDeque<(SocketAddr, ControlOut)>,
     send_ring: VecDeque<usize>,
@@ -462,6 +475,8 @@ impl Engine {
             ack_queue: VecDeque::new(),
             acks_held: false,
             ack_piggyback: config.ack_piggyback,
+            trailer_acks_deferred: false,
+            trailer_acks: Vec::new(),
             control_queue: VecDeque::new(),
             send_ring: VecDeque::new(),
             ack_timer: 0,

@@ -24,6 +24,8 @@ impl Engine {
     }
 
     pub fn handle_timeout(&mut self, now: u64) {
+        // No timer may act on state an ACK already in hand changes.
+        self.handle_trailer_acks();
         self.rendezvous_timer(now);
         if self.ack_timer != 0 && self.ack_timer <= now {
             self.ack_timer = 0;

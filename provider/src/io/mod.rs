@@ -588,6 +588,7 @@ impl Endpoint {
         if !self.stalled.is_empty()
             || self.acks_deferred
             || self.sends_deferred
+            || self.engine.has_trailer_acks()
             || self.engine.has_completions()
         {
             return Some(std::time::Duration::ZERO);
@@ -628,14 +629,30 @@ impl Endpoint {
         self.end_send_burst(now);
 
         let mut busy = false;
+        // ACKs that came riding on the last call's arrivals, once the
+        // answer (if any) has left.
+        if self.engine.has_trailer_acks() {
+            self.engine.handle_trailer_acks();
+            busy = true;
+        }
         let released = std::mem::take(&mut self.acks_deferred);
         if may_hold && std::mem::take(&mut self.awaiting_reply) {
             // Back to polling instead of answering.
             self.replies_follow = false;
         }
+        // An application seen answering answers what arrives now: the
+        // ACKs riding on it wait until the answer has left
+        // (Engine::defer_trailer_acks).
+        self.engine
+            .defer_trailer_acks(may_hold && self.replies_follow);
         // Peers address everything to socket 0; the pool sockets see only
         // strays and ICMP errors, drained every so often.
         let arrived = self.receive(0, &mut now);
+        self.engine.defer_trailer_acks(false);
+        if !self.engine.has_completions() {
+            // Nothing to answer: no reason to wait.
+            self.engine.handle_trailer_acks();
+        }
         busy |= arrived > 0;
         // A full burst may have left more in the socket, the ACKs for what
         // a timer is about to declare lost among them (a long flush kept
@@ -868,9 +885,11 @@ impl Endpoint {
         }
     }
 
-    /// After posting a send or RMA: its data first, then the ACKs held for
-    /// it. The reply leaves before the ACKs are even built, so neither
-    /// their building nor their system call delays it.
+    /// After posting a send or RMA: its data first, carrying the ACKs held
+    /// for it where they fit (`wire::ack_trailer`), then the others. Those
+    /// leave after the reply, so neither their building nor their system
+    /// call delays it. Then the ACKs that arrived riding on what the
+    /// application answers.
     fn flush_reply(&mut self, now: u64) {
         if std::mem::take(&mut self.awaiting_reply) {
             self.replies_follow = true;
@@ -883,6 +902,12 @@ impl Endpoint {
             self.flush(self.now());
         } else {
             self.flush(now);
+        }
+        // The ACKs that came riding on what this answers, now that the
+        // answer is out; what they free may send more.
+        if self.engine.has_trailer_acks() {
+            self.engine.handle_trailer_acks();
+            self.flush(self.now());
         }
     }
 
