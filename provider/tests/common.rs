@@ -1,6 +1,7 @@
 //! Helpers shared by the integration tests.
 #![allow(dead_code)]
 
+use std::collections::BinaryHeap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
@@ -145,6 +146,32 @@ impl Ord for InFlight {
     fn cmp(&self, o: &Self) -> std::cmp::Ordering {
         (o.at, o.seq).cmp(&(self.at, self.seq))
     }
+}
+
+/// Advance virtual time from `now` to the next event (a datagram due in
+/// `net`, an engine's timer, or `also`), by at least 1 ns and at most
+/// 10 us, then deliver the datagrams due and fire the timers due. Returns
+/// the new time.
+pub fn advance(
+    eng: &mut [Engine],
+    net: &mut BinaryHeap<InFlight>,
+    now: u64,
+    also: Option<u64>,
+) -> u64 {
+    let next_net = net.peek().map(|p| p.at);
+    let next_timer = eng.iter().filter_map(|e| e.next_timeout()).min();
+    let next = [next_net, next_timer, also].into_iter().flatten().min();
+    let now = next.unwrap_or(now + 10_000).clamp(now + 1, now + 10_000);
+    while net.peek().is_some_and(|p| p.at <= now) {
+        let p = net.pop().expect("peeked");
+        eng[p.to].handle_datagram(now, p.from, p.tos, &p.data);
+    }
+    for e in eng.iter_mut() {
+        if e.next_timeout().is_some_and(|t| t <= now) {
+            e.handle_timeout(now);
+        }
+    }
+    now
 }
 
 /// One exchange between two engines: every datagram both have ready,

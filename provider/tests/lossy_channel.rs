@@ -12,7 +12,7 @@ use proptest::prelude::*;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
-use common::{pattern, send, InFlight, Shared};
+use common::{advance, pattern, send, InFlight, Shared};
 use uet::engine::Stats;
 use uet::wire::ip::{self, Ecn, DSCP_TRIMMED, DSCP_TRIMMED_LASTHOP};
 use uet::{CompletionKind, Config, Engine, ProbeFlags, RecvOp};
@@ -219,24 +219,7 @@ fn run(seed: u64, imp: Impairments, sizes: &[usize], tagged: bool) -> (u64, [Sta
         {
             break;
         }
-        // Advance virtual time to the next event.
-        let next_net = net.peek().map(|p| p.at);
-        let next_timer = eng.iter().filter_map(|e| e.next_timeout()).min();
-        let next = [next_net, next_timer, second_burst_at]
-            .into_iter()
-            .flatten()
-            .min()
-            .unwrap_or(now + 10_000);
-        now = next.max(now).min(now + 10_000).max(now + 1);
-        while net.peek().is_some_and(|p| p.at <= now) {
-            let p = net.pop().unwrap();
-            eng[p.to].handle_datagram(now, p.from, p.tos, &p.data);
-        }
-        for e in eng.iter_mut() {
-            if e.next_timeout().is_some_and(|t| t <= now) {
-                e.handle_timeout(now);
-            }
-        }
+        now = advance(&mut eng, &mut net, now, second_burst_at);
     }
     assert_eq!(eng[1].staged_bytes(), 0, "staging not released");
     assert_eq!(eng[1].pulls_pending(), 0, "pulls left behind");

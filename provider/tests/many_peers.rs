@@ -14,7 +14,7 @@ use proptest::prelude::*;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
-use common::{pattern, send, InFlight, Shared};
+use common::{advance, pattern, send, InFlight, Shared};
 use uet::engine::Stats;
 use uet::{CompletionKind, Config, Engine, ProbeFlags, RecvOp};
 
@@ -134,19 +134,7 @@ fn mesh(
         if sends == expected && recvs == expected && net.is_empty() {
             break;
         }
-        let next_net = net.peek().map(|p: &InFlight| p.at);
-        let next_timer = eng.iter().filter_map(|e| e.next_timeout()).min();
-        let next = next_net.into_iter().chain(next_timer).min();
-        now = next.unwrap_or(now + 10_000).clamp(now + 1, now + 10_000);
-        while net.peek().is_some_and(|p| p.at <= now) {
-            let p = net.pop().unwrap();
-            eng[p.to].handle_datagram(now, p.from, p.tos, &p.data);
-        }
-        for e in eng.iter_mut() {
-            if e.next_timeout().is_some_and(|t| t <= now) {
-                e.handle_timeout(now);
-            }
-        }
+        now = advance(&mut eng, &mut net, now, None);
     }
     for r in 0..n {
         for s in (0..n).filter(|&s| s != r) {

@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
-use common::{drain, engine_pair, flags_of, pattern, recv, send, InFlight, Shared};
+use common::{advance, drain, engine_pair, flags_of, pattern, recv, send, InFlight, Shared};
 use uet::engine::{TraceEvent, TraceKind};
 use uet::wire::ip::{self, Ecn, DSCP_TRIMMED};
 use uet::wire::{ack_trailer, AckRepr, PacketType};
@@ -356,23 +356,7 @@ fn ping_pong(
         if done && net.is_empty() {
             break;
         }
-        let next_net = net.peek().map(|p| p.at);
-        let next_timer = eng.iter().filter_map(|e| e.next_timeout()).min();
-        let next = [next_net, next_timer]
-            .into_iter()
-            .flatten()
-            .min()
-            .unwrap_or(now + 10_000);
-        now = next.max(now).min(now + 10_000).max(now + 1);
-        while net.peek().is_some_and(|p| p.at <= now) {
-            let p = net.pop().unwrap();
-            eng[p.to].handle_datagram(now, p.from, p.tos, &p.data);
-        }
-        for e in eng.iter_mut() {
-            if e.next_timeout().is_some_and(|t| t <= now) {
-                e.handle_timeout(now);
-            }
-        }
+        now = advance(&mut eng, &mut net, now, None);
     }
     for i in 0..rounds {
         for side in 0..2 {
