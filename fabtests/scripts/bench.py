@@ -78,11 +78,15 @@ def pp_iters(size, config):
     (tcp's first few 4 MiB transfers take three times as long as the
     rest), or it measures that ramp instead of the steady state an
     application sees; so even 16 MiB runs move about 1 GiB each way.
+    Small messages run for a few tenths of a second, like the sockperf
+    anchor they are compared with: 2000 round trips of 64 B last about
+    30 ms, a few scheduler time slices, and one preemption of either
+    process moved such a run's mean by 20-50% on a shared VM.
     """
     if size <= 64:
-        n = 2000
+        n = 20000
     elif size <= 4 * KI:
-        n = 1000
+        n = 5000
     elif size <= 64 * KI:
         n = 400
     elif size <= 1 * MI:
