@@ -78,7 +78,12 @@ pub const PARAMS: &[ParamSpec] = &[
     ParamSpec {
         name: "defer_acks",
         kind: ParamKind::Bool,
-        help: "When a progress call made by the application completes a message and has only ACKs to send, and the application answered the last such call with a send or RMA, hold those ACKs until its next send, RMA or progress call, so a reply it posts at once leaves ahead of them; the hold is reported in the ACK's service time; background progress threads never hold ACKs, and a call that finds ACKs held sends them whatever it completes (default 1; 0 = ACKs leave in the call that queues them).",
+        help: "When a progress call made by the application completes a message and has only ACKs to send, and the application answered the last such call with a send or RMA, hold those ACKs until its next send or RMA, so a reply it posts at once leaves ahead of them or carries them (FI_UET_ACK_PIGGYBACK); the hold is reported in the ACK's service time; background progress threads never hold ACKs, and the first application call made FI_UET_ACK_HOLD_US or more after the hold began sends them whatever it completes (default 1; 0 = ACKs leave in the call that queues them).",
+    },
+    ParamSpec {
+        name: "ack_hold_us",
+        kind: ParamKind::Int,
+        help: "How long ACKs held for a reply (FI_UET_DEFER_ACKS) stay held through further application progress calls made before the application answers, such as a read of its send's completion before the message's (default 10; 0 = released by the next call).",
     },
     ParamSpec {
         name: "ack_piggyback",
@@ -265,6 +270,8 @@ pub struct Config {
     /// ACKs of a progress call that completes a message wait for the
     /// application's next call (see `io::Endpoint::progress_app`).
     pub defer_acks: bool,
+    /// Microseconds held ACKs survive further application progress calls.
+    pub ack_hold_us: u64,
     /// Held ACKs ride at the end of the reply's datagram
     /// (`wire::ack_trailer`).
     pub ack_piggyback: bool,
@@ -335,6 +342,7 @@ impl Default for Config {
             spin_before_yield: 64,
             idle_progress_us: 1000,
             defer_acks: true,
+            ack_hold_us: 10,
             ack_piggyback: true,
             direct_rx: true,
             max_pdcs: 16384,
@@ -454,6 +462,7 @@ impl Config {
             "send_burst_us" => return Some(ParamValue::Int(self.send_burst_us.into())),
             "defer_acks" => return Some(ParamValue::Bool(self.defer_acks)),
             "ack_piggyback" => return Some(ParamValue::Bool(self.ack_piggyback)),
+            "ack_hold_us" => return Some(ParamValue::Int(self.ack_hold_us as i64)),
             "direct_rx" => return Some(ParamValue::Bool(self.direct_rx)),
             "host_read" => return Some(ParamValue::Bool(self.host_read)),
             "fabric" => return Some(ParamValue::Str(self.fabric.clone())),
@@ -581,6 +590,7 @@ impl Config {
             "nscc_qa_idle_restart" => self.nscc_qa_idle_restart = boolean()?,
             "defer_acks" => self.defer_acks = boolean()?,
             "ack_piggyback" => self.ack_piggyback = boolean()?,
+            "ack_hold_us" => self.ack_hold_us = int(0, 1_000_000)? as u64,
             "direct_rx" => self.direct_rx = boolean()?,
             "host_read" => self.host_read = boolean()?,
             "link_gbps" => self.link_gbps = int(1, 3200)? as u32,

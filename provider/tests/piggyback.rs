@@ -26,12 +26,21 @@ const DATA_HEADERS: usize = 12 + 44;
 /// has posted a reply of `reply_len` bytes. Returns the addresses, a (with
 /// a receive posted for the reply), b, and b's datagrams while holding.
 fn replying(reply_len: usize) -> ([SocketAddr; 2], Engine, Engine, Vec<Vec<u8>>) {
+    replying_to(reply_len, true)
+}
+
+/// [`replying`], the ping an inject (no completion) unless `signaled`.
+fn replying_to(
+    reply_len: usize,
+    signaled: bool,
+) -> ([SocketAddr; 2], Engine, Engine, Vec<Vec<u8>>) {
     let (addrs, mut a, mut b) = engine_pair();
     a.enable_trace();
     a.post_recv(0, recv(reply_len, None, 10)).unwrap();
     b.post_recv(0, recv(64, None, 20)).unwrap();
-    a.post_send(0, send(addrs[1], vec![1; 64], None, 1))
-        .unwrap();
+    let mut ping = send(addrs[1], vec![1; 64], None, 1);
+    ping.signal = signaled;
+    a.post_send(0, ping).unwrap();
     let ping = drain(&mut a, 0);
     assert_eq!(ping.len(), 1);
     b.handle_datagram(10_000, addrs[0], 0, &ping[0].1);
@@ -96,18 +105,19 @@ fn held_ack_rides_at_the_end_of_the_reply() {
 
 #[test]
 fn a_deferred_ack_waits_for_the_answer_and_keeps_its_arrival_time() {
-    let (addrs, mut a, _b, held) = replying(64);
+    // The ping was an inject: the ACK completes nothing the application
+    // sees, so it can wait.
+    let (addrs, mut a, _b, held) = replying_to(64, false);
     a.defer_trailer_acks(true);
     let arrival = 19_400;
     a.handle_datagram(arrival, addrs[1], 0, &held[0]);
     a.defer_trailer_acks(false);
-    // The reply is there; the ACK waits (the send is not complete yet).
+    // The reply is there; the ACK waits.
     assert_eq!(completions(&mut a), vec![(CompletionKind::Recv, 10)]);
     assert!(a.has_trailer_acks());
     assert_eq!(a.stats().acks_received, 0);
     a.handle_trailer_acks();
     assert!(!a.has_trailer_acks());
-    assert_eq!(completions(&mut a), vec![(CompletionKind::Send, 1)]);
     assert_eq!(a.stats().piggybacked_acks_received, 1);
     let mut trace: Vec<TraceEvent> = Vec::new();
     a.take_trace(&mut trace);
@@ -120,8 +130,23 @@ fn a_deferred_ack_waits_for_the_answer_and_keeps_its_arrival_time() {
 }
 
 #[test]
+fn an_ack_completing_a_send_the_application_sees_is_never_deferred() {
+    // It may be waiting for that completion before it answers.
+    let (addrs, mut a, _b, held) = replying_to(64, true);
+    a.defer_trailer_acks(true);
+    a.handle_datagram(19_400, addrs[1], 0, &held[0]);
+    assert!(!a.has_trailer_acks());
+    let mut done = completions(&mut a);
+    done.sort_by_key(|&(_, ctx)| ctx);
+    assert_eq!(
+        done,
+        vec![(CompletionKind::Send, 1), (CompletionKind::Recv, 10)]
+    );
+}
+
+#[test]
 fn timers_take_deferred_acks_first() {
-    let (addrs, mut a, _b, held) = replying(64);
+    let (addrs, mut a, _b, held) = replying_to(64, false);
     a.defer_trailer_acks(true);
     a.handle_datagram(19_400, addrs[1], 0, &held[0]);
     a.defer_trailer_acks(false);

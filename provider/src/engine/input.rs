@@ -47,7 +47,7 @@ impl Engine {
         let Some(ack) = ack else { return };
         let from = request_origin(from, request);
         match <[u8; AckRepr::LEN]>::try_from(ack) {
-            Ok(bytes) if self.trailer_acks_deferred => {
+            Ok(bytes) if self.trailer_acks_deferred && !self.completes_signaled_send(&bytes) => {
                 self.trailer_acks.push(TrailerAck {
                     at: now,
                     from,
@@ -56,6 +56,20 @@ impl Engine {
             }
             _ => self.on_trailer_ack(now, from, ack),
         }
+    }
+
+    /// Whether the ACK in `ack` is for a peer we have a send to whose
+    /// completion the application will see (not an inject): it may be
+    /// waiting for that completion before it answers, so the ACK is taken
+    /// at once rather than deferred.
+    fn completes_signaled_send(&self, ack: &[u8; AckRepr::LEN]) -> bool {
+        let dpdcid = crate::wire::ack::Packet::new_unchecked(&ack[..]).dpdcid();
+        self.tx_by_id.get(&dpdcid).is_some_and(|&p| {
+            self.peers[p]
+                .messages
+                .values()
+                .any(|m| m.signal && !m.completed)
+        })
     }
 
     fn on_trailer_ack(&mut self, now: u64, from: SocketAddr, ack: &[u8]) {
@@ -71,7 +85,9 @@ impl Engine {
     /// at once: a driver defers the ACK's work (a congestion-control
     /// update) until the answer has left, where a separate ACK datagram
     /// would have been taken while the application was busy anyway. Its
-    /// arrival time is kept for the round-trip sample.
+    /// arrival time is kept for the round-trip sample. An ACK for a peer
+    /// with a send whose completion the application will see is taken at
+    /// once all the same: the application may be waiting for it.
     pub fn defer_trailer_acks(&mut self, deferred: bool) {
         self.trailer_acks_deferred = deferred;
     }

@@ -246,6 +246,13 @@ pub struct Endpoint {
     landing_refusals: u32,
     /// ACKs held by the last application progress call, for the next call.
     acks_deferred: bool,
+    /// When the ACKs held now began to be held (engine time).
+    acks_held_at: u64,
+    /// `FI_UET_ACK_HOLD_US` in ns: how long held ACKs survive further
+    /// application progress calls before the application answers (long
+    /// enough for the few CQ reads between taking a message and answering
+    /// it, short against the sender's round trip).
+    ack_hold_ns: u64,
     /// `FI_UET_SEND_BURST_US` in ns: a send posted this soon after another
     /// waits for the end of the burst; a later one leaves at once (with any
     /// still waiting), so an application that sends now and then never
@@ -424,6 +431,8 @@ impl Endpoint {
             direct_rx: config.direct_rx && fabric.is_none(),
             landing_refusals: 0,
             acks_deferred: false,
+            acks_held_at: 0,
+            ack_hold_ns: config.ack_hold_us.saturating_mul(1000),
             burst_gap_ns: u64::from(config.send_burst_us) * 1000,
             in_send_burst: false,
             last_send_ns: 0,
@@ -635,8 +644,15 @@ impl Endpoint {
             self.engine.handle_trailer_acks();
             busy = true;
         }
-        let released = std::mem::take(&mut self.acks_deferred);
-        if may_hold && std::mem::take(&mut self.awaiting_reply) {
+        // Held ACKs stay held through the application's calls for a short
+        // while (FI_UET_ACK_HOLD_US): between taking a message and
+        // answering it, an application may read a CQ more than once (its
+        // send's completion, then the message's).
+        let young = may_hold
+            && self.acks_deferred
+            && now.saturating_sub(self.acks_held_at) < self.ack_hold_ns;
+        let released = !young && std::mem::take(&mut self.acks_deferred);
+        if may_hold && !young && std::mem::take(&mut self.awaiting_reply) {
             // Back to polling instead of answering.
             self.replies_follow = false;
         }
@@ -694,7 +710,7 @@ impl Endpoint {
         // that operation finish before the one the ACK completes.
         let answerable = may_hold
             && !released
-            && self.engine.has_completions()
+            && (young || self.engine.has_completions())
             && self.engine.has_queued_acks()
             && !self.engine.has_queued_data();
         self.awaiting_reply = answerable;
@@ -917,7 +933,11 @@ impl Endpoint {
         self.engine.hold_acks(hold);
         let sent = self.flush(now);
         self.engine.hold_acks(false);
+        let was_held = self.acks_deferred;
         self.acks_deferred = hold && self.engine.has_queued_acks();
+        if self.acks_deferred && !was_held {
+            self.acks_held_at = now;
+        }
         sent
     }
 

@@ -622,13 +622,46 @@ fn holds_acks_once_it_sees_replies(piggyback: bool) {
     }
     assert_eq!(a.engine_stats().piggybacked_acks_received, piggyback as u64);
 
-    // Held, then no reply: the next progress call sends it whatever it
-    // finds, and the endpoint stops holding (a receiver that only polls).
+    // Held, then no reply: the first call past the hold
+    // (FI_UET_ACK_HOLD_US) sends it whatever it finds, and the endpoint
+    // stops holding (a receiver that only polls).
     let (_, held) = deliver(&mut a, &mut b, 6);
+    std::thread::sleep(Duration::from_micros(cfg.ack_hold_us + 50));
     b.progress_app();
     assert_eq!(b.engine_stats().acks_sent, held + 1);
     let (before, after) = deliver(&mut a, &mut b, 7);
     assert_eq!(after, before + 1);
+}
+
+#[test]
+fn held_acks_outlast_calls_made_before_the_answer() {
+    // An application that reads its CQs more than once between taking a
+    // message and answering it (its send's completion, then the
+    // message's): within the hold, those calls keep the ACK back, and the
+    // answer carries it.
+    let cfg = Config {
+        ack_hold_us: 1_000_000,
+        ..ack_config()
+    };
+    let (mut a, mut b) = pair(&cfg);
+    deliver(&mut a, &mut b, 1);
+    b.send(send_op(a.local_addr(), pattern(2, 64), 2)).unwrap();
+    let (_, held) = deliver(&mut a, &mut b, 3);
+    for _ in 0..3 {
+        b.progress_app();
+    }
+    assert_eq!(
+        b.engine_stats().acks_sent,
+        held,
+        "released before the answer"
+    );
+    let sent = b.stats().sent[0];
+    b.send(send_op(a.local_addr(), pattern(4, 64), 4)).unwrap();
+    assert_eq!(b.stats().sent[0], sent + 1, "one datagram: answer and ACK");
+    assert_eq!(b.engine_stats().acks_piggybacked, 1);
+    // And the endpoint still holds for the next message.
+    let (before, after) = deliver(&mut a, &mut b, 5);
+    assert_eq!(after, before);
 }
 
 #[test]
