@@ -223,6 +223,26 @@ pub fn flags_of(datagram: &[u8]) -> u8 {
     Prologue::parse(datagram).unwrap().flags
 }
 
+/// The addresses the two-engine tests give their engines.
+pub fn addrs() -> [SocketAddr; 2] {
+    [
+        "10.0.0.1:4793".parse().unwrap(),
+        "10.0.0.2:4793".parse().unwrap(),
+    ]
+}
+
+/// The round-trip samples (ns) of the ACKs `e` took since the last call
+/// (its trace must be on).
+pub fn ack_rtts(e: &mut Engine) -> Vec<u64> {
+    let mut trace = Vec::new();
+    e.take_trace(&mut trace);
+    trace
+        .iter()
+        .filter(|t| t.kind == uet::engine::TraceKind::Ack)
+        .map(|t| t.rtt_ns)
+        .collect()
+}
+
 /// Two engines with default settings and their addresses.
 pub fn engine_pair() -> ([SocketAddr; 2], Engine, Engine) {
     engine_pair_with(&Config::default())
@@ -230,10 +250,7 @@ pub fn engine_pair() -> ([SocketAddr; 2], Engine, Engine) {
 
 /// Two engines with settings `cfg` and their addresses.
 pub fn engine_pair_with(cfg: &Config) -> ([SocketAddr; 2], Engine, Engine) {
-    let addrs: [SocketAddr; 2] = [
-        "10.0.0.1:4793".parse().unwrap(),
-        "10.0.0.2:4793".parse().unwrap(),
-    ];
+    let addrs = addrs();
     let a = Engine::new(cfg, addrs[0], 1);
     let b = Engine::new(cfg, addrs[1], 2);
     (addrs, a, b)

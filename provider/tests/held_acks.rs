@@ -6,11 +6,10 @@
 
 mod common;
 
-use uet::engine::{TraceEvent, TraceKind};
 use uet::wire::{AckRepr, PacketType};
 use uet::{Config, Engine};
 
-use common::{drain, engine_pair_with, recv, send};
+use common::{ack_rtts, drain, engine_pair_with, recv, send};
 
 /// Two engines that send held ACKs in datagrams of their own.
 fn engine_pair() -> ([std::net::SocketAddr; 2], Engine, Engine) {
@@ -64,14 +63,7 @@ fn held_ack_follows_the_reply_and_reports_its_hold_time() {
     let ack_arrival = reply_at + 3_000;
     a.handle_datagram(ack_arrival, addrs[1], 0, &reply[0].1);
     a.handle_datagram(ack_arrival, addrs[1], 0, &ack[0].1);
-    let mut trace: Vec<TraceEvent> = Vec::new();
-    a.take_trace(&mut trace);
-    let acks: Vec<u64> = trace
-        .iter()
-        .filter(|e| e.kind == TraceKind::Ack)
-        .map(|e| e.rtt_ns)
-        .collect();
-    assert_eq!(acks, vec![ack_arrival - 6_400]);
+    assert_eq!(ack_rtts(&mut a), vec![ack_arrival - 6_400]);
 }
 
 /// The receiving engine of a 64 B ping at 10 us that has queued its ACK

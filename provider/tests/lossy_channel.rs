@@ -5,14 +5,13 @@
 mod common;
 
 use std::collections::BinaryHeap;
-use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
 use proptest::prelude::*;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
-use common::{advance, pattern, send, InFlight, Shared};
+use common::{addrs, advance, pattern, send, InFlight, Shared};
 use uet::engine::Stats;
 use uet::wire::ip::{self, Ecn, DSCP_TRIMMED, DSCP_TRIMMED_LASTHOP};
 use uet::{CompletionKind, Config, Engine, ProbeFlags, RecvOp};
@@ -81,10 +80,7 @@ fn run(seed: u64, imp: Impairments, sizes: &[usize], tagged: bool) -> (u64, [Sta
             .unwrap_or(Config::default().rendezvous_bytes),
         ..Config::default()
     };
-    let addrs: [SocketAddr; 2] = [
-        "10.0.0.1:4793".parse().unwrap(),
-        "10.0.0.2:4793".parse().unwrap(),
-    ];
+    let addrs = addrs();
     let mut eng = [
         Engine::new(&cfg, addrs[0], seed),
         Engine::new(&cfg, addrs[1], seed ^ 0xabc),

@@ -13,8 +13,9 @@ use std::sync::{Arc, Mutex};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
-use common::{advance, drain, engine_pair, flags_of, pattern, recv, send, InFlight, Shared};
-use uet::engine::{TraceEvent, TraceKind};
+use common::{
+    ack_rtts, addrs, advance, drain, engine_pair, flags_of, pattern, recv, send, InFlight, Shared,
+};
 use uet::wire::ip::{self, Ecn, DSCP_TRIMMED};
 use uet::wire::{ack_trailer, AckRepr, PacketType};
 use uet::{CompletionKind, Config, Engine, ProbeFlags, RecvOp};
@@ -89,14 +90,7 @@ fn held_ack_rides_at_the_end_of_the_reply() {
         vec![(CompletionKind::Send, 1), (CompletionKind::Recv, 10)]
     );
     assert_eq!(a.stats().piggybacked_acks_received, 1);
-    let mut trace: Vec<TraceEvent> = Vec::new();
-    a.take_trace(&mut trace);
-    let rtts: Vec<u64> = trace
-        .iter()
-        .filter(|e| e.kind == TraceKind::Ack)
-        .map(|e| e.rtt_ns)
-        .collect();
-    assert_eq!(rtts, vec![arrival - 6_400]);
+    assert_eq!(ack_rtts(&mut a), vec![arrival - 6_400]);
     // And it acknowledges the reply on its own (nothing to answer with).
     let out = drain(&mut a, arrival);
     assert_eq!(out.len(), 1);
@@ -119,14 +113,11 @@ fn a_deferred_ack_waits_for_the_answer_and_keeps_its_arrival_time() {
     a.handle_trailer_acks();
     assert!(!a.has_trailer_acks());
     assert_eq!(a.stats().piggybacked_acks_received, 1);
-    let mut trace: Vec<TraceEvent> = Vec::new();
-    a.take_trace(&mut trace);
-    let rtts: Vec<u64> = trace
-        .iter()
-        .filter(|e| e.kind == TraceKind::Ack)
-        .map(|e| e.rtt_ns)
-        .collect();
-    assert_eq!(rtts, vec![arrival - 6_400], "dated when it arrived");
+    assert_eq!(
+        ack_rtts(&mut a),
+        vec![arrival - 6_400],
+        "dated when it arrived"
+    );
 }
 
 #[test]
@@ -263,10 +254,7 @@ fn ping_pong(
         max_retries: 1000,
         ..Config::default()
     };
-    let addrs: [SocketAddr; 2] = [
-        "10.0.0.1:4793".parse().unwrap(),
-        "10.0.0.2:4793".parse().unwrap(),
-    ];
+    let addrs = addrs();
     let mut eng = [
         Engine::new(&cfg, addrs[0], seed),
         Engine::new(&cfg, addrs[1], seed ^ 0x5eed),
