@@ -223,6 +223,20 @@ pub fn flags_of(datagram: &[u8]) -> u8 {
     Prologue::parse(datagram).unwrap().flags
 }
 
+/// Settings for engines over a simulated lossy network: 1500-byte
+/// packets, a 64-packet window, retransmission timeouts of 100 us to 2 ms
+/// (virtual time) and retries enough to outlast any loss rate used.
+pub fn lossy_config() -> Config {
+    Config {
+        mtu: 1500,
+        window: 64,
+        rto_min_us: 100,
+        rto_max_us: 2000,
+        max_retries: 1000,
+        ..Config::default()
+    }
+}
+
 /// The addresses the two-engine tests give their engines.
 pub fn addrs() -> [SocketAddr; 2] {
     [

@@ -11,7 +11,7 @@ use proptest::prelude::*;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
-use common::{addrs, advance, pattern, send, InFlight, Shared};
+use common::{addrs, advance, lossy_config, pattern, send, InFlight, Shared};
 use uet::engine::Stats;
 use uet::wire::ip::{self, Ecn, DSCP_TRIMMED, DSCP_TRIMMED_LASTHOP};
 use uet::{CompletionKind, Config, Engine, ProbeFlags, RecvOp};
@@ -67,18 +67,13 @@ impl uet::MsgBuffer for Recorded {
 /// virtual nanoseconds it took.
 fn run(seed: u64, imp: Impairments, sizes: &[usize], tagged: bool) -> (u64, [Stats; 2]) {
     let cfg = Config {
-        mtu: 1500,
-        window: 64,
-        rto_min_us: 100,
-        rto_max_us: 2000,
-        max_retries: 1000,
         pdc_idle_us: imp.idle_close_us.unwrap_or(0),
         unexpected_bytes: imp.unexpected_bytes.unwrap_or(64 << 20),
         ordered: imp.ordered,
         rendezvous_bytes: imp
             .rendezvous_bytes
             .unwrap_or(Config::default().rendezvous_bytes),
-        ..Config::default()
+        ..lossy_config()
     };
     let addrs = addrs();
     let mut eng = [

@@ -14,7 +14,7 @@ use proptest::prelude::*;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
-use common::{advance, pattern, send, InFlight, Shared};
+use common::{advance, lossy_config, pattern, send, InFlight, Shared};
 use uet::engine::Stats;
 use uet::{CompletionKind, Config, Engine, ProbeFlags, RecvOp};
 
@@ -39,15 +39,10 @@ fn mesh(
     let mut eng: Vec<Engine> = (0..n)
         .map(|i| {
             let cfg = Config {
-                mtu: 1500,
-                window: 64,
-                rto_min_us: 100,
-                rto_max_us: 2000,
-                max_retries: 1000,
                 // Idle contexts close quickly, so a small pool turns over.
                 pdc_idle_us: 300,
                 max_pdcs: if small_pool.contains(&i) { 2 } else { 16384 },
-                ..Config::default()
+                ..lossy_config()
             };
             Engine::new(&cfg, addrs[i], seed.wrapping_add(i as u64 * 7919))
         })

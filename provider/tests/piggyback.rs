@@ -14,7 +14,8 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
 use common::{
-    ack_rtts, addrs, advance, drain, engine_pair, flags_of, pattern, recv, send, InFlight, Shared,
+    ack_rtts, addrs, advance, drain, engine_pair, flags_of, lossy_config, pattern, recv, send,
+    InFlight, Shared,
 };
 use uet::wire::ip::{self, Ecn, DSCP_TRIMMED};
 use uet::wire::{ack_trailer, AckRepr, PacketType};
@@ -246,14 +247,7 @@ fn ping_pong(
     dup: f64,
     trim: f64,
 ) -> [uet::engine::Stats; 2] {
-    let cfg = Config {
-        mtu: 1500,
-        window: 64,
-        rto_min_us: 100,
-        rto_max_us: 2000,
-        max_retries: 1000,
-        ..Config::default()
-    };
+    let cfg = lossy_config();
     let addrs = addrs();
     let mut eng = [
         Engine::new(&cfg, addrs[0], seed),
