@@ -14,9 +14,10 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
 use common::{
-    ack_rtts, addrs, advance, drain, engine_pair, flags_of, lossy_config, pattern, recv, send,
+    ack_rtts, addrs, advance, drain, engine_pair_with, flags_of, lossy_config, pattern, recv, send,
     InFlight, Shared,
 };
+use uet::engine::{PayloadRef, LANDING_MIN_PAYLOAD};
 use uet::wire::ip::{self, Ecn, DSCP_TRIMMED};
 use uet::wire::{ack_trailer, AckRepr, PacketType};
 use uet::{CompletionKind, Config, Engine, ProbeFlags, RecvOp};
@@ -36,7 +37,18 @@ fn replying_to(
     reply_len: usize,
     signaled: bool,
 ) -> ([SocketAddr; 2], Engine, Engine, Vec<Vec<u8>>) {
-    let (addrs, mut a, mut b) = engine_pair();
+    replying_with(&Config::default(), reply_len, signaled, false)
+}
+
+/// [`replying_to`] with settings `cfg`; with `gather`, b's datagrams are
+/// taken the way the provider's driver takes them ([`drain_gathered`]).
+fn replying_with(
+    cfg: &Config,
+    reply_len: usize,
+    signaled: bool,
+    gather: bool,
+) -> ([SocketAddr; 2], Engine, Engine, Vec<Vec<u8>>) {
+    let (addrs, mut a, mut b) = engine_pair_with(cfg);
     a.enable_trace();
     a.post_recv(0, recv(reply_len, None, 10)).unwrap();
     b.post_recv(0, recv(64, None, 20)).unwrap();
@@ -50,9 +62,36 @@ fn replying_to(
     b.hold_acks(true);
     b.post_send(16_400, send(addrs[0], vec![2; reply_len], None, 2))
         .unwrap();
-    let held = drain(&mut b, 16_400).into_iter().map(|(_, d)| d).collect();
+    let held = if gather {
+        drain_gathered(&mut b, 16_400)
+    } else {
+        drain(&mut b, 16_400).into_iter().map(|(_, d)| d).collect()
+    };
     b.hold_acks(false);
     (addrs, a, b, held)
+}
+
+/// Datagrams taken with `poll_transmit_ref`: a payload in one piece of its
+/// message's memory is left out of the buffer, to be put back in its place
+/// (`PayloadRef::at`) between the headers and whatever follows it.
+fn drain_gathered(from: &mut Engine, now: u64) -> Vec<Vec<u8>> {
+    let mut buf = vec![0u8; 65536];
+    let mut out = Vec::new();
+    while let Some((t, payload)) = from.poll_transmit_ref(now, &mut buf) {
+        out.push(gathered(from, &buf[..t.len], payload));
+    }
+    out
+}
+
+/// The datagram `buf` holds, with `payload` (if gathered) put in its place.
+fn gathered(e: &Engine, buf: &[u8], payload: Option<PayloadRef>) -> Vec<u8> {
+    let Some(r) = payload else {
+        return buf.to_vec();
+    };
+    let mut d = buf[..r.at()].to_vec();
+    d.extend_from_slice(e.payload(r).unwrap());
+    d.extend_from_slice(&buf[r.end()..]);
+    d
 }
 
 /// The completions `e` has, as (kind, context).
@@ -180,6 +219,40 @@ fn a_full_datagram_leaves_the_ack_to_its_own() {
 }
 
 #[test]
+fn a_gathered_reply_carries_the_ack_after_its_payload() {
+    // The payload stays in message memory; the ACK rides behind it, except
+    // on payloads a receiver would land straight in the application's
+    // buffer, which are better sent without it.
+    let cfg = Config {
+        mtu: 65000,
+        ..Config::default()
+    };
+    for (len, rides) in [
+        (1000, true),
+        (LANDING_MIN_PAYLOAD - 1, true),
+        (LANDING_MIN_PAYLOAD, false),
+    ] {
+        let (addrs, mut a, mut b, held) = replying_with(&cfg, len, true, true);
+        assert_eq!(held.len(), 1, "{len} B");
+        let reply = &held[0];
+        assert_eq!(flags_of(reply) & ack_trailer::FLAG != 0, rides, "{len} B");
+        let trailer = if rides { ack_trailer::LEN } else { 0 };
+        assert_eq!(reply.len(), DATA_HEADERS + len + trailer, "{len} B");
+        assert!(reply[DATA_HEADERS..DATA_HEADERS + len]
+            .iter()
+            .all(|&x| x == 2));
+        let mut datagrams = held.clone();
+        datagrams.extend(drain(&mut b, 20_000).into_iter().map(|(_, d)| d));
+        assert_eq!(datagrams.len(), if rides { 1 } else { 2 }, "{len} B");
+        for d in &datagrams {
+            a.handle_datagram(23_000, addrs[1], 0, d);
+        }
+        assert_eq!(completions(&mut a).len(), 2, "{len} B: send and reply");
+        assert_eq!(a.stats().piggybacked_acks_received, rides as u64);
+    }
+}
+
+#[test]
 fn a_reply_in_pieces_carries_the_ack_in_the_first_with_room() {
     let max = Engine::new(&Config::default(), "10.0.0.9:1".parse().unwrap(), 0).max_payload();
     let (addrs, mut a, mut b, held) = replying(max + 100);
@@ -287,14 +360,29 @@ fn ping_pong(
     let mut sends = [vec![0u32; rounds], vec![0u32; rounds]];
     let mut recvs = [vec![0u32; rounds], vec![0u32; rounds]];
     let mut buf = vec![0u8; 65536];
+    // Odd seeds take datagrams as the provider's driver does, payloads
+    // gathered from message memory (ACKs riding behind them), even seeds
+    // whole from the engine's buffer.
+    let gather = seed % 2 == 1;
     let mut transmit = |e: &mut Engine, from: usize, now: u64, net: &mut BinaryHeap<InFlight>| {
-        while let Some(t) = e.poll_transmit(now, &mut buf) {
+        loop {
+            let (t, datagram) = if gather {
+                let Some((t, payload)) = e.poll_transmit_ref(now, &mut buf) else {
+                    break;
+                };
+                (t, gathered(e, &buf[..t.len], payload))
+            } else {
+                let Some(t) = e.poll_transmit(now, &mut buf) else {
+                    break;
+                };
+                (t, buf[..t.len].to_vec())
+            };
             if rng.gen_bool(drop) {
                 continue;
             }
             let copies = if rng.gen_bool(dup) { 2 } else { 1 };
             for _ in 0..copies {
-                let mut data = buf[..t.len].to_vec();
+                let mut data = datagram.clone();
                 let mut tos = ip::tos(0, t.ecn);
                 let is_data = t.ecn == Ecn::Ect0 && t.len > DATA_HEADERS + ack_trailer::LEN;
                 if is_data && rng.gen_bool(trim) {
@@ -383,15 +471,19 @@ fn ping_pong(
 
 #[test]
 fn clean_ping_pong_sends_one_datagram_per_message() {
-    let sizes = [64; 20];
-    let [a, b] = ping_pong(1, &sizes, 0.0, 0.0, 0.0);
-    // Every answer carried the ACK of what it answered; only the last
-    // reply's ACK leaves alone.
-    assert_eq!(b.acks_piggybacked, 20, "{b:?}");
-    assert_eq!(a.acks_piggybacked, 19, "{a:?}");
-    assert_eq!(a.acks_sent, 20);
-    assert_eq!(a.piggybacked_acks_received, 20);
-    assert_eq!(b.piggybacked_acks_received, 19);
+    // Payloads copied behind the headers and (from 256 B, seed 1) gathered
+    // from message memory alike.
+    for (seed, len) in [(1, 64), (2, 64), (1, 1000), (2, 1000)] {
+        let sizes = [len; 20];
+        let [a, b] = ping_pong(seed, &sizes, 0.0, 0.0, 0.0);
+        // Every answer carried the ACK of what it answered; only the last
+        // reply's ACK leaves alone.
+        assert_eq!(b.acks_piggybacked, 20, "{len} B: {b:?}");
+        assert_eq!(a.acks_piggybacked, 19, "{len} B: {a:?}");
+        assert_eq!(a.acks_sent, 20);
+        assert_eq!(a.piggybacked_acks_received, 20);
+        assert_eq!(b.piggybacked_acks_received, 19);
+    }
 }
 
 #[test]

@@ -15,17 +15,18 @@ impl Engine {
 
     /// [`poll_transmit`](Self::poll_transmit) for a driver that sends with
     /// a gather list: when a data packet's payload lies in one piece of the
-    /// message's memory and is not short (`GATHER_MIN_BYTES`), `buf`
-    /// receives only the headers (the first `t.len - payload.len()` bytes)
-    /// and the payload comes back by reference, to follow them on the wire
-    /// without a copy.
+    /// message's memory and is not short (`GATHER_MIN_BYTES`), `buf[..t.len]`
+    /// receives the datagram without it (a hole at
+    /// [`PayloadRef::at`]) and the payload comes back by reference, to take
+    /// its place on the wire without a copy. What follows the hole is an
+    /// ACK riding at the end (`wire::ack_trailer`), if any.
     pub fn poll_transmit_gather(
         &mut self,
         now: u64,
         buf: &mut [u8],
-    ) -> Option<(Transmit, Option<&[u8]>)> {
+    ) -> Option<(Transmit, Option<Gather<'_>>)> {
         let (t, payload) = self.poll_transmit_ref(now, buf)?;
-        Some((t, payload.and_then(|r| self.payload(r))))
+        Some((t, payload.and_then(|r| Some((r, self.payload(r)?)))))
     }
 
     /// [`poll_transmit_gather`](Self::poll_transmit_gather) naming the
@@ -38,11 +39,12 @@ impl Engine {
         buf: &mut [u8],
     ) -> Option<(Transmit, Option<PayloadRef>)> {
         let (t, gathered) = self.next_transmit(now, buf, true)?;
-        let payload = gathered.map(|(peer, msg_id, offset, len)| PayloadRef {
+        let payload = gathered.map(|(peer, msg_id, offset, len, at)| PayloadRef {
             peer,
             msg_id,
             offset,
             len,
+            at,
         });
         Some((t, payload))
     }
@@ -121,19 +123,25 @@ impl Engine {
             let sent = self.next_packet(p, now, buf, gather);
             self.mark_ready(p);
             if let Some((mut t, g)) = sent {
-                if g.is_none() {
+                let gathered = g.map(|(msg_id, offset, len)| {
+                    (p, msg_id, offset, len, (t.len - len as usize) as u32)
+                });
+                // A receiver lands large payloads straight into the
+                // application's buffer, but not those of a datagram with a
+                // trailer: such a payload is better sent without one.
+                if g.is_none_or(|(_, _, len)| (len as usize) < LANDING_MIN_PAYLOAD) {
                     t.len = self.attach_held_ack(p, now, buf, t.len);
                 }
-                return Some((t, g.map(|(msg_id, offset, len)| (p, msg_id, offset, len))));
+                return Some((t, gathered));
             }
         }
         None
     }
 
-    /// A request to peer `p` was just built in `buf[..len]`, all of it
-    /// there (no gathered payload): when an ACK for that peer is held, it
-    /// rides at the end (`wire::ack_trailer`) if the datagram stays within
-    /// the MTU. Returns the datagram's length. Held ACKs are those of
+    /// A request to peer `p` was just built in `buf[..len]` (all of it, or
+    /// with a hole where a gathered payload goes): when an ACK for that
+    /// peer is held, it rides at the end (`wire::ack_trailer`) if the
+    /// datagram stays within the MTU. Returns the datagram's length. Held ACKs are those of
     /// messages the application is answering, so this is the reply to
     /// what they acknowledge; without the trailer they would follow it in
     /// a datagram of their own.
@@ -389,10 +397,14 @@ struct BuildOptions {
     gather: bool,
 }
 
-/// A payload left out of the packet buffer: (peer, message, offset, length).
-type Gathered = (usize, u16, u64, u32);
+/// A payload left out of the packet buffer: (peer, message, offset, length,
+/// its place in the datagram).
+type Gathered = (usize, u16, u64, u32, u32);
 /// The same within one peer: (message, offset, length).
 type PeerPayload = (u16, u64, u32);
+
+/// A gathered payload: where it goes in its datagram, and its bytes.
+pub type Gather<'a> = (PayloadRef, &'a [u8]);
 
 /// A data packet's payload left in its message's memory, to follow the
 /// headers on the wire (see [`Engine::poll_transmit_ref`]).
@@ -402,12 +414,24 @@ pub struct PayloadRef {
     msg_id: u16,
     offset: u64,
     len: u32,
+    at: u32,
 }
 
 impl PayloadRef {
     /// Payload bytes.
     pub fn len(&self) -> usize {
         self.len as usize
+    }
+
+    /// Where the payload starts in its datagram: the bytes before it are
+    /// headers, those after it (up to `Transmit::len`) an ACK trailer.
+    pub fn at(&self) -> usize {
+        self.at as usize
+    }
+
+    /// Where the payload ends in its datagram.
+    pub fn end(&self) -> usize {
+        self.at() + self.len()
     }
 
     /// Never true: an empty payload is not gathered.

@@ -179,6 +179,14 @@ struct Pending {
     payload: Option<PayloadRef>,
 }
 
+impl Pending {
+    /// Where the bytes after a gathered payload (an ACK trailer) start;
+    /// `len` when there are none.
+    fn tail_start(&self) -> usize {
+        self.payload.map_or(self.len, |r| r.end())
+    }
+}
+
 /// GSO transmit state: on while the kernel accepts segmented sends.
 struct Gso {
     /// Bytes per packet slot of `tx_buf` (`HEADROOM` + MTU).
@@ -997,8 +1005,11 @@ impl Endpoint {
             .poll_transmit_gather(now, &mut self.tx_buf[HEADROOM..])
         {
             sent = true;
-            let payload = payload.unwrap_or(&[]);
-            let head_end = HEADROOM + t.len - payload.len();
+            // Headers, the payload in its message's memory, an ACK trailer.
+            let (payload, hole) = match payload {
+                Some((r, bytes)) => (bytes, HEADROOM + r.at()..HEADROOM + r.end()),
+                None => (&[][..], HEADROOM + t.len..HEADROOM + t.len),
+            };
             let (start, to) = match self.fabric {
                 None => (HEADROOM, t.dest),
                 Some(relay) => {
@@ -1008,16 +1019,18 @@ impl Endpoint {
             };
             let socket = t.entropy as usize % self.sockets.len();
             let tos = ip::tos(0, t.ecn);
-            let head = &self.tx_buf[start..head_end];
-            let parts: &[&[u8]] = if payload.is_empty() {
-                &[head]
-            } else {
-                &[head, payload]
+            let head = &self.tx_buf[start..hole.start];
+            let tail = &self.tx_buf[hole.end..HEADROOM + t.len];
+            let all = [head, payload, tail];
+            let parts = match (payload.is_empty(), tail.is_empty()) {
+                (true, _) => &all[..1],
+                (false, true) => &all[..2],
+                (false, false) => &all[..],
             };
             match sys::send_parts(&self.sockets[socket], to, tos, parts) {
                 Ok(()) => self.stats.sent[socket] += 1,
                 Err(e) if e.kind() == ErrorKind::WouldBlock => {
-                    copy_bytes(&mut self.tx_buf[head_end..HEADROOM + t.len], payload);
+                    copy_bytes(&mut self.tx_buf[hole], payload);
                     self.stalled.push_back(Outgoing {
                         socket,
                         to,
@@ -1071,7 +1084,7 @@ impl Endpoint {
                     to: t.dest,
                     tos: ip::tos(0, t.ecn),
                     slot,
-                    head_len: t.len - payload.map_or(0, |p| p.len()),
+                    head_len: payload.map_or(t.len, |p| p.at()),
                     len: t.len,
                     payload,
                 });
@@ -1336,12 +1349,15 @@ impl Batch<'_> {
             let mut bytes = segment;
             // Same socket, destination and TOS; every datagram but the last
             // exactly `segment` bytes; within the kernel's limits.
+            // A datagram with a trailer (a third piece) goes alone.
             while end < order.len()
                 && end - k < sys::MAX_SEGMENTS
                 && pending[order[end - 1]].len == segment
+                && first.tail_start() == first.len
             {
                 let p = &pending[order[end]];
-                if p.socket != first.socket
+                if p.tail_start() != p.len
+                    || p.socket != first.socket
                     || p.to != first.to
                     || p.tos != first.tos
                     || p.len > segment
@@ -1416,10 +1432,11 @@ impl Batch<'_> {
         for (k, &i) in run.iter().enumerate() {
             let p = &pending[i];
             let (head, payload) = self.pieces(p);
-            let parts: &[&[u8]] = if payload.is_empty() {
-                &[head]
-            } else {
-                &[head, payload]
+            let all = [head, payload, self.tail(p)];
+            let parts = match (payload.is_empty(), all[2].is_empty()) {
+                (true, _) => &all[..1],
+                (false, true) => &all[..2],
+                (false, false) => &all[..],
             };
             match sys::send_parts(&self.sockets[p.socket], p.to, p.tos, parts) {
                 Ok(()) => self.stats.sent[p.socket] += 1,
@@ -1442,6 +1459,12 @@ impl Batch<'_> {
         (head, payload)
     }
 
+    /// What follows a gathered payload (an ACK trailer; in `tx_buf`).
+    fn tail(&self, p: &Pending) -> &[u8] {
+        let start = p.slot + HEADROOM;
+        &self.tx_buf[start + p.tail_start()..start + p.len]
+    }
+
     /// Queue `rest` (in send order) for the next flush: each payload is
     /// copied behind its headers, so the slot holds the whole datagram.
     fn stall(&mut self, pending: &[Pending], rest: &[usize]) {
@@ -1449,7 +1472,8 @@ impl Batch<'_> {
             let p = &pending[i];
             let start = p.slot + HEADROOM;
             if let Some(payload) = p.payload.and_then(|r| self.engine.payload(r)) {
-                copy_bytes(&mut self.tx_buf[start + p.head_len..start + p.len], payload);
+                let at = start + p.head_len;
+                copy_bytes(&mut self.tx_buf[at..at + payload.len()], payload);
             }
             self.stalled.push_back(Outgoing {
                 socket: p.socket,

@@ -150,10 +150,10 @@ pub fn send_with_tos(socket: &UdpSocket, dest: SocketAddr, tos: u8, data: &[u8])
 }
 
 /// Most pieces [`send_parts`] gathers into one datagram.
-pub const MAX_PARTS: usize = 2;
+pub const MAX_PARTS: usize = 3;
 
-/// [`send_with_tos`] for a datagram in pieces (headers, then payload left in
-/// the application's memory): one `sendmsg` with a gather list, so the
+/// [`send_with_tos`] for a datagram in pieces (headers, payload left in the
+/// application's memory, an ACK trailer): one `sendmsg` with a gather list, so the
 /// payload is copied once, by the kernel. At most [`MAX_PARTS`] pieces
 /// (further ones are an error).
 pub fn send_parts(

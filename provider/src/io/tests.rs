@@ -665,6 +665,47 @@ fn held_acks_outlast_calls_made_before_the_answer() {
 }
 
 #[test]
+fn answers_gathered_from_application_memory_carry_the_held_ack() {
+    // From 256 B a payload leaves from the message's memory in a gather
+    // list; the held ACK still rides at the end of its datagram, with
+    // segmentation offload (batched sends) and without it.
+    for gso in [true, false] {
+        for len in [64, 1024, 3000] {
+            let cfg = Config {
+                gso,
+                ack_hold_us: 1_000_000,
+                ..ack_config()
+            };
+            let (mut a, mut b) = pair(&cfg);
+            deliver(&mut a, &mut b, 1);
+            let (op, _first) = recv_op(64, 20);
+            a.recv(op).unwrap();
+            b.send(send_op(a.local_addr(), pattern(2, 64), 2)).unwrap();
+            let (_, held) = deliver(&mut a, &mut b, 3);
+            let (op, buf) = recv_op(len, 40);
+            a.recv(op).unwrap();
+            let sent = b.stats().sent[0];
+            b.send(send_op(a.local_addr(), pattern(4, len), 4)).unwrap();
+            let what = format!("{len} B, gso {gso}");
+            assert_eq!(b.stats().sent[0], sent + 1, "{what}: one datagram");
+            assert_eq!(b.engine_stats().acks_sent, held + 1, "{what}");
+            assert_eq!(b.engine_stats().acks_piggybacked, 1, "{what}");
+            let deadline = Instant::now() + Duration::from_secs(10);
+            let mut arrived = false;
+            while !arrived {
+                assert!(Instant::now() < deadline, "{what}: no answer");
+                a.progress();
+                while let Some(c) = a.poll_completion() {
+                    arrived |= c.kind == CompletionKind::Recv && c.context == 40;
+                }
+            }
+            assert!(*buf.0.lock().unwrap() == pattern(4, len), "{what}");
+            assert_eq!(a.engine_stats().piggybacked_acks_received, 1, "{what}");
+        }
+    }
+}
+
+#[test]
 fn background_progress_and_the_knob_never_hold_acks() {
     for (defer_acks, app) in [(true, false), (false, true)] {
         let cfg = Config {
