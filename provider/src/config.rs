@@ -83,7 +83,7 @@ pub const PARAMS: &[ParamSpec] = &[
     ParamSpec {
         name: "ack_hold_us",
         kind: ParamKind::Int,
-        help: "How long ACKs held for a reply (FI_UET_DEFER_ACKS) stay held through further application progress calls made before the application answers, such as a read of its send's completion before the message's (default 10; 0 = released by the next call).",
+        help: "How long ACKs held for a reply (FI_UET_DEFER_ACKS) stay held through further application progress calls made before the application answers, such as a read of its send's completion before the message's; a send posted within this time counts as the answer (default 10; 0 = released by the next call).",
     },
     ParamSpec {
         name: "ack_piggyback",

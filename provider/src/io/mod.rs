@@ -254,10 +254,11 @@ pub struct Endpoint {
     landing_refusals: u32,
     /// ACKs held by the last application progress call, for the next call.
     acks_deferred: bool,
-    /// When the ACKs held now began to be held (engine time).
-    acks_held_at: u64,
-    /// `FI_UET_ACK_HOLD_US` in ns: how long held ACKs survive further
-    /// application progress calls before the application answers (long
+    /// When the application began to owe an answer (`awaiting_reply`;
+    /// engine time).
+    awaiting_since: u64,
+    /// `FI_UET_ACK_HOLD_US` in ns: how long a wait for an answer, and the
+    /// ACKs held for it, survive further application progress calls (long
     /// enough for the few CQ reads between taking a message and answering
     /// it, short against the sender's round trip).
     ack_hold_ns: u64,
@@ -275,9 +276,9 @@ pub struct Endpoint {
     sends_deferred: bool,
     deferred_bytes: usize,
     burst_bytes: usize,
-    /// The last application progress call completed a message and had
-    /// ACKs it could hold: the next call tells whether the application
-    /// answers (a send or RMA) or just polls on.
+    /// An application progress call completed a message and had ACKs it
+    /// could hold, within `ack_hold_ns`: what the application does next
+    /// tells whether it answers (a send or RMA) or just polls on.
     awaiting_reply: bool,
     /// It answered last time: ACKs are worth holding. A receiver that only
     /// polls (streaming) never holds its ACKs, which clock the sender.
@@ -439,7 +440,7 @@ impl Endpoint {
             direct_rx: config.direct_rx && fabric.is_none(),
             landing_refusals: 0,
             acks_deferred: false,
-            acks_held_at: 0,
+            awaiting_since: 0,
             ack_hold_ns: config.ack_hold_us.saturating_mul(1000),
             burst_gap_ns: u64::from(config.send_burst_us) * 1000,
             in_send_burst: false,
@@ -656,9 +657,12 @@ impl Endpoint {
         // while (FI_UET_ACK_HOLD_US): between taking a message and
         // answering it, an application may read a CQ more than once (its
         // send's completion, then the message's).
+        // The wait, whether or not its ACKs could be held (they are not
+        // while replies_follow is off), so an application that answers
+        // after a few such calls is seen answering.
         let young = may_hold
-            && self.acks_deferred
-            && now.saturating_sub(self.acks_held_at) < self.ack_hold_ns;
+            && self.awaiting_reply
+            && now.saturating_sub(self.awaiting_since) < self.ack_hold_ns;
         let released = !young && std::mem::take(&mut self.acks_deferred);
         if may_hold && !young && std::mem::take(&mut self.awaiting_reply) {
             // Back to polling instead of answering.
@@ -721,7 +725,10 @@ impl Endpoint {
             && (young || self.engine.has_completions())
             && self.engine.has_queued_acks()
             && !self.engine.has_queued_data();
-        self.awaiting_reply = answerable;
+        if answerable && !self.awaiting_reply {
+            self.awaiting_since = now;
+        }
+        self.awaiting_reply = answerable || young;
         busy |= self.flush_holding_acks(now, answerable && self.replies_follow);
         if self.engine.has_host_copies() {
             // Our shares of same-host copies, now that the pulls handing
@@ -941,11 +948,7 @@ impl Endpoint {
         self.engine.hold_acks(hold);
         let sent = self.flush(now);
         self.engine.hold_acks(false);
-        let was_held = self.acks_deferred;
         self.acks_deferred = hold && self.engine.has_queued_acks();
-        if self.acks_deferred && !was_held {
-            self.acks_held_at = now;
-        }
         sent
     }
 

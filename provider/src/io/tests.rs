@@ -665,6 +665,28 @@ fn held_acks_outlast_calls_made_before_the_answer() {
 }
 
 #[test]
+fn an_application_answering_after_a_few_calls_is_seen_answering() {
+    // Not holding yet (nothing known of the application), b takes a
+    // message, reads its CQs a few more times, then answers: that answer
+    // counts, so the next message's ACK waits for the next answer. (A
+    // ping-pong that waits for each send's completion does exactly this;
+    // were those calls to hide the answer, the endpoint would never hold.)
+    let cfg = Config {
+        ack_hold_us: 1_000_000,
+        ..ack_config()
+    };
+    let (mut a, mut b) = pair(&cfg);
+    let (before, after) = deliver(&mut a, &mut b, 1);
+    assert_eq!(after, before + 1, "not holding yet");
+    for _ in 0..3 {
+        b.progress_app();
+    }
+    b.send(send_op(a.local_addr(), pattern(2, 64), 2)).unwrap();
+    let (before, after) = deliver(&mut a, &mut b, 3);
+    assert_eq!(after, before, "held for the answer");
+}
+
+#[test]
 fn answers_gathered_from_application_memory_carry_the_held_ack() {
     // From 256 B a payload leaves from the message's memory in a gather
     // list; the held ACK still rides at the end of its datagram, with
