@@ -161,6 +161,33 @@ fn a_deferred_ack_waits_for_the_answer_and_keeps_its_arrival_time() {
 }
 
 #[test]
+fn an_answer_posted_before_its_deferred_ack_starts_a_new_busy_period() {
+    // a's pipe to b empties with the ACK riding on b's reply. Taken at
+    // once or after a's next message has left, the ACK leaves congestion
+    // control with the same view: that message starts a new busy period
+    // (an application-limited restart, so QuickAdapt does not judge the
+    // gap before it as a stalled flow).
+    let mut restarts = Vec::new();
+    for deferred in [false, true] {
+        let (addrs, mut a, _b, held) = replying_to(64, false);
+        let before = a.peer_stats(addrs[1]).unwrap().cc.idle_restarts;
+        a.defer_trailer_acks(deferred);
+        a.handle_datagram(19_400, addrs[1], 0, &held[0]);
+        a.defer_trailer_acks(false);
+        assert_eq!(a.has_trailer_acks(), deferred);
+        a.post_send(20_000, send(addrs[1], vec![3; 64], None, 3))
+            .unwrap();
+        // The message (and a's ACK of the reply) leave.
+        let out = drain(&mut a, 20_000);
+        assert!(out.iter().any(|(t, _)| *t != PacketType::AckCc), "{out:?}");
+        a.handle_trailer_acks();
+        assert_eq!(a.stats().acks_received, 1);
+        restarts.push(a.peer_stats(addrs[1]).unwrap().cc.idle_restarts - before);
+    }
+    assert_eq!(restarts, vec![1, 1], "taken at once, deferred");
+}
+
+#[test]
 fn an_ack_completing_a_send_the_application_sees_is_never_deferred() {
     // It may be waiting for that completion before it answers.
     let (addrs, mut a, _b, held) = replying_to(64, true);

@@ -48,6 +48,7 @@ impl Engine {
         let from = request_origin(from, request);
         match <[u8; AckRepr::LEN]>::try_from(ack) {
             Ok(bytes) if self.trailer_acks_deferred && !self.completes_signaled_send(&bytes) => {
+                self.note_trailer_drain(from, &bytes);
                 self.trailer_acks.push(TrailerAck {
                     at: now,
                     from,
@@ -72,7 +73,32 @@ impl Engine {
         })
     }
 
+    /// A deferred ACK from `from` that acknowledges every packet sent to
+    /// that peer while nothing waits to be sent or resent would have
+    /// emptied the pipe (see `Peer::drained_by_trailer`).
+    fn note_trailer_drain(&mut self, from: SocketAddr, ack: &[u8; AckRepr::LEN]) {
+        let Ok(ack) = AckRepr::parse(ack) else {
+            return;
+        };
+        let Some(&p) = self.tx_by_id.get(&ack.dpdcid) else {
+            return;
+        };
+        let peer = &mut self.peers[p];
+        if peer.addr == from
+            && peer.tx.in_flight() > 0
+            && ack.cack_psn.wrapping_add(1) == peer.tx.next_psn()
+            && peer.queue.is_empty()
+            && peer.tx.retransmit.is_empty()
+        {
+            peer.drained_by_trailer = true;
+        }
+    }
+
     fn on_trailer_ack(&mut self, now: u64, from: SocketAddr, ack: &[u8]) {
+        if let Some(&p) = self.peer_by_addr.get(&from) {
+            // Taken now: the ACK speaks for itself.
+            self.peers[p].drained_by_trailer = false;
+        }
         let acked = self.stats.acks_received;
         self.on_ack(now, from, ack);
         self.stats.piggybacked_acks_received += self.stats.acks_received - acked;

@@ -265,6 +265,11 @@ struct Peer {
     /// packet of new data starts a new busy period (application-limited
     /// restart, see [`CongestionControl::on_idle_restart`]).
     pipe_drained: bool,
+    /// The same for an ACK that arrived riding on a request and waits
+    /// (`Engine::defer_trailer_acks`): taken as if it had emptied the pipe
+    /// on arrival, so a reply posted before it is handled still starts a
+    /// new busy period, as it would have had the ACK been taken at once.
+    drained_by_trailer: bool,
     /// Packets resent to this peer (timer, SACK hole or NACK).
     retransmits: u64,
 }
@@ -673,6 +678,7 @@ impl Engine {
             in_flight_bytes: 0,
             rcvd_units: 0,
             pipe_drained: false,
+            drained_by_trailer: false,
             retransmits: 0,
         });
         self.peer_by_addr.insert(addr, i);
