@@ -633,20 +633,34 @@ fn holds_acks_once_it_sees_replies(piggyback: bool) {
     assert_eq!(after, before + 1);
 }
 
+/// [`ack_config`] with ACKs held for a reply as long as a test takes.
+fn long_hold_config() -> Config {
+    Config {
+        ack_hold_us: 1_000_000,
+        ..ack_config()
+    }
+}
+
+/// Two endpoints with `cfg` once b has been seen answering (a takes the
+/// answer) and holds the ACK of a's next message for the next answer.
+/// Returns them and the ACKs b has sent.
+fn holding_an_ack(cfg: &Config) -> (Endpoint, Endpoint, u64) {
+    let (mut a, mut b) = pair(cfg);
+    deliver(&mut a, &mut b, 1);
+    let (op, _answer) = recv_op(64, 20);
+    a.recv(op).unwrap();
+    b.send(send_op(a.local_addr(), pattern(2, 64), 2)).unwrap();
+    let (_, held) = deliver(&mut a, &mut b, 3);
+    (a, b, held)
+}
+
 #[test]
 fn held_acks_outlast_calls_made_before_the_answer() {
     // An application that reads its CQs more than once between taking a
     // message and answering it (its send's completion, then the
     // message's): within the hold, those calls keep the ACK back, and the
     // answer carries it.
-    let cfg = Config {
-        ack_hold_us: 1_000_000,
-        ..ack_config()
-    };
-    let (mut a, mut b) = pair(&cfg);
-    deliver(&mut a, &mut b, 1);
-    b.send(send_op(a.local_addr(), pattern(2, 64), 2)).unwrap();
-    let (_, held) = deliver(&mut a, &mut b, 3);
+    let (mut a, mut b, held) = holding_an_ack(&long_hold_config());
     for _ in 0..3 {
         b.progress_app();
     }
@@ -671,11 +685,7 @@ fn an_application_answering_after_a_few_calls_is_seen_answering() {
     // counts, so the next message's ACK waits for the next answer. (A
     // ping-pong that waits for each send's completion does exactly this;
     // were those calls to hide the answer, the endpoint would never hold.)
-    let cfg = Config {
-        ack_hold_us: 1_000_000,
-        ..ack_config()
-    };
-    let (mut a, mut b) = pair(&cfg);
+    let (mut a, mut b) = pair(&long_hold_config());
     let (before, after) = deliver(&mut a, &mut b, 1);
     assert_eq!(after, before + 1, "not holding yet");
     for _ in 0..3 {
@@ -695,15 +705,9 @@ fn answers_gathered_from_application_memory_carry_the_held_ack() {
         for len in [64, 1024, 3000] {
             let cfg = Config {
                 gso,
-                ack_hold_us: 1_000_000,
-                ..ack_config()
+                ..long_hold_config()
             };
-            let (mut a, mut b) = pair(&cfg);
-            deliver(&mut a, &mut b, 1);
-            let (op, _first) = recv_op(64, 20);
-            a.recv(op).unwrap();
-            b.send(send_op(a.local_addr(), pattern(2, 64), 2)).unwrap();
-            let (_, held) = deliver(&mut a, &mut b, 3);
+            let (mut a, mut b, held) = holding_an_ack(&cfg);
             let (op, buf) = recv_op(len, 40);
             a.recv(op).unwrap();
             let sent = b.stats().sent[0];
