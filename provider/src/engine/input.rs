@@ -95,13 +95,18 @@ impl Engine {
     }
 
     fn on_trailer_ack(&mut self, now: u64, from: SocketAddr, ack: &[u8]) {
-        if let Some(&p) = self.peer_by_addr.get(&from) {
-            // Taken now: the ACK speaks for itself.
-            self.peers[p].drained_by_trailer = false;
-        }
         let acked = self.stats.acks_received;
         self.on_ack(now, from, ack);
         self.stats.piggybacked_acks_received += self.stats.acks_received - acked;
+        if let Some(&p) = self.peer_by_addr.get(&from) {
+            // Nothing sent since it arrived: the ACK itself told whether
+            // the pipe is empty.
+            let peer = &mut self.peers[p];
+            peer.drained_by_trailer = false;
+            if std::mem::take(&mut peer.restart_owed) {
+                peer.cc.on_idle_restart();
+            }
+        }
     }
 
     /// While `deferred`, an ACK that arrives at the end of a request waits

@@ -266,10 +266,14 @@ struct Peer {
     /// restart, see [`CongestionControl::on_idle_restart`]).
     pipe_drained: bool,
     /// The same for an ACK that arrived riding on a request and waits
-    /// (`Engine::defer_trailer_acks`): taken as if it had emptied the pipe
-    /// on arrival, so a reply posted before it is handled still starts a
-    /// new busy period, as it would have had the ACK been taken at once.
+    /// (`Engine::defer_trailer_acks`): it emptied the pipe on arrival, so
+    /// new data sent before it is handled starts a new busy period, as it
+    /// would have had the ACK been taken at once.
     drained_by_trailer: bool,
+    /// That new data left: the restart is owed, applied once the waiting
+    /// ACK has been taken (after it, as when the ACK is taken at once, so
+    /// its late round-trip sample cannot open the new period's window).
+    restart_owed: bool,
     /// Packets resent to this peer (timer, SACK hole or NACK).
     retransmits: u64,
 }
@@ -679,6 +683,7 @@ impl Engine {
             rcvd_units: 0,
             pipe_drained: false,
             drained_by_trailer: false,
+            restart_owed: false,
             retransmits: 0,
         });
         self.peer_by_addr.insert(addr, i);

@@ -293,9 +293,11 @@ impl Engine {
             // Responses are control-like: the endpoint's own address.
             SlotKind::Response { .. } => 0,
         };
-        let drained = std::mem::take(&mut peer.pipe_drained) && peer.in_flight_bytes == 0;
-        if std::mem::take(&mut peer.drained_by_trailer) || drained {
+        if std::mem::take(&mut peer.pipe_drained) && peer.in_flight_bytes == 0 {
             peer.cc.on_idle_restart();
+        }
+        if std::mem::take(&mut peer.drained_by_trailer) {
+            peer.restart_owed = true;
         }
         let psn = peer.tx.push(kind, now, rto, next_bytes as u32, entropy);
         peer.in_flight_bytes += next_bytes;
