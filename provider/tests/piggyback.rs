@@ -259,18 +259,22 @@ fn a_full_datagram_leaves_the_ack_to_its_own() {
 #[test]
 fn a_gathered_reply_carries_the_ack_after_its_payload() {
     // The payload stays in message memory; the ACK rides behind it, except
-    // on payloads a receiver would land straight in the application's
-    // buffer, which are better sent without it.
+    // in datagrams whose payload a receiver might land straight in the
+    // application's buffer (16 KiB, headers included), which are better
+    // sent without it. Copied payloads (no gathering) go by the same rule.
     let cfg = Config {
         mtu: 65000,
         ..Config::default()
     };
-    for (len, rides) in [
-        (1000, true),
-        (LANDING_MIN_PAYLOAD - 1, true),
-        (LANDING_MIN_PAYLOAD, false),
+    let largest = LANDING_MIN_PAYLOAD - DATA_HEADERS - 1;
+    for (len, rides, gather) in [
+        (1000, true, true),
+        (largest, true, true),
+        (largest + 1, false, true),
+        (largest, true, false),
+        (largest + 1, false, false),
     ] {
-        let (addrs, mut a, mut b, held) = replying_with(&cfg, len, true, true);
+        let (addrs, mut a, mut b, held) = replying_with(&cfg, len, true, gather);
         assert_eq!(held.len(), 1, "{len} B");
         let reply = &held[0];
         assert_eq!(flags_of(reply) & ack_trailer::FLAG != 0, rides, "{len} B");

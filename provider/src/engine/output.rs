@@ -61,8 +61,9 @@ impl Engine {
             .slice_at(r.offset as usize, r.len as usize)
     }
 
-    /// The next datagram; with `gather`, also (peer, message, offset, length)
-    /// of a payload left out of `buf` (see `poll_transmit_gather`).
+    /// The next datagram; with `gather`, also (peer, message, offset,
+    /// length, place in the datagram) of a payload left out of `buf` (see
+    /// `poll_transmit_gather`).
     #[inline]
     fn next_transmit(
         &mut self,
@@ -128,8 +129,9 @@ impl Engine {
                 });
                 // A receiver lands large payloads straight into the
                 // application's buffer, but not those of a datagram with a
-                // trailer: such a payload is better sent without one.
-                if g.is_none_or(|(_, _, len)| (len as usize) < LANDING_MIN_PAYLOAD) {
+                // trailer: a datagram that large (headers and all, so
+                // copied payloads and gathered ones alike) goes without.
+                if t.len < LANDING_MIN_PAYLOAD {
                     t.len = self.attach_held_ack(p, now, buf, t.len);
                 }
                 return Some((t, gathered));
@@ -409,8 +411,9 @@ type PeerPayload = (u16, u64, u32);
 /// A gathered payload: where it goes in its datagram, and its bytes.
 pub type Gather<'a> = (PayloadRef, &'a [u8]);
 
-/// A data packet's payload left in its message's memory, to follow the
-/// headers on the wire (see [`Engine::poll_transmit_ref`]).
+/// A data packet's payload left in its message's memory, to take its
+/// place on the wire between the headers and what follows it (see
+/// [`Engine::poll_transmit_ref`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PayloadRef {
     peer: usize,

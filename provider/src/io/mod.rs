@@ -167,7 +167,8 @@ struct Outgoing {
 
 /// A packet taken from the engine for a GSO batch: its headers (or all of
 /// it) at `tx_buf[slot + HEADROOM..][..head_len]`, its payload in the
-/// engine's message memory when `payload` names one.
+/// engine's message memory when `payload` names one, and then an ACK
+/// trailer, if any, at `[tail_start()..len]` of the same slot.
 #[derive(Clone, Copy, Debug)]
 struct Pending {
     socket: usize,
@@ -630,12 +631,12 @@ impl Endpoint {
     /// [`progress`](Self::progress) for the application thread that takes
     /// the completions: when the call completes a message and has nothing
     /// but ACKs to send, and the application answered the last such call
-    /// with a send or RMA, they are held (`FI_UET_DEFER_ACKS`) until the
-    /// next send, RMA or progress call, so a reply the application posts at
-    /// once leaves ahead of them
-    /// instead of waiting out an ACK's system call. ACKs held once go out
-    /// in the next call whatever it completes, and [`idle_budget`] is zero
-    /// meanwhile, so nobody sleeps on them.
+    /// with a send or RMA, they are held (`FI_UET_DEFER_ACKS`) until its
+    /// next send or RMA, so a reply the application posts at once leaves
+    /// ahead of them or carries them instead of waiting out an ACK's
+    /// system call. Progress calls within `FI_UET_ACK_HOLD_US` keep them;
+    /// the first call after that sends them whatever it completes, and
+    /// [`idle_budget`] is zero meanwhile, so nobody sleeps on them.
     ///
     /// [`idle_budget`]: Self::idle_budget
     pub fn progress_app(&mut self) -> bool {
