@@ -199,6 +199,59 @@ fn an_answer_posted_before_its_deferred_ack_starts_a_new_busy_period() {
 }
 
 #[test]
+fn the_restart_owed_waits_for_the_last_deferred_ack_of_a_peer() {
+    // a sent two messages; b answered each, its ACK riding on the answer.
+    // Both ACKs wait at a while a sends its third message; the second
+    // (which empties the pipe) owes the restart, applied after both, so
+    // the older one cannot reopen QuickAdapt's window.
+    let (addrs, mut a, mut b) = engine_pair_with(&Config::default());
+    let mut answers = Vec::new();
+    for i in 1..=2u64 {
+        a.post_recv(0, recv(64, None, 10 + i)).unwrap();
+        b.post_recv(0, recv(64, None, 20 + i)).unwrap();
+        let mut ping = send(addrs[1], vec![i as u8; 64], None, i);
+        ping.signal = false;
+        a.post_send(i * 1_000, ping).unwrap();
+        for (_, d) in drain(&mut a, i * 1_000) {
+            b.handle_datagram(i * 1_000 + 500, addrs[0], 0, &d);
+        }
+        b.hold_acks(true);
+        b.post_send(i * 1_000 + 600, send(addrs[0], vec![9; 64], None, 30 + i))
+            .unwrap();
+        answers.extend(drain(&mut b, i * 1_000 + 600));
+        b.hold_acks(false);
+    }
+    assert_eq!(answers.len(), 2);
+    assert!(answers
+        .iter()
+        .all(|(_, d)| flags_of(d) & ack_trailer::FLAG != 0));
+    let before = a.peer_stats(addrs[1]).unwrap().cc;
+    a.defer_trailer_acks(true);
+    for (_, d) in &answers {
+        a.handle_datagram(5_000, addrs[1], 0, d);
+    }
+    a.defer_trailer_acks(false);
+    a.post_send(6_000, send(addrs[1], vec![3; 64], None, 3))
+        .unwrap();
+    let out = drain(&mut a, 6_000);
+    a.handle_trailer_acks();
+    assert_eq!(a.stats().acks_received, 2);
+    for (_, d) in &out {
+        b.handle_datagram(9_000, addrs[0], 0, d);
+    }
+    let acks: Vec<_> = drain(&mut b, 9_000)
+        .into_iter()
+        .filter(|(t, _)| *t == PacketType::AckCc)
+        .collect();
+    assert_eq!(acks.len(), 1);
+    a.handle_datagram(420_000, addrs[1], 0, &acks[0].1);
+    let after = a.peer_stats(addrs[1]).unwrap().cc;
+    assert_eq!(after.acks, before.acks + 3, "{after:?}");
+    assert_eq!(after.idle_restarts, before.idle_restarts + 1, "{after:?}");
+    assert_eq!(after.quick_adapt_events, 0, "{after:?}");
+}
+
+#[test]
 fn an_ack_completing_a_send_the_application_sees_is_never_deferred() {
     // It may be waiting for that completion before it answers.
     let (addrs, mut a, _b, held) = replying_to(64, true);

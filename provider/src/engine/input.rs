@@ -55,7 +55,10 @@ impl Engine {
                     bytes,
                 });
             }
-            _ => self.on_trailer_ack(now, from, ack),
+            _ => {
+                let last = !self.trailer_acks.iter().any(|a| a.from == from);
+                self.on_trailer_ack(now, from, ack, last);
+            }
         }
     }
 
@@ -94,11 +97,13 @@ impl Engine {
         }
     }
 
-    fn on_trailer_ack(&mut self, now: u64, from: SocketAddr, ack: &[u8]) {
+    /// `last`: no other ACK from that peer waits (an owed restart is
+    /// applied after the last one, so no older one reopens the window).
+    fn on_trailer_ack(&mut self, now: u64, from: SocketAddr, ack: &[u8], last: bool) {
         let acked = self.stats.acks_received;
         self.on_ack(now, from, ack);
         self.stats.piggybacked_acks_received += self.stats.acks_received - acked;
-        if let Some(&p) = self.peer_by_addr.get(&from) {
+        if let Some(&p) = self.peer_by_addr.get(&from).filter(|_| last) {
             // Nothing sent since it arrived: the ACK itself told whether
             // the pipe is empty.
             let peer = &mut self.peers[p];
@@ -135,8 +140,9 @@ impl Engine {
             return;
         }
         let mut acks = std::mem::take(&mut self.trailer_acks);
-        for a in &acks {
-            self.on_trailer_ack(a.at, a.from, &a.bytes);
+        for (i, a) in acks.iter().enumerate() {
+            let last = !acks[i + 1..].iter().any(|b| b.from == a.from);
+            self.on_trailer_ack(a.at, a.from, &a.bytes, last);
         }
         // Keep the allocation for the next ones.
         acks.clear();
