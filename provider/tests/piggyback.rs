@@ -160,6 +160,32 @@ fn a_deferred_ack_waits_for_the_answer_and_keeps_its_arrival_time() {
     );
 }
 
+/// a sends its next message at `now` and then takes the ACKs waiting for
+/// that answer; b takes the message 3 us later and acknowledges it, and
+/// that ACK reaches a 400 us late (a host that stalled). Returns a's
+/// congestion-control state towards b after it.
+fn next_message_acknowledged_late(
+    addrs: [SocketAddr; 2],
+    a: &mut Engine,
+    b: &mut Engine,
+    now: u64,
+) -> uet::cms::CcStats {
+    a.post_send(now, send(addrs[1], vec![3; 64], None, 3))
+        .unwrap();
+    let out = drain(a, now);
+    a.handle_trailer_acks();
+    for (_, d) in &out {
+        b.handle_datagram(now + 3_000, addrs[0], 0, d);
+    }
+    let acks: Vec<_> = drain(b, now + 3_000)
+        .into_iter()
+        .filter(|(t, _)| *t == PacketType::AckCc)
+        .collect();
+    assert_eq!(acks.len(), 1);
+    a.handle_datagram(now + 403_000, addrs[1], 0, &acks[0].1);
+    a.peer_stats(addrs[1]).unwrap().cc
+}
+
 #[test]
 fn an_answer_posted_before_its_deferred_ack_starts_a_new_busy_period() {
     // a's pipe to b empties with the ACK riding on b's reply. Taken at
@@ -174,23 +200,8 @@ fn an_answer_posted_before_its_deferred_ack_starts_a_new_busy_period() {
         a.handle_datagram(19_400, addrs[1], 0, &held[0]);
         a.defer_trailer_acks(false);
         assert_eq!(a.has_trailer_acks(), deferred);
-        a.post_send(20_000, send(addrs[1], vec![3; 64], None, 3))
-            .unwrap();
-        let out = drain(&mut a, 20_000);
-        a.handle_trailer_acks();
-        assert_eq!(a.stats().acks_received, 1);
-        // b takes the message and acknowledges it; the ACK reaches a
-        // 400 us late.
-        for (_, d) in &out {
-            b.handle_datagram(23_000, addrs[0], 0, d);
-        }
-        let acks: Vec<_> = drain(&mut b, 23_000)
-            .into_iter()
-            .filter(|(t, _)| *t == PacketType::AckCc)
-            .collect();
-        assert_eq!(acks.len(), 1, "deferred {deferred}");
-        a.handle_datagram(420_000, addrs[1], 0, &acks[0].1);
-        let after = a.peer_stats(addrs[1]).unwrap().cc;
+        let after = next_message_acknowledged_late(addrs, &mut a, &mut b, 20_000);
+        assert_eq!(a.stats().acks_received, 2);
         let what = format!("deferred {deferred}: {after:?}");
         assert_eq!(after.acks, before.acks + 2, "{what}");
         assert_eq!(after.idle_restarts, before.idle_restarts + 1, "{what}");
@@ -231,21 +242,8 @@ fn the_restart_owed_waits_for_the_last_deferred_ack_of_a_peer() {
         a.handle_datagram(5_000, addrs[1], 0, d);
     }
     a.defer_trailer_acks(false);
-    a.post_send(6_000, send(addrs[1], vec![3; 64], None, 3))
-        .unwrap();
-    let out = drain(&mut a, 6_000);
-    a.handle_trailer_acks();
-    assert_eq!(a.stats().acks_received, 2);
-    for (_, d) in &out {
-        b.handle_datagram(9_000, addrs[0], 0, d);
-    }
-    let acks: Vec<_> = drain(&mut b, 9_000)
-        .into_iter()
-        .filter(|(t, _)| *t == PacketType::AckCc)
-        .collect();
-    assert_eq!(acks.len(), 1);
-    a.handle_datagram(420_000, addrs[1], 0, &acks[0].1);
-    let after = a.peer_stats(addrs[1]).unwrap().cc;
+    let after = next_message_acknowledged_late(addrs, &mut a, &mut b, 6_000);
+    assert_eq!(a.stats().acks_received, 3);
     assert_eq!(after.acks, before.acks + 3, "{after:?}");
     assert_eq!(after.idle_restarts, before.idle_restarts + 1, "{after:?}");
     assert_eq!(after.quick_adapt_events, 0, "{after:?}");
