@@ -654,13 +654,12 @@ impl Endpoint {
             self.engine.handle_trailer_acks();
             busy = true;
         }
-        // Held ACKs stay held through the application's calls for a short
-        // while (FI_UET_ACK_HOLD_US): between taking a message and
-        // answering it, an application may read a CQ more than once (its
-        // send's completion, then the message's).
-        // The wait, whether or not its ACKs could be held (they are not
-        // while replies_follow is off), so an application that answers
-        // after a few such calls is seen answering.
+        // A wait for the answer, and the ACKs held for it, last through
+        // the application's calls for a short while (FI_UET_ACK_HOLD_US):
+        // between taking a message and answering it, an application may
+        // read a CQ more than once (its send's completion, then the
+        // message's). The wait lasts even when its ACKs could not be held
+        // (replies_follow off), so an answer after such calls counts.
         let young = may_hold
             && self.awaiting_reply
             && now.saturating_sub(self.awaiting_since) < self.ack_hold_ns;
@@ -1025,13 +1024,8 @@ impl Endpoint {
             let tos = ip::tos(0, t.ecn);
             let head = &self.tx_buf[start..hole.start];
             let tail = &self.tx_buf[hole.end..HEADROOM + t.len];
-            let all = [head, payload, tail];
-            let parts = match (payload.is_empty(), tail.is_empty()) {
-                (true, _) => &all[..1],
-                (false, true) => &all[..2],
-                (false, false) => &all[..],
-            };
-            match sys::send_parts(&self.sockets[socket], to, tos, parts) {
+            let (parts, n) = datagram_parts(head, payload, tail);
+            match sys::send_parts(&self.sockets[socket], to, tos, &parts[..n]) {
                 Ok(()) => self.stats.sent[socket] += 1,
                 Err(e) if e.kind() == ErrorKind::WouldBlock => {
                     copy_bytes(&mut self.tx_buf[hole], payload);
@@ -1436,13 +1430,8 @@ impl Batch<'_> {
         for (k, &i) in run.iter().enumerate() {
             let p = &pending[i];
             let (head, payload) = self.pieces(p);
-            let all = [head, payload, self.tail(p)];
-            let parts = match (payload.is_empty(), all[2].is_empty()) {
-                (true, _) => &all[..1],
-                (false, true) => &all[..2],
-                (false, false) => &all[..],
-            };
-            match sys::send_parts(&self.sockets[p.socket], p.to, p.tos, parts) {
+            let (parts, n) = datagram_parts(head, payload, self.tail(p));
+            match sys::send_parts(&self.sockets[p.socket], p.to, p.tos, &parts[..n]) {
                 Ok(()) => self.stats.sent[p.socket] += 1,
                 Err(e) if e.kind() == ErrorKind::WouldBlock => return Err(k),
                 // Lost like any datagram the network drops (see `emit`).
@@ -1489,6 +1478,24 @@ impl Batch<'_> {
             });
         }
     }
+}
+
+/// The pieces of one datagram for a gathering send, and how many there
+/// are: the headers, then the payload and the ACK trailer when not empty.
+fn datagram_parts<'a>(
+    head: &'a [u8],
+    payload: &'a [u8],
+    tail: &'a [u8],
+) -> ([&'a [u8]; sys::MAX_PARTS], usize) {
+    let mut parts = [head; sys::MAX_PARTS];
+    let mut n = 1;
+    for piece in [payload, tail] {
+        if !piece.is_empty() {
+            parts[n] = piece;
+            n += 1;
+        }
+    }
+    (parts, n)
 }
 
 /// Errors with which the kernel refuses a segmented send it will never
