@@ -166,7 +166,7 @@ struct Outgoing {
 }
 
 /// A packet taken from the engine for a GSO batch: its headers (or all of
-/// it) at `tx_buf[slot + HEADROOM..][..head_len]`, its payload in the
+/// it) at `tx_buf[slot + HEADROOM..][..head_len()]`, its payload in the
 /// engine's message memory when `payload` names one, and then an ACK
 /// trailer, if any, at `[tail_start()..len]` of the same slot.
 #[derive(Clone, Copy, Debug)]
@@ -175,12 +175,17 @@ struct Pending {
     to: SocketAddr,
     tos: u8,
     slot: usize,
-    head_len: usize,
     len: usize,
     payload: Option<PayloadRef>,
 }
 
 impl Pending {
+    /// Bytes of headers at the start of the slot (all of the datagram when
+    /// no payload is gathered).
+    fn head_len(&self) -> usize {
+        self.payload.map_or(self.len, |r| r.at())
+    }
+
     /// Where the bytes after a gathered payload (an ACK trailer) start;
     /// `len` when there are none.
     fn tail_start(&self) -> usize {
@@ -1082,7 +1087,6 @@ impl Endpoint {
                     to: t.dest,
                     tos: ip::tos(0, t.ecn),
                     slot,
-                    head_len: payload.map_or(t.len, |p| p.at()),
                     len: t.len,
                     payload,
                 });
@@ -1114,8 +1118,8 @@ impl Endpoint {
             // break a run of segments.
             for p in gso.pending.iter_mut() {
                 if p.payload.is_some_and(|r| batch.engine.payload(r).is_none()) {
+                    p.len = p.head_len();
                     p.payload = None;
-                    p.len = p.head_len;
                 }
             }
             group_by_socket(gso, sockets.len());
@@ -1444,7 +1448,7 @@ impl Batch<'_> {
     /// A pending packet's headers (in `tx_buf`) and payload (in message
     /// memory; empty when the headers slot holds it all).
     fn pieces(&self, p: &Pending) -> (&[u8], &[u8]) {
-        let head = &self.tx_buf[p.slot + HEADROOM..p.slot + HEADROOM + p.head_len];
+        let head = &self.tx_buf[p.slot + HEADROOM..p.slot + HEADROOM + p.head_len()];
         let payload = p
             .payload
             .and_then(|r| self.engine.payload(r))
@@ -1465,7 +1469,7 @@ impl Batch<'_> {
             let p = &pending[i];
             let start = p.slot + HEADROOM;
             if let Some(payload) = p.payload.and_then(|r| self.engine.payload(r)) {
-                let at = start + p.head_len;
+                let at = start + p.head_len();
                 copy_bytes(&mut self.tx_buf[at..at + payload.len()], payload);
             }
             self.stalled.push_back(Outgoing {
