@@ -111,6 +111,11 @@ pub const PARAMS: &[ParamSpec] = &[
         help: "Between processes of one host (same boot and PID namespace), the receiver of a rendezvous send copies the part past the eager bytes straight from the sender's memory into its receive buffer (process_vm_readv: one copy, no packets) instead of pulling it over the network; both ends must enable it, and when the kernel refuses the copy (ptrace rules) or a buffer is not in one piece the pull goes over the network as usual. Those bytes bypass the network, so ECN, trimming and congestion control do not see them; an endpoint with FI_UET_FABRIC (the emu-net relay) ignores this parameter, so every byte crosses the emulated fabric (default 0).",
     },
     ParamSpec {
+        name: "host_ring",
+        kind: ParamKind::Bool,
+        help: "Between endpoints of one host (same boot and network namespace, same user), datagrams travel through shared-memory rings in /dev/shm instead of UDP: the same packets, ACKs and congestion control, without a system call per datagram at either end. A sender uses the ring of a peer that also enables it and that it finds holding the peer's UDP address; to other peers, and past 32 senders per endpoint, it sends over UDP. Those datagrams bypass the network (no ECN marks, trimming or loss); an endpoint with FI_UET_FABRIC, fault injection or FI_UET_ORDERED ignores this parameter (default 0).",
+    },
+    ParamSpec {
         name: "host_rendezvous_bytes",
         kind: ParamKind::Int,
         help: "With FI_UET_HOST_READ: once a peer has copied one of our rendezvous sends in place (it is on this host), sends to it longer than this many bytes go as rendezvous sends, instead of those longer than FI_UET_RENDEZVOUS_BYTES, since the copy beats the network from a few pages on (default 16384; 0 = never).",
@@ -287,6 +292,8 @@ pub struct Config {
     pub rendezvous_bytes: usize,
     /// Same-host rendezvous copies (`engine::HostMemory`).
     pub host_read: bool,
+    /// Same-host datagram rings (`io::host_ring`).
+    pub host_ring: bool,
     /// Rendezvous threshold towards peers known to copy in place.
     pub host_rendezvous_bytes: usize,
     /// Empty = no congestion-control trace.
@@ -351,6 +358,7 @@ impl Default for Config {
             unexpected_bytes: 64 << 20,
             rendezvous_bytes: 256 << 10,
             host_read: false,
+            host_ring: false,
             host_rendezvous_bytes: 16 << 10,
             trace: String::new(),
             src_addr: String::new(),
@@ -465,6 +473,7 @@ impl Config {
             "ack_hold_us" => return Some(ParamValue::Int(self.ack_hold_us as i64)),
             "direct_rx" => return Some(ParamValue::Bool(self.direct_rx)),
             "host_read" => return Some(ParamValue::Bool(self.host_read)),
+            "host_ring" => return Some(ParamValue::Bool(self.host_ring)),
             "fabric" => return Some(ParamValue::Str(self.fabric.clone())),
             _ => {}
         }
@@ -593,6 +602,7 @@ impl Config {
             "ack_hold_us" => self.ack_hold_us = int(0, 1_000_000)? as u64,
             "direct_rx" => self.direct_rx = boolean()?,
             "host_read" => self.host_read = boolean()?,
+            "host_ring" => self.host_ring = boolean()?,
             "link_gbps" => self.link_gbps = int(1, 3200)? as u32,
             "link_mbps" => self.link_mbps = int(0, 3_200_000)? as u32,
             "base_rtt_us" => self.base_rtt_us = int(0, 1_000_000)? as u64,

@@ -429,6 +429,22 @@ impl EpInner {
         self.state.lock().ep.idle_budget()
     }
 
+    /// Before a blocking wait sleeps on [`wait_fds`](Self::wait_fds): false
+    /// when input waits already (same-host rings); true obliges a later
+    /// [`end_sleep`](Self::end_sleep).
+    pub(crate) fn begin_sleep(&self) -> bool {
+        self.state.lock().ep.begin_sleep()
+    }
+
+    pub(crate) fn end_sleep(&self) {
+        self.state.lock().ep.end_sleep()
+    }
+
+    /// The application sleeps on these descriptors itself (FI_GETWAIT).
+    pub(crate) fn wake_on_every_arrival(&self) {
+        self.state.lock().ep.wake_on_every_arrival()
+    }
+
     fn peer(st: &EpState, fi_addr: fi_addr_t) -> FiResult<SocketAddr> {
         st.av
             .as_ref()

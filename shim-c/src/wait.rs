@@ -95,6 +95,7 @@ impl Waker {
         self.exported.store(true, Ordering::Release);
         let mut reg = self.registered.lock();
         for ep in eps {
+            ep.wake_on_every_arrival();
             for s in ep.wait_fds() {
                 if !reg.contains(&s) {
                     add_to_epoll(ep_fd, s)?;
@@ -169,6 +170,8 @@ pub(crate) fn sleep(eps: &[Arc<EpInner>], waker: &Waker, deadline: Option<Instan
         events: libc::POLLIN,
         revents: 0,
     }];
+    // Endpoints whose same-host senders ring the doorbell while we sleep.
+    let mut sleeping: Vec<&Arc<EpInner>> = Vec::with_capacity(eps.len());
     for ep in eps {
         if let Some(b) = ep.idle_budget() {
             budget = budget.min(b);
@@ -184,10 +187,23 @@ pub(crate) fn sleep(eps: &[Arc<EpInner>], waker: &Waker, deadline: Option<Instan
     if ms == 0 {
         return;
     }
+    for ep in eps {
+        if !ep.begin_sleep() {
+            // Input waits already: progress instead.
+            for ep in &sleeping {
+                ep.end_sleep();
+            }
+            return;
+        }
+        sleeping.push(ep);
+    }
     waker.sleepers.fetch_add(1, Ordering::AcqRel);
     // SAFETY: fds is a live array of fds.len() pollfd structs.
     unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
     waker.sleepers.fetch_sub(1, Ordering::AcqRel);
+    for ep in sleeping {
+        ep.end_sleep();
+    }
     if fds[0].revents != 0 {
         waker.drain();
     }

@@ -132,7 +132,7 @@ fn transfer(address: u64, len: usize, mut step: impl FnMut(usize, u64) -> isize)
 
 /// Whether process `pid` holds a UDP socket bound to `addr` (or to the
 /// unspecified address and its port).
-fn holds_udp_socket(pid: u32, addr: SocketAddr) -> bool {
+pub(super) fn holds_udp_socket(pid: u32, addr: SocketAddr) -> bool {
     let inodes: HashSet<u64> = ["/proc/net/udp", "/proc/net/udp6"]
         .iter()
         .filter_map(|path| std::fs::read_to_string(path).ok())
@@ -202,7 +202,7 @@ fn udp_table_row(row: &str) -> Option<(SocketAddr, u64)> {
 
 /// The boot ID (a UUID in text) folded with the PID namespace's device and
 /// inode into 64 bits; `None` when the boot ID is not a UUID.
-fn host_value(boot_id: &str, ns_dev: u64, ns_ino: u64) -> Option<u64> {
+pub(super) fn host_value(boot_id: &str, ns_dev: u64, ns_ino: u64) -> Option<u64> {
     let hex: String = boot_id.trim().chars().filter(|c| *c != '-').collect();
     let boot = u128::from_str_radix(&hex, 16)
         .ok()

@@ -55,6 +55,7 @@ use crate::wire::{ack_trailer, RelayHeader};
 use crate::{Config, Error, Result};
 
 mod host_memory;
+mod host_ring;
 pub use host_memory::ProcessMemory;
 pub mod impair;
 mod sys;
@@ -62,6 +63,7 @@ mod sys;
 mod tests;
 mod trace;
 
+use host_ring::{HostRings, Pushed};
 use impair::{FaultConfig, Impairer, PacketClass, Treatment, Verdict, TRIMMED_LEN};
 
 /// Datagrams received per progress call before timers and transmits get a turn.
@@ -152,6 +154,17 @@ pub struct DriverStats {
     /// Datagrams received into a landing that could not be put back
     /// together (never expected; they are dropped and resent).
     pub landing_lost: u64,
+    /// Same-host rings (`FI_UET_HOST_RING`): datagrams written into peers'
+    /// lanes and taken from our own (not counted in `sent`/`received`),
+    /// writes that found the lane full (retried like EAGAIN), doorbells
+    /// rung and heard, and datagrams from lanes whose sender did not hold
+    /// the address it claimed (dropped).
+    pub ring_sent: u64,
+    pub ring_received: u64,
+    pub ring_full: u64,
+    pub doorbells_sent: u64,
+    pub doorbells_received: u64,
+    pub ring_refused: u64,
 }
 
 /// A datagram ready for the wire: `tx_buf[start..end]` or a held copy.
@@ -298,6 +311,8 @@ pub struct Endpoint {
     /// How long a closing endpoint waits for silence: twice the minimum
     /// retransmission timeout, at most [`LINGER_MAX_NS`].
     linger_quiet_ns: u64,
+    /// Same-host rings (`FI_UET_HOST_RING`), when on.
+    rings: Option<HostRings>,
 }
 
 /// Whether an endpoint's sockets take arrivals coalesced (UDP GRO).
@@ -368,6 +383,13 @@ impl Endpoint {
             delay_ns: config.fault_delay_us * 1000,
             seed: config.fault_seed,
         };
+        // The rings carry datagrams the network would: not where every
+        // datagram must cross an emulated fabric or meet injected faults,
+        // and not under ordered delivery, which would take the reordering
+        // between a ring and a socket for loss.
+        let rings = (config.host_ring && fabric.is_none() && !faults.any() && !engine.ordered())
+            .then(|| HostRings::new(local))
+            .flatten();
         let n = sockets.len();
         let poller = match sockets.len() {
             1 => None,
@@ -460,6 +482,7 @@ impl Endpoint {
             last_arrival_ns: 0,
             timers_waited: 0,
             linger_quiet_ns: (2 * config.rto_min_us * 1000).min(LINGER_MAX_NS),
+            rings,
         })
     }
 
@@ -481,8 +504,14 @@ impl Endpoint {
     }
 
     pub fn stats(&self) -> DriverStats {
+        let ring = self.rings.as_ref().map(|r| r.stats).unwrap_or_default();
         DriverStats {
             gro_enabled: self.gro == Gro::On,
+            ring_sent: ring.sent,
+            ring_received: ring.received,
+            ring_full: ring.full,
+            doorbells_sent: ring.doorbells_sent,
+            ring_refused: ring.refused,
             ..self.stats.clone()
         }
     }
@@ -610,6 +639,7 @@ impl Endpoint {
     /// next timer otherwise, `None` when nothing is armed.
     pub fn idle_budget(&self) -> Option<std::time::Duration> {
         if !self.stalled.is_empty()
+            || self.rings.as_ref().is_some_and(HostRings::pending)
             || self.acks_deferred
             || self.sends_deferred
             || self.engine.has_trailer_acks()
@@ -680,7 +710,7 @@ impl Endpoint {
             .defer_trailer_acks(may_hold && self.replies_follow);
         // Peers address everything to socket 0; the pool sockets see only
         // strays and ICMP errors, drained every so often.
-        let arrived = self.receive(0, &mut now);
+        let arrived = self.receive(0, &mut now) + self.receive_rings(&mut now);
         self.engine.defer_trailer_acks(false);
         if !self.engine.has_completions() {
             // Nothing to answer: no reason to wait.
@@ -851,6 +881,50 @@ impl Endpoint {
         got
     }
 
+    /// Hand up to a burst of datagrams from our same-host lanes to the
+    /// engine, as [`receive`](Self::receive) does from a socket.
+    fn receive_rings(&mut self, now: &mut u64) -> usize {
+        if self.rings.is_none() {
+            return 0;
+        }
+        let t = engine_time(self.epoch_ns);
+        let Some(rings) = self.rings.as_mut() else {
+            return 0;
+        };
+        let engine = &mut self.engine;
+        let got = rings.receive(RX_BURST, |from, tos, bytes| {
+            engine.handle_datagram(t, from, tos, bytes);
+        });
+        if got > 0 {
+            *now = t;
+            self.last_arrival_ns = t;
+        }
+        got
+    }
+
+    /// Before sleeping on [`wait_fds`](Self::wait_fds): false when a
+    /// same-host lane holds something (progress instead). True means
+    /// senders ring the doorbell until [`end_sleep`](Self::end_sleep).
+    pub fn begin_sleep(&self) -> bool {
+        self.rings.as_ref().is_none_or(HostRings::begin_sleep)
+    }
+
+    /// After a sleep that [`begin_sleep`](Self::begin_sleep) allowed.
+    pub fn end_sleep(&self) {
+        if let Some(r) = self.rings.as_ref() {
+            r.end_sleep();
+        }
+    }
+
+    /// The application sleeps on [`wait_fds`](Self::wait_fds) by itself
+    /// (`FI_GETWAIT`), out of our sight: same-host senders ring the
+    /// doorbell whenever they fill an empty lane.
+    pub fn wake_on_every_arrival(&self) {
+        if let Some(r) = self.rings.as_ref() {
+            r.always_ring();
+        }
+    }
+
     /// Receive one datagram into the landing the engine expects (see
     /// `Engine::landing`), if it expects one: its payload goes straight
     /// into the posted buffer, and when it is the packet predicted the
@@ -965,7 +1039,13 @@ impl Endpoint {
             let Some(mut h) = self.held.pop_front() else {
                 break;
             };
-            if !emit(&self.sockets, &mut self.stats, &mut h.out, &h.bytes) {
+            if !emit(
+                &self.sockets,
+                &mut self.rings,
+                &mut self.stats,
+                &mut h.out,
+                &h.bytes,
+            ) {
                 self.held.push_front(h);
                 return sent;
             }
@@ -973,7 +1053,7 @@ impl Endpoint {
         }
         while let Some(out) = self.stalled.front_mut() {
             let bytes = &self.tx_buf[out.start..out.end];
-            if !emit(&self.sockets, &mut self.stats, out, bytes) {
+            if !emit(&self.sockets, &mut self.rings, &mut self.stats, out, bytes) {
                 return sent;
             }
             self.stalled.pop_front();
@@ -991,7 +1071,13 @@ impl Endpoint {
                 continue;
             };
             let bytes = &self.tx_buf[out.start..out.end];
-            if !emit(&self.sockets, &mut self.stats, &mut out, bytes) {
+            if !emit(
+                &self.sockets,
+                &mut self.rings,
+                &mut self.stats,
+                &mut out,
+                bytes,
+            ) {
                 // The bytes stay in `tx_buf`: nothing more is pulled from
                 // the engine until this datagram is out.
                 self.stalled.push_back(out);
@@ -1030,8 +1116,9 @@ impl Endpoint {
             let head = &self.tx_buf[start..hole.start];
             let tail = &self.tx_buf[hole.end..HEADROOM + t.len];
             let (parts, n) = datagram_parts(head, payload, tail);
-            match sys::send_parts(&self.sockets[socket], to, tos, &parts[..n]) {
-                Ok(()) => self.stats.sent[socket] += 1,
+            match send_datagram(&self.sockets, &mut self.rings, socket, to, tos, &parts[..n]) {
+                Ok(Carrier::Udp) => self.stats.sent[socket] += 1,
+                Ok(Carrier::Ring) => {}
                 Err(e) if e.kind() == ErrorKind::WouldBlock => {
                     copy_bytes(&mut self.tx_buf[hole], payload);
                     self.stalled.push_back(Outgoing {
@@ -1068,6 +1155,7 @@ impl Endpoint {
             sockets,
             stats,
             stalled,
+            rings,
             ..
         } = self
         else {
@@ -1098,6 +1186,7 @@ impl Endpoint {
             sent = true;
             let mut batch = Batch {
                 sockets,
+                rings,
                 engine,
                 tx_buf,
                 stats,
@@ -1228,6 +1317,12 @@ fn deliver(
             }
         },
     };
+    // An empty datagram is a same-host peer's doorbell: it woke us, and
+    // its datagrams wait in our lanes.
+    if data.is_empty() {
+        stats.doorbells_received += 1;
+        return;
+    }
     count_arrival(stats, tos);
     engine.handle_datagram(now, from, tos, data);
 }
@@ -1276,17 +1371,30 @@ impl Drop for Endpoint {
             }
         }
         for mut h in std::mem::take(&mut self.held) {
-            emit(&self.sockets, &mut self.stats, &mut h.out, &h.bytes);
+            emit(
+                &self.sockets,
+                &mut self.rings,
+                &mut self.stats,
+                &mut h.out,
+                &h.bytes,
+            );
         }
     }
 }
 
 /// Send the remaining copies of `out` (bytes in `data`); false when the
 /// socket is full and the rest must be retried.
-fn emit(sockets: &[UdpSocket], stats: &mut DriverStats, out: &mut Outgoing, data: &[u8]) -> bool {
+fn emit(
+    sockets: &[UdpSocket],
+    rings: &mut Option<HostRings>,
+    stats: &mut DriverStats,
+    out: &mut Outgoing,
+    data: &[u8],
+) -> bool {
     while out.copies > 0 {
-        match sys::send_with_tos(&sockets[out.socket], out.to, out.tos, data) {
-            Ok(()) => stats.sent[out.socket] += 1,
+        match send_datagram(sockets, rings, out.socket, out.to, out.tos, &[data]) {
+            Ok(Carrier::Udp) => stats.sent[out.socket] += 1,
+            Ok(Carrier::Ring) => {}
             Err(e) if e.kind() == ErrorKind::WouldBlock => return false,
             // Any other error (peer gone, unreachable) is a lost datagram;
             // retransmission or the peer timeout deals with it.
@@ -1295,6 +1403,40 @@ fn emit(sockets: &[UdpSocket], stats: &mut DriverStats, out: &mut Outgoing, data
         out.copies -= 1;
     }
     true
+}
+
+/// How a datagram left.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Carrier {
+    Udp,
+    Ring,
+}
+
+/// Send the datagram made of `parts` to `to`: into our lane of its mailbox
+/// when it is on our rings (ringing its doorbell when it sleeps; a full
+/// lane is EAGAIN), else over UDP from socket `socket`.
+fn send_datagram(
+    sockets: &[UdpSocket],
+    rings: &mut Option<HostRings>,
+    socket: usize,
+    to: SocketAddr,
+    tos: u8,
+    parts: &[&[u8]],
+) -> std::io::Result<Carrier> {
+    if let Some(r) = rings.as_mut() {
+        match r.push(to, tos, parts) {
+            Pushed::NoLane => {}
+            Pushed::Written => return Ok(Carrier::Ring),
+            Pushed::Doorbell => {
+                // Lost, it costs the sleeper a wake-up at its next timer,
+                // as a lost datagram would.
+                let _ = sys::send_with_tos(&sockets[0], to, sys::DEFAULT_TOS, &[]);
+                return Ok(Carrier::Ring);
+            }
+            Pushed::Full => return Err(ErrorKind::WouldBlock.into()),
+        }
+    }
+    sys::send_parts(&sockets[socket], to, tos, parts).map(|()| Carrier::Udp)
 }
 
 /// Fill `gso.order` with the indices of `gso.pending` grouped by socket
@@ -1331,6 +1473,7 @@ fn group_by_socket(gso: &mut Gso, sockets: usize) {
 /// What sending one GSO batch touches, borrowed from the endpoint.
 struct Batch<'a> {
     sockets: &'a [UdpSocket],
+    rings: &'a mut Option<HostRings>,
     engine: &'a Engine,
     tx_buf: &'a mut Vec<u8>,
     stats: &'a mut DriverStats,
@@ -1371,7 +1514,9 @@ impl Batch<'_> {
                 end += 1;
             }
             let run = &order[k..end];
-            let out = if run.len() >= GSO_MIN_RUN && self.gso_on {
+            // A peer on our rings takes datagrams one by one.
+            let by_ring = self.rings.as_mut().is_some_and(|r| r.has_lane(first.to));
+            let out = if run.len() >= GSO_MIN_RUN && self.gso_on && !by_ring {
                 self.send_run(pending, run)
             } else {
                 self.send_one_by_one(pending, run)
@@ -1433,10 +1578,11 @@ impl Batch<'_> {
     ) -> std::result::Result<(), usize> {
         for (k, &i) in run.iter().enumerate() {
             let p = &pending[i];
-            let (head, payload) = self.pieces(p);
-            let (parts, n) = datagram_parts(head, payload, self.tail(p));
-            match sys::send_parts(&self.sockets[p.socket], p.to, p.tos, &parts[..n]) {
-                Ok(()) => self.stats.sent[p.socket] += 1,
+            let (head, payload, tail) = pending_pieces(self.tx_buf, self.engine, p);
+            let (parts, n) = datagram_parts(head, payload, tail);
+            match send_datagram(self.sockets, self.rings, p.socket, p.to, p.tos, &parts[..n]) {
+                Ok(Carrier::Udp) => self.stats.sent[p.socket] += 1,
+                Ok(Carrier::Ring) => {}
                 Err(e) if e.kind() == ErrorKind::WouldBlock => return Err(k),
                 // Lost like any datagram the network drops (see `emit`).
                 Err(_) => {}
@@ -1448,18 +1594,8 @@ impl Batch<'_> {
     /// A pending packet's headers (in `tx_buf`) and payload (in message
     /// memory; empty when the headers slot holds it all).
     fn pieces(&self, p: &Pending) -> (&[u8], &[u8]) {
-        let head = &self.tx_buf[p.slot + HEADROOM..p.slot + HEADROOM + p.head_len()];
-        let payload = p
-            .payload
-            .and_then(|r| self.engine.payload(r))
-            .unwrap_or(&[]);
+        let (head, payload, _) = pending_pieces(self.tx_buf, self.engine, p);
         (head, payload)
-    }
-
-    /// What follows a gathered payload (an ACK trailer; in `tx_buf`).
-    fn tail(&self, p: &Pending) -> &[u8] {
-        let start = p.slot + HEADROOM;
-        &self.tx_buf[start + p.tail_start()..start + p.len]
     }
 
     /// Queue `rest` (in send order) for the next flush: each payload is
@@ -1482,6 +1618,21 @@ impl Batch<'_> {
             });
         }
     }
+}
+
+/// A pending packet's headers (in `tx_buf`), payload (in message memory;
+/// empty when the headers slot holds it all) and what follows a gathered
+/// payload (an ACK trailer, in `tx_buf`).
+fn pending_pieces<'b>(
+    tx_buf: &'b [u8],
+    engine: &'b Engine,
+    p: &Pending,
+) -> (&'b [u8], &'b [u8], &'b [u8]) {
+    let start = p.slot + HEADROOM;
+    let head = &tx_buf[start..start + p.head_len()];
+    let payload = p.payload.and_then(|r| engine.payload(r)).unwrap_or(&[]);
+    let tail = &tx_buf[start + p.tail_start()..start + p.len];
+    (head, payload, tail)
 }
 
 /// The pieces of one datagram for a gathering send, and how many there

@@ -1067,3 +1067,105 @@ fn host_copies_on_loopback_never_through_a_relay() {
         }
     }
 }
+
+fn ring_config() -> Config {
+    Config {
+        host_ring: true,
+        ..burst_config()
+    }
+}
+
+#[test]
+fn same_host_rings_carry_every_datagram_intact() {
+    let (mut a, mut b) = pair(&ring_config());
+    // Small, gathered, several-packet and larger-than-a-lane messages.
+    let sizes = [1, 64, 300, 4000, 70_000, 3 << 20];
+    exchange(&mut a, &mut b, &sizes);
+    let (sa, sb) = (a.stats(), b.stats());
+    assert_eq!(sent(&a) + sent(&b), 0, "UDP used: {sa:?} {sb:?}");
+    assert!(sa.ring_sent > 0 && sb.ring_sent > 0, "{sa:?} {sb:?}");
+    assert_eq!(sa.ring_refused + sb.ring_refused, 0);
+}
+
+#[test]
+fn a_full_lane_holds_the_sender_back_like_a_full_socket() {
+    let cfg = Config {
+        host_ring: true,
+        ..ack_config()
+    };
+    let (mut a, mut b) = pair(&cfg);
+    exchange(&mut a, &mut b, &[64]);
+    // More than a lane holds, sent while b takes nothing.
+    let count = 3 * host_ring::DEPTH;
+    let bufs = send_burst(&mut a, &mut b, count, 1000);
+    assert!(a.stats().ring_full > 0, "{:?}", a.stats());
+    complete_burst(&mut a, &mut b, &bufs, 1000);
+    assert_eq!(sent(&a), 0);
+}
+
+#[test]
+fn rings_need_both_ends_and_stay_off_where_every_datagram_must_cross_the_network() {
+    let plain = Endpoint::bind(&burst_config(), LOOPBACK.parse().unwrap()).unwrap();
+    let mut a = Endpoint::bind(&ring_config(), LOOPBACK.parse().unwrap()).unwrap();
+    let mut plain = plain;
+    exchange(&mut a, &mut plain, &[64, 5000]);
+    assert_eq!(a.stats().ring_sent, 0);
+    assert!(sent(&a) > 0);
+    for off in [
+        Config {
+            ordered: true,
+            ..ring_config()
+        },
+        Config {
+            fault_drop: 100,
+            ..ring_config()
+        },
+    ] {
+        let (mut a, mut b) = pair(&off);
+        exchange(&mut a, &mut b, &[64, 5000]);
+        assert_eq!(a.stats().ring_sent + b.stats().ring_sent, 0, "{off:?}");
+    }
+}
+
+#[test]
+fn a_sleeping_receiver_is_woken_by_the_doorbell() {
+    let (mut a, mut b) = pair(&ring_config());
+    exchange(&mut a, &mut b, &[64]);
+    // b sleeps on its sockets; a's next message must wake it.
+    let (op, buf) = recv_op(64, 7);
+    b.recv(op).unwrap();
+    assert!(b.begin_sleep());
+    a.send(send_op(b.local_addr(), pattern(0, 64), 8)).unwrap();
+    let mut fds: Vec<libc::pollfd> = b
+        .wait_fds()
+        .into_iter()
+        .map(|fd| libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        })
+        .collect();
+    // SAFETY: fds is a live array of fds.len() pollfd structs.
+    let ready = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, 10_000) };
+    b.end_sleep();
+    assert_eq!(ready, 1, "no doorbell");
+    assert_eq!(a.stats().doorbells_sent, 1);
+    complete(&mut a, &mut b, &[buf], &[64]);
+    assert_eq!(b.stats().doorbells_received, 1);
+    // Awake, nobody rings.
+    exchange(&mut a, &mut b, &[64]);
+    assert_eq!(a.stats().doorbells_sent, 1);
+}
+
+#[test]
+fn an_endpoint_with_input_in_its_lanes_does_not_sleep() {
+    let (mut a, mut b) = pair(&ring_config());
+    a.send(send_op(b.local_addr(), pattern(0, 64), 1)).unwrap();
+    assert!(!b.begin_sleep());
+    assert_eq!(b.idle_budget(), Some(Duration::ZERO));
+    let (op, buf) = recv_op(64, 2);
+    b.recv(op).unwrap();
+    complete(&mut a, &mut b, &[buf], &[64]);
+    assert!(b.begin_sleep());
+    b.end_sleep();
+}

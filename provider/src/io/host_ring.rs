@@ -1,0 +1,709 @@
+//! Same-host datagram rings (`FI_UET_HOST_RING`): between endpoints of one
+//! host, datagrams travel through shared memory instead of the kernel's UDP
+//! path, which costs a system call at each end and, on a busy-polling
+//! receiver, a `recvmsg` per empty look.
+//!
+//! Only the carrier changes. The engine sees the same datagrams, from the
+//! same source address, and runs the same protocol over them: packets,
+//! ACKs, windows, congestion control and loss recovery (a ring loses
+//! nothing, so the latter stays idle).
+//!
+//! * Every endpoint with the rings on owns a **mailbox**: a file in
+//!   `/dev/shm` (mode 0600, so only its user's processes map it) named by
+//!   the host (boot ID and network namespace: what an IP address and port
+//!   mean) and the endpoint's UDP address. It holds [`LANES`] lanes, each a
+//!   single-producer single-consumer ring of [`DEPTH`] slots of up to
+//!   [`SLOT_DATA`] bytes.
+//! * A sender looks for the mailbox of a destination the first time it
+//!   sends there. When the file exists, its layout is ours and its owner
+//!   process holds the UDP socket at that address, the sender claims a free
+//!   lane and writes every later datagram for that destination there (a
+//!   full lane is a full socket: the datagram waits, in order). Otherwise
+//!   the destination is remembered as remote and reached over UDP.
+//! * The receiver looks at its claimed lanes in every progress call. A
+//!   lane's claim names its sender (process and address); the receiver
+//!   believes the address only once that process is found holding the UDP
+//!   socket bound to it.
+//! * Sleeping: a receiver about to sleep counts itself in the mailbox's
+//!   `sleepers`, then looks at its lanes once more. A sender that fills a
+//!   lane that was empty while someone sleeps rings the **doorbell**: an
+//!   empty UDP datagram to the receiver's socket, which wakes it and which
+//!   the driver then drops. An application that sleeps on the endpoint's
+//!   descriptors by itself (`FI_GETWAIT`) asks for the doorbell always.
+//! * A closing sender marks its lane closed; the receiver frees it once it
+//!   has taken what is left. A sender that dies keeps its lane until the
+//!   mailbox's owner closes; past [`LANES`] senders, the rest use UDP.
+//!
+//! Not through the emu-net relay, with fault injection, or for ordered
+//! delivery (the driver decides): those need every datagram on the network.
+
+use std::fs::OpenOptions;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::path::PathBuf;
+use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
+
+use std::collections::HashMap;
+
+use super::host_memory;
+
+/// Lanes per mailbox: how many same-host senders an endpoint takes by
+/// shared memory (later ones use UDP).
+pub const LANES: usize = 32;
+/// Slots per lane: datagrams a sender may have written and the receiver not
+/// yet taken.
+pub const DEPTH: usize = 64;
+/// Largest datagram a slot carries: any UDP payload (IPv4's largest).
+pub const SLOT_DATA: usize = 65507;
+
+const MAGIC: u64 = u64::from_le_bytes(*b"UETRING1");
+const VERSION: u32 = 1;
+const PAGE: usize = 4096;
+/// Per lane: control fields, tail and head each on their own cache line.
+const LANE_HEADER: usize = 192;
+/// Per slot: length and TOS, then the datagram.
+const SLOT_HEADER: usize = 64;
+const SLOT_STRIDE: usize = (SLOT_HEADER + SLOT_DATA).div_ceil(64) * 64;
+const LANE_DATA: usize = DEPTH * SLOT_STRIDE;
+const LANES_AT: usize = PAGE;
+const SLOTS_AT: usize = (LANES_AT + LANES * LANE_HEADER).div_ceil(PAGE) * PAGE;
+/// Bytes of a mailbox file (sparse: only the pages written are memory).
+pub const MAILBOX_BYTES: usize = SLOTS_AT + LANES * LANE_DATA;
+
+// Mailbox header fields (byte offsets).
+const H_MAGIC: usize = 0;
+const H_VERSION: usize = 8;
+const H_LANES: usize = 12;
+const H_DEPTH: usize = 16;
+const H_SLOT: usize = 20;
+const H_OWNER: usize = 24;
+const H_SLEEPERS: usize = 64;
+const H_ALWAYS_RING: usize = 68;
+/// Lanes ever claimed (a high-water mark): the receiver looks at no more.
+const H_CLAIMED: usize = 128;
+
+// Lane header fields (offsets within the lane's header).
+const L_STATE: usize = 0;
+const L_PID: usize = 4;
+const L_GENERATION: usize = 8;
+/// Source address: family (4 or 6) in the low 16 bits and port in the high
+/// ones of one word, then 16 address bytes.
+const L_FAMILY: usize = 12;
+const L_IP: usize = 16;
+const L_TAIL: usize = 64;
+const L_HEAD: usize = 128;
+
+const FREE: u32 = 0;
+const CLAIMING: u32 = 1;
+const READY: u32 = 2;
+const CLOSED: u32 = 3;
+
+/// A shared mapping of a mailbox file.
+struct Mapping {
+    base: *mut u8,
+}
+
+// SAFETY: the mapping is plain shared memory; every field other processes
+// write is read through atomics, and slot bytes are read only after the
+// tail that publishes them (acquire) and copied out before the head that
+// frees them (release).
+unsafe impl Send for Mapping {}
+
+impl Mapping {
+    /// Map `file` whole (it is [`MAILBOX_BYTES`] long).
+    fn new(file: &std::fs::File) -> Option<Mapping> {
+        // SAFETY: a fresh shared mapping of an open file of at least
+        // MAILBOX_BYTES bytes (checked by the callers); the result is
+        // checked for MAP_FAILED.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                MAILBOX_BYTES,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                file.as_raw_fd(),
+                0,
+            )
+        };
+        (base != libc::MAP_FAILED).then_some(Mapping { base: base.cast() })
+    }
+
+    fn u32_at(&self, offset: usize) -> &AtomicU32 {
+        assert!(offset.is_multiple_of(4) && offset + 4 <= MAILBOX_BYTES);
+        // SAFETY: the offset is aligned and inside the mapping (checked
+        // above), which lives as long as `self`; other processes touch it
+        // only atomically.
+        unsafe { &*self.base.add(offset).cast::<AtomicU32>() }
+    }
+
+    fn u64_at(&self, offset: usize) -> &AtomicU64 {
+        assert!(offset.is_multiple_of(8) && offset + 8 <= MAILBOX_BYTES);
+        // SAFETY: as in u32_at.
+        unsafe { &*self.base.add(offset).cast::<AtomicU64>() }
+    }
+
+    /// Copy `bytes` to `offset`.
+    fn write(&self, offset: usize, bytes: &[u8]) {
+        assert!(offset + bytes.len() <= MAILBOX_BYTES);
+        // SAFETY: the range is inside the mapping (checked above) and is a
+        // slot this process owns until it publishes it.
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), self.base.add(offset), bytes.len()) }
+    }
+
+    /// Copy `out.len()` bytes at `offset` into `out`.
+    fn read(&self, offset: usize, out: &mut [u8]) {
+        assert!(offset + out.len() <= MAILBOX_BYTES);
+        // SAFETY: the range is inside the mapping (checked above) and is a
+        // published slot its producer no longer writes.
+        unsafe { std::ptr::copy_nonoverlapping(self.base.add(offset), out.as_mut_ptr(), out.len()) }
+    }
+
+    fn lane(&self, lane: usize, field: usize) -> usize {
+        LANES_AT + lane * LANE_HEADER + field
+    }
+
+    fn slot(&self, lane: usize, index: u64) -> usize {
+        SLOTS_AT + lane * LANE_DATA + (index % DEPTH as u64) as usize * SLOT_STRIDE
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: `base` came from mmap with this length and is unmapped
+        // once, here.
+        unsafe { libc::munmap(self.base.cast(), MAILBOX_BYTES) };
+    }
+}
+
+/// Where the mailbox of `addr` lives on this host.
+fn mailbox_path(host: u64, addr: SocketAddr) -> PathBuf {
+    PathBuf::from(format!(
+        "/dev/shm/uet-ring-{host:016x}-{}-{}",
+        addr.ip(),
+        addr.port()
+    ))
+}
+
+/// What an address means on this host: the boot and the network namespace.
+fn this_host() -> Option<u64> {
+    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
+    let namespace = std::fs::metadata("/proc/self/ns/net").ok()?;
+    host_memory::host_value(&boot, namespace.dev(), namespace.ino())
+}
+
+/// What sending to a destination by ring came to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Pushed {
+    /// The destination has no lane of ours: send over UDP.
+    NoLane,
+    /// In the lane; nobody sleeps on it.
+    Written,
+    /// In the lane, which was empty while the receiver sleeps: ring the
+    /// doorbell (an empty datagram to the destination).
+    Doorbell,
+    /// The lane is full: try again later, as after EAGAIN.
+    Full,
+}
+
+/// One of our lanes in a peer's mailbox.
+struct OutLane {
+    map: Mapping,
+    lane: usize,
+    /// Next slot to write (only we write the tail).
+    tail: u64,
+}
+
+/// What the receiver knows of one of its lanes.
+#[derive(Clone, Copy, Default)]
+struct InLane {
+    /// Next slot to take (only we write the head).
+    head: u64,
+    /// The claim the source below belongs to, and whether it checked out.
+    generation: u32,
+    source: Option<SocketAddr>,
+    known: bool,
+}
+
+/// Counters of the rings (also in `DriverStats`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RingStats {
+    pub sent: u64,
+    pub received: u64,
+    pub full: u64,
+    pub doorbells_sent: u64,
+    /// Datagrams taken from lanes whose sender did not check out.
+    pub refused: u64,
+}
+
+/// An endpoint's mailbox and its lanes in its peers' mailboxes.
+pub struct HostRings {
+    host: u64,
+    local: SocketAddr,
+    path: PathBuf,
+    inbox: Mapping,
+    lanes: Vec<InLane>,
+    /// Destinations looked up: `None` for those reached over UDP.
+    peers: HashMap<SocketAddr, Option<OutLane>>,
+    scratch: Vec<u8>,
+    pub stats: RingStats,
+}
+
+impl HostRings {
+    /// Create the mailbox of the endpoint bound at `local`. `None` when this
+    /// host has no `/dev/shm` or cannot name itself: the endpoint then uses
+    /// UDP for everything, as without the rings.
+    pub fn new(local: SocketAddr) -> Option<HostRings> {
+        let host = this_host()?;
+        let path = mailbox_path(host, local);
+        // Built under a private name and renamed into place, so a sender
+        // never sees a half-made header. A file left at the final name by a
+        // process that died is replaced; whoever still maps it keeps the
+        // old one.
+        let temp = PathBuf::from(format!("{}.{}.tmp", path.display(), std::process::id()));
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(&temp)
+            .ok()?;
+        let made = file
+            .set_len(MAILBOX_BYTES as u64)
+            .ok()
+            .and_then(|()| Mapping::new(&file));
+        let Some(inbox) = made else {
+            let _ = std::fs::remove_file(&temp);
+            return None;
+        };
+        inbox.u64_at(H_MAGIC).store(MAGIC, Ordering::Relaxed);
+        inbox.u32_at(H_VERSION).store(VERSION, Ordering::Relaxed);
+        inbox.u32_at(H_LANES).store(LANES as u32, Ordering::Relaxed);
+        inbox.u32_at(H_DEPTH).store(DEPTH as u32, Ordering::Relaxed);
+        inbox
+            .u32_at(H_SLOT)
+            .store(SLOT_DATA as u32, Ordering::Relaxed);
+        inbox
+            .u32_at(H_OWNER)
+            .store(std::process::id(), Ordering::Release);
+        if std::fs::rename(&temp, &path).is_err() {
+            let _ = std::fs::remove_file(&temp);
+            return None;
+        }
+        Some(HostRings {
+            host,
+            local,
+            path,
+            inbox,
+            lanes: vec![InLane::default(); LANES],
+            peers: HashMap::new(),
+            scratch: vec![0; SLOT_DATA],
+            stats: RingStats::default(),
+        })
+    }
+
+    /// Whether datagrams for `to` go by ring (looking its mailbox up the
+    /// first time).
+    pub fn has_lane(&mut self, to: SocketAddr) -> bool {
+        lane_for(&mut self.peers, self.host, self.local, to).is_some()
+    }
+
+    /// Write the datagram made of `parts` for `to` into our lane of its
+    /// mailbox, if we have one.
+    pub fn push(&mut self, to: SocketAddr, tos: u8, parts: &[&[u8]]) -> Pushed {
+        let Some(out) = lane_for(&mut self.peers, self.host, self.local, to) else {
+            return Pushed::NoLane;
+        };
+        let len: usize = parts.iter().map(|p| p.len()).sum();
+        if len > SLOT_DATA {
+            // Not reached with UDP-sized datagrams; were it, UDP takes it.
+            return Pushed::NoLane;
+        }
+        let map = &out.map;
+        let head = map
+            .u64_at(map.lane(out.lane, L_HEAD))
+            .load(Ordering::SeqCst);
+        if out.tail.wrapping_sub(head) >= DEPTH as u64 {
+            self.stats.full += 1;
+            return Pushed::Full;
+        }
+        let slot = map.slot(out.lane, out.tail);
+        let mut at = slot + SLOT_HEADER;
+        for part in parts {
+            map.write(at, part);
+            at += part.len();
+        }
+        map.u32_at(slot).store(len as u32, Ordering::Relaxed);
+        map.u32_at(slot + 4)
+            .store(u32::from(tos), Ordering::Relaxed);
+        let was_empty = out.tail == head;
+        out.tail += 1;
+        // SeqCst pairs with the receiver's sleepers increment and its look
+        // at the tails: either it sees this slot, or we see it sleeping.
+        map.u64_at(map.lane(out.lane, L_TAIL))
+            .store(out.tail, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
+        let sleeping = map.u32_at(H_SLEEPERS).load(Ordering::SeqCst) > 0
+            || map.u32_at(H_ALWAYS_RING).load(Ordering::Relaxed) != 0;
+        self.stats.sent += 1;
+        if was_empty && sleeping {
+            self.stats.doorbells_sent += 1;
+            Pushed::Doorbell
+        } else {
+            Pushed::Written
+        }
+    }
+
+    /// Whether any lane holds a datagram not taken yet.
+    pub fn pending(&self) -> bool {
+        let claimed = self.claimed();
+        (0..claimed).any(|i| {
+            let tail = self
+                .inbox
+                .u64_at(self.inbox.lane(i, L_TAIL))
+                .load(Ordering::SeqCst);
+            tail != self.lanes[i].head
+        })
+    }
+
+    fn claimed(&self) -> usize {
+        (self.inbox.u32_at(H_CLAIMED).load(Ordering::Acquire) as usize).min(LANES)
+    }
+
+    /// Hand every datagram waiting in the lanes, up to `budget`, to
+    /// `deliver(source, tos, bytes)`; how many there were.
+    pub fn receive(
+        &mut self,
+        budget: usize,
+        mut deliver: impl FnMut(SocketAddr, u8, &[u8]),
+    ) -> usize {
+        let mut got = 0;
+        for i in 0..self.claimed() {
+            let inbox = &self.inbox;
+            let state = inbox.u32_at(inbox.lane(i, L_STATE)).load(Ordering::Acquire);
+            if state != READY && state != CLOSED {
+                continue;
+            }
+            let tail = inbox.u64_at(inbox.lane(i, L_TAIL)).load(Ordering::Acquire);
+            let lane = &mut self.lanes[i];
+            if tail == lane.head {
+                if state == CLOSED {
+                    free_lane(inbox, i, lane);
+                }
+                continue;
+            }
+            let generation = inbox
+                .u32_at(inbox.lane(i, L_GENERATION))
+                .load(Ordering::Acquire);
+            if !lane.known || lane.generation != generation {
+                lane.generation = generation;
+                lane.known = true;
+                lane.source = checked_source(inbox, i);
+            }
+            // A sender that wrote more than a lane holds is broken: take
+            // what a lane holds and go on from its tail.
+            if tail.wrapping_sub(lane.head) > DEPTH as u64 {
+                lane.head = tail.wrapping_sub(DEPTH as u64);
+            }
+            while lane.head != tail && got < budget {
+                let slot = inbox.slot(i, lane.head);
+                let len = (inbox.u32_at(slot).load(Ordering::Relaxed) as usize).min(SLOT_DATA);
+                let tos = inbox.u32_at(slot + 4).load(Ordering::Relaxed) as u8;
+                // Copied out before the slot is handed back, so a sender
+                // that writes too early spoils nothing but its own data.
+                inbox.read(slot + SLOT_HEADER, &mut self.scratch[..len]);
+                lane.head += 1;
+                inbox
+                    .u64_at(inbox.lane(i, L_HEAD))
+                    .store(lane.head, Ordering::SeqCst);
+                got += 1;
+                match lane.source {
+                    Some(from) => {
+                        self.stats.received += 1;
+                        deliver(from, tos, &self.scratch[..len]);
+                    }
+                    None => self.stats.refused += 1,
+                }
+            }
+        }
+        got
+    }
+
+    /// Before sleeping on the sockets: count ourselves as a sleeper, so
+    /// senders ring the doorbell. False (and not counted) when a lane holds
+    /// something already: take it instead of sleeping.
+    pub fn begin_sleep(&self) -> bool {
+        self.inbox.u32_at(H_SLEEPERS).fetch_add(1, Ordering::SeqCst);
+        if self.pending() {
+            self.end_sleep();
+            return false;
+        }
+        true
+    }
+
+    /// After a sleep that [`begin_sleep`](Self::begin_sleep) allowed.
+    pub fn end_sleep(&self) {
+        self.inbox.u32_at(H_SLEEPERS).fetch_sub(1, Ordering::SeqCst);
+    }
+
+    /// The application sleeps on our descriptors itself (`FI_GETWAIT`):
+    /// senders ring the doorbell for every datagram into an empty lane.
+    pub fn always_ring(&self) {
+        self.inbox.u32_at(H_ALWAYS_RING).store(1, Ordering::SeqCst);
+    }
+}
+
+impl Drop for HostRings {
+    fn drop(&mut self) {
+        for out in self.peers.values().flatten() {
+            out.map
+                .u32_at(out.map.lane(out.lane, L_STATE))
+                .store(CLOSED, Ordering::Release);
+        }
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// Our lane in the mailbox of `to`, looked up the first time.
+fn lane_for(
+    peers: &mut HashMap<SocketAddr, Option<OutLane>>,
+    host: u64,
+    local: SocketAddr,
+    to: SocketAddr,
+) -> Option<&mut OutLane> {
+    peers
+        .entry(to)
+        .or_insert_with(|| (to != local).then(|| claim_lane(host, to, local)).flatten())
+        .as_mut()
+}
+
+/// Hand a closed, drained lane back for another sender.
+fn free_lane(inbox: &Mapping, i: usize, lane: &mut InLane) {
+    inbox
+        .u64_at(inbox.lane(i, L_TAIL))
+        .store(0, Ordering::Relaxed);
+    inbox
+        .u64_at(inbox.lane(i, L_HEAD))
+        .store(0, Ordering::Relaxed);
+    *lane = InLane::default();
+    inbox
+        .u32_at(inbox.lane(i, L_STATE))
+        .store(FREE, Ordering::Release);
+}
+
+/// The source address lane `i` claims, if its process holds that UDP
+/// socket (a same-user process could claim any).
+fn checked_source(inbox: &Mapping, i: usize) -> Option<SocketAddr> {
+    let pid = inbox.u32_at(inbox.lane(i, L_PID)).load(Ordering::Acquire);
+    let family = inbox
+        .u32_at(inbox.lane(i, L_FAMILY))
+        .load(Ordering::Acquire);
+    let (family, port) = ((family & 0xffff) as u16, (family >> 16) as u16);
+    let mut ip = [0u8; 16];
+    inbox.read(inbox.lane(i, L_IP), &mut ip);
+    let ip = match family {
+        4 => IpAddr::V4(Ipv4Addr::new(ip[0], ip[1], ip[2], ip[3])),
+        6 => IpAddr::V6(Ipv6Addr::from(ip)),
+        _ => return None,
+    };
+    let source = SocketAddr::new(ip, port);
+    host_memory::holds_udp_socket(pid, source).then_some(source)
+}
+
+/// Open the mailbox of `to` and claim a lane in it for `local`; `None` when
+/// there is none we may use.
+fn claim_lane(host: u64, to: SocketAddr, local: SocketAddr) -> Option<OutLane> {
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(mailbox_path(host, to))
+        .ok()?;
+    let meta = file.metadata().ok()?;
+    // Only a mailbox of our own user (what 0600 means to root too).
+    // SAFETY: geteuid has no preconditions.
+    if meta.uid() != unsafe { libc::geteuid() } || meta.len() != MAILBOX_BYTES as u64 {
+        return None;
+    }
+    let map = Mapping::new(&file)?;
+    let layout_ok = map.u64_at(H_MAGIC).load(Ordering::Acquire) == MAGIC
+        && map.u32_at(H_VERSION).load(Ordering::Acquire) == VERSION
+        && map.u32_at(H_LANES).load(Ordering::Acquire) == LANES as u32
+        && map.u32_at(H_DEPTH).load(Ordering::Acquire) == DEPTH as u32
+        && map.u32_at(H_SLOT).load(Ordering::Acquire) == SLOT_DATA as u32;
+    let owner = map.u32_at(H_OWNER).load(Ordering::Acquire);
+    // A file left by an endpoint that is gone names a process that no
+    // longer holds the socket.
+    if !layout_ok || !host_memory::holds_udp_socket(owner, to) {
+        return None;
+    }
+    let lane = (0..LANES).find(|&i| {
+        map.u32_at(map.lane(i, L_STATE))
+            .compare_exchange(FREE, CLAIMING, Ordering::AcqRel, Ordering::Relaxed)
+            .is_ok()
+    })?;
+    let tail = map.u64_at(map.lane(lane, L_TAIL)).load(Ordering::Acquire);
+    let (family, ip) = match local.ip() {
+        IpAddr::V4(v4) => {
+            let mut b = [0u8; 16];
+            b[..4].copy_from_slice(&v4.octets());
+            (4u32, b)
+        }
+        IpAddr::V6(v6) => (6u32, v6.octets()),
+    };
+    map.write(map.lane(lane, L_IP), &ip);
+    map.u32_at(map.lane(lane, L_FAMILY))
+        .store(family | u32::from(local.port()) << 16, Ordering::Relaxed);
+    map.u32_at(map.lane(lane, L_PID))
+        .store(std::process::id(), Ordering::Relaxed);
+    map.u32_at(map.lane(lane, L_GENERATION))
+        .fetch_add(1, Ordering::Relaxed);
+    map.u32_at(map.lane(lane, L_STATE))
+        .store(READY, Ordering::Release);
+    map.u32_at(H_CLAIMED)
+        .fetch_max(lane as u32 + 1, Ordering::AcqRel);
+    Some(OutLane { map, lane, tail })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::UdpSocket;
+
+    fn endpoint() -> (UdpSocket, HostRings) {
+        let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let rings = HostRings::new(socket.local_addr().unwrap()).unwrap();
+        (socket, rings)
+    }
+
+    fn take_all(rings: &mut HostRings) -> Vec<(SocketAddr, u8, Vec<u8>)> {
+        let mut got = Vec::new();
+        rings.receive(usize::MAX, |from, tos, bytes| {
+            got.push((from, tos, bytes.to_vec()))
+        });
+        got
+    }
+
+    #[test]
+    fn datagrams_cross_in_order_from_the_sender_address() {
+        let (sa, mut a) = endpoint();
+        let (sb, mut b) = endpoint();
+        let to = sb.local_addr().unwrap();
+        assert_eq!(
+            a.push(to, 2, &[b"head", b"-payload", b"-tail"]),
+            Pushed::Written
+        );
+        assert_eq!(a.push(to, 3, &[b"second"]), Pushed::Written);
+        let got = take_all(&mut b);
+        let from = sa.local_addr().unwrap();
+        assert_eq!(
+            got,
+            vec![
+                (from, 2, b"head-payload-tail".to_vec()),
+                (from, 3, b"second".to_vec())
+            ]
+        );
+        assert!(take_all(&mut b).is_empty());
+        assert_eq!((a.stats.sent, b.stats.received), (2, 2));
+    }
+
+    #[test]
+    fn a_full_lane_refuses_until_the_receiver_takes() {
+        let (_sa, mut a) = endpoint();
+        let (sb, mut b) = endpoint();
+        let to = sb.local_addr().unwrap();
+        for k in 0..DEPTH {
+            assert_eq!(a.push(to, 0, &[&k.to_le_bytes()]), Pushed::Written);
+        }
+        assert_eq!(a.push(to, 0, &[b"x"]), Pushed::Full);
+        let got = take_all(&mut b);
+        assert_eq!(got.len(), DEPTH);
+        for (k, (_, _, bytes)) in got.iter().enumerate() {
+            assert_eq!(bytes[..], k.to_le_bytes());
+        }
+        assert_eq!(a.push(to, 0, &[b"x"]), Pushed::Written);
+    }
+
+    #[test]
+    fn no_lane_without_a_mailbox_or_to_oneself() {
+        let (sa, mut a) = endpoint();
+        let plain = UdpSocket::bind("127.0.0.1:0").unwrap();
+        assert_eq!(
+            a.push(plain.local_addr().unwrap(), 0, &[b"x"]),
+            Pushed::NoLane
+        );
+        assert_eq!(a.push(sa.local_addr().unwrap(), 0, &[b"x"]), Pushed::NoLane);
+    }
+
+    #[test]
+    fn a_stale_mailbox_is_not_used() {
+        let (sb, b) = endpoint();
+        let to = sb.local_addr().unwrap();
+        let path = b.path.clone();
+        // The file outlives its endpoint (a crash), and the port is free.
+        std::mem::forget(b);
+        drop(sb);
+        let (_sa, mut a) = endpoint();
+        assert_eq!(a.push(to, 0, &[b"x"]), Pushed::NoLane);
+        let _ = std::fs::remove_file(path);
+    }
+
+    #[test]
+    fn a_sleeping_receiver_gets_one_doorbell_per_empty_lane() {
+        let (_sa, mut a) = endpoint();
+        let (sb, mut b) = endpoint();
+        let to = sb.local_addr().unwrap();
+        assert!(b.begin_sleep());
+        assert_eq!(a.push(to, 0, &[b"1"]), Pushed::Doorbell);
+        assert_eq!(a.push(to, 0, &[b"2"]), Pushed::Written);
+        b.end_sleep();
+        // Something waits: no sleeping now.
+        assert!(!b.begin_sleep());
+        assert_eq!(take_all(&mut b).len(), 2);
+        assert!(b.begin_sleep());
+        b.end_sleep();
+        b.always_ring();
+        assert_eq!(a.push(to, 0, &[b"3"]), Pushed::Doorbell);
+    }
+
+    #[test]
+    fn a_closed_lane_is_drained_then_freed_for_the_next_sender() {
+        let (sb, mut b) = endpoint();
+        let to = sb.local_addr().unwrap();
+        let first_from;
+        {
+            let (sa, mut a) = endpoint();
+            first_from = sa.local_addr().unwrap();
+            assert_eq!(a.push(to, 0, &[b"hello"]), Pushed::Written);
+            assert_eq!(take_all(&mut b).len(), 1);
+            assert_eq!(a.push(to, 0, &[b"last words"]), Pushed::Written);
+        }
+        // What the sender wrote before it closed still arrives.
+        let got = take_all(&mut b);
+        assert_eq!(got, vec![(first_from, 0, b"last words".to_vec())]);
+        // The lane is free again: the next sender takes lane 0 anew.
+        take_all(&mut b);
+        let (sc, mut c) = endpoint();
+        assert_eq!(c.push(to, 0, &[b"hello"]), Pushed::Written);
+        assert_eq!(c.peers[&to].as_ref().map(|l| l.lane), Some(0));
+        let got = take_all(&mut b);
+        assert_eq!(got, vec![(sc.local_addr().unwrap(), 0, b"hello".to_vec())]);
+    }
+
+    #[test]
+    fn a_lane_claiming_a_foreign_address_is_refused() {
+        let (_sa, mut a) = endpoint();
+        let (sb, mut b) = endpoint();
+        let to = sb.local_addr().unwrap();
+        a.push(to, 0, &[b"x"]);
+        // Rewrite the claim to name a port this process does not hold.
+        let lane = a.peers[&to].as_ref().unwrap().lane;
+        let inbox = &b.inbox;
+        inbox
+            .u32_at(inbox.lane(lane, L_FAMILY))
+            .store(4 | 1 << 16, Ordering::Relaxed);
+        assert!(take_all(&mut b).is_empty());
+        assert_eq!(b.stats.refused, 1);
+    }
+}
