@@ -168,6 +168,8 @@ test-functional:
 	$(RUN_ENV) timeout $(T_FUNC) $(PREFIX)/bin/uet_host_read -p uet
 	@echo "-- uet_functional again with same-host copies (FI_UET_HOST_READ=1, rendezvous from 16 KiB)"
 	$(RUN_ENV) FI_UET_HOST_READ=1 FI_UET_RENDEZVOUS_BYTES=16384 timeout $(T_FUNC) $(PREFIX)/bin/uet_functional -p uet
+	@echo "-- uet_functional again with same-host rings (FI_UET_HOST_RING=1)"
+	$(RUN_ENV) FI_UET_HOST_RING=1 timeout $(T_FUNC) $(PREFIX)/bin/uet_functional -p uet
 	@echo "-- under valgrind (memory errors, definite leaks): uet_surface, uet_functional close_order"
 	$(RUN_ENV) timeout $(T_FUNC) $(VALGRIND) $(PREFIX)/bin/uet_surface -p uet
 	$(RUN_ENV) timeout $(T_FUNC) $(VALGRIND) $(PREFIX)/bin/uet_functional -p uet -t close_order
@@ -181,6 +183,9 @@ test-pingpong:
 	FI_UET_FAULT_TRIM=50 timeout $(T_PP) fabtests/scripts/pingpong.sh $(PREFIX) -S all -I 100 -c -m tagged
 	@echo "-- same-host copies (FI_UET_HOST_READ=1, rendezvous from 16 KiB) between the two processes (tagged)"
 	FI_UET_HOST_READ=1 FI_UET_RENDEZVOUS_BYTES=16384 timeout $(T_PP) fabtests/scripts/pingpong.sh $(PREFIX) -S all -I 100 -c -m tagged
+	@echo "-- same-host rings (FI_UET_HOST_RING=1), then rings and copies together (tagged)"
+	FI_UET_HOST_RING=1 timeout $(T_PP) fabtests/scripts/pingpong.sh $(PREFIX) -S all -I 100 -c
+	FI_UET_HOST_RING=1 FI_UET_HOST_READ=1 FI_UET_RENDEZVOUS_BYTES=16384 timeout $(T_PP) fabtests/scripts/pingpong.sh $(PREFIX) -S all -I 100 -c -m tagged
 	@echo "-- ordered delivery (FI_UET_DELIVERY=rod) with 2% loss plus reordering"
 	FI_UET_DELIVERY=rod FI_UET_FAULT_DROP=20 FI_UET_FAULT_REORDER=100 timeout $(T_PP) fabtests/scripts/pingpong.sh $(PREFIX) -S all -I 50 -c
 
@@ -188,6 +193,8 @@ test-mpi:
 	@echo "== [6/7] Open MPI (pml cm, mtl ofi) over uet: 2 and 4 ranks"
 	timeout $(T_MPI) fabtests/scripts/mpi.sh $(PREFIX) 2 $(PREFIX)/bin/mpi_check
 	timeout $(T_MPI) fabtests/scripts/mpi.sh $(PREFIX) 4 $(PREFIX)/bin/mpi_check
+	@echo "-- 4 ranks over same-host rings (FI_UET_HOST_RING=1)"
+	FI_UET_HOST_RING=1 timeout $(T_MPI) fabtests/scripts/mpi.sh $(PREFIX) 4 $(PREFIX)/bin/mpi_check
 	@echo "-- one-sided over uet: osc pt2pt (the default osc rdma uses the vader btl, not uet)"
 	OMPI_MCA_osc=pt2pt timeout $(T_MPI) fabtests/scripts/mpi.sh $(PREFIX) 2 $(PREFIX)/bin/mpi_check
 

@@ -10,8 +10,9 @@ Runs, interleaved and repeated, on 127.0.0.1:
     and GRO, the limit for a transport that batches small datagrams,
 over five configurations: uet with 4 KiB packets (FI_UET_MTU=4096), uet with
 its default auto MTU (large datagrams on loopback), uet-host (the default
-MTU plus same-host copies, FI_UET_HOST_READ=1, with rendezvous from 16 KiB
-so more of each large message is copied in place), tcp and udp;ofi_rxd.
+MTU plus the same-host paths: datagrams through shared-memory rings,
+FI_UET_HOST_RING=1, and large messages copied in place, FI_UET_HOST_READ=1,
+with rendezvous from 16 KiB so more of each is copied), tcp and udp;ofi_rxd.
 
 Writes OUTDIR/{pingpong,stream,raw}.csv (every run), OUTDIR/summary.csv
 (medians) and OUTDIR/bench.png, and prints per size the medians, the spread
@@ -44,7 +45,7 @@ CONFIGS = {
     "uet-4k": ("uet", {"FI_PROVIDER_PATH": LIBDIR, "FI_UET_MTU": "4096"}),
     "uet-64k": ("uet", {"FI_PROVIDER_PATH": LIBDIR}),
     "uet-host": ("uet", {"FI_PROVIDER_PATH": LIBDIR, "FI_UET_HOST_READ": "1",
-                         "FI_UET_RENDEZVOUS_BYTES": "16384"}),
+                         "FI_UET_HOST_RING": "1", "FI_UET_RENDEZVOUS_BYTES": "16384"}),
     "tcp": ("tcp", {}),
     "rxd": ("udp;ofi_rxd", {}),
 }

@@ -16,6 +16,10 @@ if [[ $provider == uet ]]; then
     provider_env "$prefix"
     env_args+=(-x FI_PROVIDER_PATH)
 fi
+# The provider's parameters reach every rank.
+for v in $(env | sed -n 's/^\(FI_UET_[A-Z0-9_]*\)=.*/\1/p'); do
+    env_args+=(-x "$v")
+done
 exec timeout "${MPI_TIMEOUT:-600}" mpirun --allow-run-as-root --oversubscribe -np "$np" \
     --mca pml cm --mca mtl ofi --mca mtl_ofi_provider_include "$provider" \
     --mca btl self,vader \

@@ -70,6 +70,7 @@ extern "C" {
 #define FI_UET_PARAM_UNEXPECTED_BYTES  "FI_UET_UNEXPECTED_BYTES"  /* payload held for unmatched messages, then NACK 0x07 [67108864] */
 #define FI_UET_PARAM_RENDEZVOUS_BYTES  "FI_UET_RENDEZVOUS_BYTES"  /* sends longer than this are pulled by the receiver once matched [262144; 0 = never] */
 #define FI_UET_PARAM_HOST_READ         "FI_UET_HOST_READ"         /* same host: copy a rendezvous remainder from the sender's memory, bypassing the network [0] */
+#define FI_UET_PARAM_HOST_RING         "FI_UET_HOST_RING"         /* same host: datagrams through shared-memory rings instead of UDP, bypassing the network [0] */
 #define FI_UET_PARAM_HOST_RENDEZVOUS_BYTES "FI_UET_HOST_RENDEZVOUS_BYTES" /* rendezvous threshold towards peers seen copying in place [16384; 0 = never] */
 #define FI_UET_PARAM_TRACE             "FI_UET_TRACE"             /* CSV trace of congestion-control events; %p = pid, %e = port [none] */
 #define FI_UET_PARAM_DELIVERY          "FI_UET_DELIVERY"          /* send contexts: rud (unordered, sprayed) | rod (ordered, one path) [rud] */
