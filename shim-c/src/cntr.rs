@@ -100,6 +100,9 @@ impl CntrInner {
         // Drain first: a wake-up after this point stays pending on the fd.
         self.waker.drain();
         self.progress();
+        if wait::input_waiting(&self.eps) {
+            return Err(FI_EAGAIN);
+        }
         Ok(())
     }
 

@@ -76,7 +76,7 @@ impl CqInner {
         // Drain first: a wake-up after this point stays pending on the fd.
         self.waker.drain();
         self.progress();
-        if self.queue.lock().is_empty() {
+        if self.queue.lock().is_empty() && !wait::input_waiting(&self.eps) {
             Ok(())
         } else {
             Err(FI_EAGAIN)

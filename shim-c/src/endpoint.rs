@@ -440,6 +440,11 @@ impl EpInner {
         self.state.lock().ep.end_sleep()
     }
 
+    /// Input waits that the descriptors do not show (fi_trywait).
+    pub(crate) fn input_waiting(&self) -> bool {
+        self.state.lock().ep.input_waiting()
+    }
+
     /// The application sleeps on these descriptors itself (FI_GETWAIT).
     pub(crate) fn wake_on_every_arrival(&self) {
         self.state.lock().ep.wake_on_every_arrival()

@@ -139,6 +139,12 @@ pub(crate) fn live(eps: &Mutex<Vec<Weak<EpInner>>>) -> Vec<Arc<EpInner>> {
     eps.iter().filter_map(Weak::upgrade).collect()
 }
 
+/// Whether an endpoint of `eps` has input its descriptors do not show
+/// (same-host lanes): sleeping on them now could miss it.
+pub(crate) fn input_waiting(eps: &Mutex<Vec<Weak<EpInner>>>) -> bool {
+    live(eps).iter().any(|ep| ep.input_waiting())
+}
+
 /// Add `ep` to a list of weak endpoint references once.
 pub(crate) fn attach(eps: &Mutex<Vec<Weak<EpInner>>>, ep: &Arc<EpInner>) {
     let mut eps = eps.lock();

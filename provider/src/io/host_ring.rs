@@ -32,7 +32,13 @@
 //!   descriptors by itself (`FI_GETWAIT`) asks for the doorbell always.
 //! * A closing sender marks its lane closed; the receiver frees it once it
 //!   has taken what is left. A sender that dies keeps its lane until the
-//!   mailbox's owner closes; past [`LANES`] senders, the rest use UDP.
+//!   mailbox's owner closes; past [`LANES`] senders, the rest use UDP. A
+//!   closing receiver marks its mailbox closed, and a sender that finds it
+//!   so (or its owner process gone, looked at when the lane stays full)
+//!   drops the lane and sends over UDP again, to whatever took the address.
+//! * Memory: a claimed lane's slots are allocated in `/dev/shm` when it is
+//!   claimed (about 4 MiB), so a full tmpfs refuses the claim (UDP then)
+//!   instead of failing a write later with SIGBUS.
 //!
 //! Not through the emu-net relay, with fault injection, or for ordered
 //! delivery (the driver decides): those need every datagram on the network.
@@ -80,6 +86,9 @@ const H_SLOT: usize = 20;
 const H_OWNER: usize = 24;
 const H_SLEEPERS: usize = 64;
 const H_ALWAYS_RING: usize = 68;
+/// Set when the owner closes: its senders go back to UDP (a new endpoint
+/// at the address has a new mailbox).
+const H_CLOSED: usize = 72;
 /// Lanes ever claimed (a high-water mark): the receiver looks at no more.
 const H_CLAIMED: usize = 128;
 
@@ -212,7 +221,14 @@ struct OutLane {
     lane: usize,
     /// Next slot to write (only we write the tail).
     tail: u64,
+    /// The mailbox owner's pid, and pushes in a row that found the lane
+    /// full (every [`FULL_CHECK_EVERY`] the owner is looked for).
+    owner: u32,
+    full_in_a_row: u32,
 }
+
+/// Full pushes in a row after which a sender checks the receiver lives.
+const FULL_CHECK_EVERY: u32 = 256;
 
 /// What the receiver knows of one of its lanes.
 #[derive(Clone, Copy, Default)]
@@ -243,6 +259,12 @@ pub struct HostRings {
     path: PathBuf,
     inbox: Mapping,
     lanes: Vec<InLane>,
+    /// Lane the next look starts at (each look starts one further, so a
+    /// busy sender cannot starve the others of the burst).
+    next_lane: usize,
+    /// Sleeps of ours counted in the mailbox (so an unbalanced end never
+    /// takes another sleeper's count).
+    sleeping: AtomicU32,
     /// Destinations looked up: `None` for those reached over UDP.
     peers: HashMap<SocketAddr, Option<OutLane>>,
     scratch: Vec<u8>,
@@ -273,6 +295,9 @@ impl HostRings {
             .set_len(MAILBOX_BYTES as u64)
             .ok()
             .and_then(|()| Mapping::new(&file));
+        // The header and lane headers are allocated now; slots when a
+        // sender claims its lane.
+        let made = made.filter(|_| allocate(&file, 0, SLOTS_AT));
         let Some(inbox) = made else {
             let _ = std::fs::remove_file(&temp);
             return None;
@@ -297,6 +322,8 @@ impl HostRings {
             path,
             inbox,
             lanes: vec![InLane::default(); LANES],
+            next_lane: 0,
+            sleeping: AtomicU32::new(0),
             peers: HashMap::new(),
             scratch: vec![0; SLOT_DATA],
             stats: RingStats::default(),
@@ -321,13 +348,25 @@ impl HostRings {
             return Pushed::NoLane;
         }
         let map = &out.map;
+        if map.u32_at(H_CLOSED).load(Ordering::Acquire) != 0 {
+            self.peers.insert(to, None);
+            return Pushed::NoLane;
+        }
         let head = map
             .u64_at(map.lane(out.lane, L_HEAD))
             .load(Ordering::SeqCst);
         if out.tail.wrapping_sub(head) >= DEPTH as u64 {
+            out.full_in_a_row += 1;
+            if out.full_in_a_row % FULL_CHECK_EVERY == 0 && !process_lives(out.owner) {
+                // The receiver died without closing: nothing will drain
+                // the lane.
+                self.peers.insert(to, None);
+                return Pushed::NoLane;
+            }
             self.stats.full += 1;
             return Pushed::Full;
         }
+        out.full_in_a_row = 0;
         let slot = map.slot(out.lane, out.tail);
         let mut at = slot + SLOT_HEADER;
         for part in parts {
@@ -337,17 +376,20 @@ impl HostRings {
         map.u32_at(slot).store(len as u32, Ordering::Relaxed);
         map.u32_at(slot + 4)
             .store(u32::from(tos), Ordering::Relaxed);
-        let was_empty = out.tail == head;
         out.tail += 1;
-        // SeqCst pairs with the receiver's sleepers increment and its look
-        // at the tails: either it sees this slot, or we see it sleeping.
+        // SeqCst pairs with the receiver's head store, sleepers increment
+        // and look at the tails, in that order: either it sees this slot,
+        // or we see it sleeping and, reading its head again, whether it
+        // took everything before this slot (then it may sleep without
+        // this one; otherwise it sees this tail when it looks).
         map.u64_at(map.lane(out.lane, L_TAIL))
             .store(out.tail, Ordering::SeqCst);
         fence(Ordering::SeqCst);
         let sleeping = map.u32_at(H_SLEEPERS).load(Ordering::SeqCst) > 0
             || map.u32_at(H_ALWAYS_RING).load(Ordering::Relaxed) != 0;
         self.stats.sent += 1;
-        if was_empty && sleeping {
+        let head = map.u64_at(map.lane(out.lane, L_HEAD));
+        if sleeping && out.tail.wrapping_sub(head.load(Ordering::SeqCst)) == 1 {
             self.stats.doorbells_sent += 1;
             Pushed::Doorbell
         } else {
@@ -368,7 +410,7 @@ impl HostRings {
     }
 
     fn claimed(&self) -> usize {
-        (self.inbox.u32_at(H_CLAIMED).load(Ordering::Acquire) as usize).min(LANES)
+        (self.inbox.u32_at(H_CLAIMED).load(Ordering::SeqCst) as usize).min(LANES)
     }
 
     /// Hand every datagram waiting in the lanes, up to `budget`, to
@@ -379,7 +421,13 @@ impl HostRings {
         mut deliver: impl FnMut(SocketAddr, u8, &[u8]),
     ) -> usize {
         let mut got = 0;
-        for i in 0..self.claimed() {
+        let claimed = self.claimed();
+        if claimed == 0 {
+            return 0;
+        }
+        let first = self.next_lane % claimed;
+        self.next_lane = first + 1;
+        for i in (first..claimed).chain(0..first) {
             let inbox = &self.inbox;
             let state = inbox.u32_at(inbox.lane(i, L_STATE)).load(Ordering::Acquire);
             if state != READY && state != CLOSED {
@@ -434,6 +482,7 @@ impl HostRings {
     /// senders ring the doorbell. False (and not counted) when a lane holds
     /// something already: take it instead of sleeping.
     pub fn begin_sleep(&self) -> bool {
+        self.sleeping.fetch_add(1, Ordering::SeqCst);
         self.inbox.u32_at(H_SLEEPERS).fetch_add(1, Ordering::SeqCst);
         if self.pending() {
             self.end_sleep();
@@ -442,9 +491,15 @@ impl HostRings {
         true
     }
 
-    /// After a sleep that [`begin_sleep`](Self::begin_sleep) allowed.
+    /// After a sleep that [`begin_sleep`](Self::begin_sleep) allowed (one
+    /// without is ignored).
     pub fn end_sleep(&self) {
-        self.inbox.u32_at(H_SLEEPERS).fetch_sub(1, Ordering::SeqCst);
+        let ours = self
+            .sleeping
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
+        if ours.is_ok() {
+            self.inbox.u32_at(H_SLEEPERS).fetch_sub(1, Ordering::SeqCst);
+        }
     }
 
     /// The application sleeps on our descriptors itself (`FI_GETWAIT`):
@@ -461,8 +516,29 @@ impl Drop for HostRings {
                 .u32_at(out.map.lane(out.lane, L_STATE))
                 .store(CLOSED, Ordering::Release);
         }
+        self.inbox.u32_at(H_CLOSED).store(1, Ordering::Release);
         let _ = std::fs::remove_file(&self.path);
     }
+}
+
+/// Give `file` real pages for `[offset, offset + len)`: false when tmpfs
+/// has no room (a later write there would be SIGBUS).
+fn allocate(file: &std::fs::File, offset: usize, len: usize) -> bool {
+    let (Ok(offset), Ok(len)) = (libc::off_t::try_from(offset), libc::off_t::try_from(len)) else {
+        return false;
+    };
+    // SAFETY: plain system call on an open descriptor; no pointers.
+    unsafe { libc::posix_fallocate(file.as_raw_fd(), offset, len) == 0 }
+}
+
+/// Whether process `pid` exists (signal 0 checks without sending).
+fn process_lives(pid: u32) -> bool {
+    let Ok(pid) = libc::pid_t::try_from(pid) else {
+        return false;
+    };
+    // SAFETY: kill with signal 0 sends nothing; no pointers.
+    let rc = unsafe { libc::kill(pid, 0) };
+    rc == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
 }
 
 /// Our lane in the mailbox of `to`, looked up the first time.
@@ -543,6 +619,11 @@ fn claim_lane(host: u64, to: SocketAddr, local: SocketAddr) -> Option<OutLane> {
             .compare_exchange(FREE, CLAIMING, Ordering::AcqRel, Ordering::Relaxed)
             .is_ok()
     })?;
+    if !allocate(&file, SLOTS_AT + lane * LANE_DATA, LANE_DATA) {
+        map.u32_at(map.lane(lane, L_STATE))
+            .store(FREE, Ordering::Release);
+        return None;
+    }
     let tail = map.u64_at(map.lane(lane, L_TAIL)).load(Ordering::Acquire);
     let (family, ip) = match local.ip() {
         IpAddr::V4(v4) => {
@@ -563,7 +644,13 @@ fn claim_lane(host: u64, to: SocketAddr, local: SocketAddr) -> Option<OutLane> {
         .store(READY, Ordering::Release);
     map.u32_at(H_CLAIMED)
         .fetch_max(lane as u32 + 1, Ordering::AcqRel);
-    Some(OutLane { map, lane, tail })
+    Some(OutLane {
+        map,
+        lane,
+        tail,
+        owner,
+        full_in_a_row: 0,
+    })
 }
 
 #[cfg(test)]
@@ -689,6 +776,31 @@ mod tests {
         assert_eq!(c.peers[&to].as_ref().map(|l| l.lane), Some(0));
         let got = take_all(&mut b);
         assert_eq!(got, vec![(sc.local_addr().unwrap(), 0, b"hello".to_vec())]);
+    }
+
+    #[test]
+    fn a_closed_mailbox_sends_its_senders_back_to_udp() {
+        let (_sa, mut a) = endpoint();
+        let (sb, b) = endpoint();
+        let to = sb.local_addr().unwrap();
+        assert_eq!(a.push(to, 0, &[b"x"]), Pushed::Written);
+        drop(b);
+        assert_eq!(a.push(to, 0, &[b"y"]), Pushed::NoLane);
+        // For good: a new endpoint at the address is found over UDP.
+        assert_eq!(a.push(to, 0, &[b"z"]), Pushed::NoLane);
+    }
+
+    #[test]
+    fn an_unbalanced_end_of_sleep_takes_no_other_sleeper_count() {
+        let (_sa, mut a) = endpoint();
+        let (sb, b) = endpoint();
+        let to = sb.local_addr().unwrap();
+        b.end_sleep();
+        assert!(b.begin_sleep());
+        assert_eq!(a.push(to, 0, &[b"x"]), Pushed::Doorbell);
+        b.end_sleep();
+        b.end_sleep();
+        assert_eq!(b.inbox.u32_at(H_SLEEPERS).load(Ordering::SeqCst), 0);
     }
 
     #[test]

@@ -387,9 +387,15 @@ impl Endpoint {
         // datagram must cross an emulated fabric or meet injected faults,
         // and not under ordered delivery, which would take the reordering
         // between a ring and a socket for loss.
-        let rings = (config.host_ring && fabric.is_none() && !faults.any() && !engine.ordered())
-            .then(|| HostRings::new(local))
-            .flatten();
+        // Lanes name the sender by its bound address, which must be the one
+        // its datagrams come from.
+        let rings = (config.host_ring
+            && fabric.is_none()
+            && !faults.any()
+            && !engine.ordered()
+            && !local.ip().is_unspecified())
+        .then(|| HostRings::new(local))
+        .flatten();
         let n = sockets.len();
         let poller = match sockets.len() {
             1 => None,
@@ -914,6 +920,12 @@ impl Endpoint {
         if let Some(r) = self.rings.as_ref() {
             r.end_sleep();
         }
+    }
+
+    /// Whether input waits where [`wait_fds`](Self::wait_fds) do not show
+    /// it (same-host lanes): a caller must not sleep on them now.
+    pub fn input_waiting(&self) -> bool {
+        self.rings.as_ref().is_some_and(HostRings::pending)
     }
 
     /// The application sleeps on [`wait_fds`](Self::wait_fds) by itself
