@@ -33,10 +33,8 @@ impl ProcessMemory {
     /// `None` when this process cannot name its host (no boot ID or PID
     /// namespace to read): it then neither offers nor takes copies.
     pub fn new() -> Option<ProcessMemory> {
-        let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
-        let namespace = std::fs::metadata("/proc/self/ns/pid").ok()?;
         Some(ProcessMemory {
-            host: host_value(&boot, namespace.dev(), namespace.ino())?,
+            host: this_host("pid")?,
             pid: std::process::id(),
             owners: RefCell::new(HashSet::new()),
         })
@@ -200,9 +198,18 @@ fn udp_table_row(row: &str) -> Option<(SocketAddr, u64)> {
     Some((SocketAddr::new(ip, port), inode))
 }
 
+/// This boot folded with this process's namespace of `kind` (`pid`: what a
+/// pid means; `net`: what an address means), or `None` when either cannot
+/// be read.
+pub(super) fn this_host(kind: &str) -> Option<u64> {
+    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
+    let namespace = std::fs::metadata(format!("/proc/self/ns/{kind}")).ok()?;
+    host_value(&boot, namespace.dev(), namespace.ino())
+}
+
 /// The boot ID (a UUID in text) folded with the PID namespace's device and
 /// inode into 64 bits; `None` when the boot ID is not a UUID.
-pub(super) fn host_value(boot_id: &str, ns_dev: u64, ns_ino: u64) -> Option<u64> {
+fn host_value(boot_id: &str, ns_dev: u64, ns_ino: u64) -> Option<u64> {
     let hex: String = boot_id.trim().chars().filter(|c| *c != '-').collect();
     let boot = u128::from_str_radix(&hex, 16)
         .ok()

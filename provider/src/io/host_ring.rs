@@ -194,13 +194,6 @@ fn mailbox_path(host: u64, addr: SocketAddr) -> PathBuf {
     ))
 }
 
-/// What an address means on this host: the boot and the network namespace.
-fn this_host() -> Option<u64> {
-    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
-    let namespace = std::fs::metadata("/proc/self/ns/net").ok()?;
-    host_memory::host_value(&boot, namespace.dev(), namespace.ino())
-}
-
 /// What sending to a destination by ring came to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Pushed {
@@ -235,10 +228,10 @@ const FULL_CHECK_EVERY: u32 = 256;
 struct InLane {
     /// Next slot to take (only we write the head).
     head: u64,
-    /// The claim the source below belongs to, and whether it checked out.
+    /// The claim (0: none seen yet) the source below belongs to; `None`
+    /// when that claim's address did not check out.
     generation: u32,
     source: Option<SocketAddr>,
-    known: bool,
 }
 
 /// Counters of the rings (also in `DriverStats`).
@@ -276,7 +269,8 @@ impl HostRings {
     /// host has no `/dev/shm` or cannot name itself: the endpoint then uses
     /// UDP for everything, as without the rings.
     pub fn new(local: SocketAddr) -> Option<HostRings> {
-        let host = this_host()?;
+        // What an address means: this boot and network namespace.
+        let host = host_memory::this_host("net")?;
         let path = mailbox_path(host, local);
         // Built under a private name and renamed into place, so a sender
         // never sees a half-made header. A file left at the final name by a
@@ -444,9 +438,8 @@ impl HostRings {
             let generation = inbox
                 .u32_at(inbox.lane(i, L_GENERATION))
                 .load(Ordering::Acquire);
-            if !lane.known || lane.generation != generation {
+            if lane.generation != generation {
                 lane.generation = generation;
-                lane.known = true;
                 lane.source = checked_source(inbox, i);
             }
             // A sender that wrote more than a lane holds is broken: take
@@ -638,8 +631,12 @@ fn claim_lane(host: u64, to: SocketAddr, local: SocketAddr) -> Option<OutLane> {
         .store(family | u32::from(local.port()) << 16, Ordering::Relaxed);
     map.u32_at(map.lane(lane, L_PID))
         .store(std::process::id(), Ordering::Relaxed);
-    map.u32_at(map.lane(lane, L_GENERATION))
-        .fetch_add(1, Ordering::Relaxed);
+    // Never 0, which a receiver's fresh lane record holds.
+    let generation = map.u32_at(map.lane(lane, L_GENERATION));
+    generation.store(
+        generation.load(Ordering::Relaxed).wrapping_add(1).max(1),
+        Ordering::Relaxed,
+    );
     map.u32_at(map.lane(lane, L_STATE))
         .store(READY, Ordering::Release);
     map.u32_at(H_CLAIMED)

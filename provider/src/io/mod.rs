@@ -890,13 +890,10 @@ impl Endpoint {
     /// Hand up to a burst of datagrams from our same-host lanes to the
     /// engine, as [`receive`](Self::receive) does from a socket.
     fn receive_rings(&mut self, now: &mut u64) -> usize {
-        if self.rings.is_none() {
-            return 0;
-        }
-        let t = engine_time(self.epoch_ns);
         let Some(rings) = self.rings.as_mut() else {
             return 0;
         };
+        let t = engine_time(self.epoch_ns);
         let engine = &mut self.engine;
         let got = rings.receive(RX_BURST, |from, tos, bytes| {
             engine.handle_datagram(t, from, tos, bytes);
