@@ -645,7 +645,7 @@ impl Endpoint {
     /// next timer otherwise, `None` when nothing is armed.
     pub fn idle_budget(&self) -> Option<std::time::Duration> {
         if !self.stalled.is_empty()
-            || self.rings.as_ref().is_some_and(HostRings::pending)
+            || self.input_waiting()
             || self.acks_deferred
             || self.sends_deferred
             || self.engine.has_trailer_acks()
