@@ -54,6 +54,13 @@ pub trait MsgBuffer: Send {
     fn split_front(&mut self, _len: usize) -> Option<Box<dyn MsgBuffer>> {
         None
     }
+    /// The buffer as `Any`, when a finished receive's box may be refilled
+    /// with the next receive's buffer of the same type (the engine keeps a
+    /// few, so posting a receive allocates nothing); `None` (the default)
+    /// frees the box with the receive.
+    fn as_any_mut(&mut self) -> Option<&mut dyn std::any::Any> {
+        None
+    }
 }
 
 impl MsgBuffer for Vec<u8> {

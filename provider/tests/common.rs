@@ -67,6 +67,9 @@ impl MsgBuffer for Shared {
     fn write_at(&mut self, offset: usize, data: &[u8]) {
         self.0.lock().unwrap()[offset..offset + data.len()].copy_from_slice(data);
     }
+    fn as_any_mut(&mut self) -> Option<&mut dyn std::any::Any> {
+        Some(self)
+    }
 }
 
 /// A receive buffer in one piece, so the engine may write into it in place

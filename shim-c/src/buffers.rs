@@ -122,9 +122,10 @@ impl IovBuffer {
         self.len
     }
 
-    /// A copy of the whole buffer (for injected and small sends).
-    pub(crate) fn to_vec(&self) -> Vec<u8> {
-        let mut v = Vec::with_capacity(self.len);
+    /// `v` with a copy of the whole buffer appended (for injected and small
+    /// sends; an empty vector kept from an earlier send saves allocating).
+    pub(crate) fn copy_into(&self, mut v: Vec<u8>) -> Vec<u8> {
+        v.reserve(self.len);
         self.read_pieces(0, self.len, |_, piece| v.extend_from_slice(piece));
         v
     }
@@ -269,6 +270,10 @@ impl MsgBuffer for IovBuffer {
         // borrow keeps every other view of it through this buffer away.
         Some(unsafe { std::slice::from_raw_parts_mut(base, len) })
     }
+
+    fn as_any_mut(&mut self) -> Option<&mut dyn std::any::Any> {
+        Some(self)
+    }
 }
 
 impl IovBuffer {
@@ -346,7 +351,7 @@ mod tests {
         let mut out = [0u8; 8];
         buf.read_at(0, &mut out);
         assert_eq!(out, [0, 0, 1, 2, 3, 4, 0, 0]);
-        assert_eq!(buf.to_vec(), out.to_vec());
+        assert_eq!(buf.copy_into(vec![9]), [&[9u8][..], &out[..]].concat());
         drop(buf);
         assert_eq!(a, [0, 0, 1]);
         assert_eq!(c, [2, 3, 4, 0, 0]);

@@ -346,7 +346,7 @@ impl EpInner {
             // Writes complete on the target's answer; a copy keeps the
             // source free for injects and small writes.
             let payload = if r.inject || len <= inject_size {
-                Payload::Owned(r.buf.to_vec())
+                Payload::Owned(r.buf.copy_into(st.ep.payload_buffer()))
             } else {
                 Payload::Borrowed(Box::new(r.buf))
             };
@@ -482,9 +482,9 @@ impl EpInner {
         };
         let copy = injecting || level == CompletionLevel::Inject || len <= inject_size;
         let payload = if copy {
-            Payload::Owned(tx.buf.to_vec())
+            Payload::Owned(tx.buf.copy_into(st.ep.payload_buffer()))
         } else {
-            Payload::Borrowed(Box::new(tx.buf))
+            Payload::Borrowed(st.ep.boxed_buffer(tx.buf))
         };
         let signal = !tx.inject
             && st.tx_cq.is_some()
@@ -555,7 +555,7 @@ impl EpInner {
             }
             Box::new(m)
         } else {
-            Box::new(rx.buf)
+            st.ep.boxed_buffer(rx.buf)
         };
         let op = RecvOp {
             src,

@@ -578,7 +578,12 @@ impl Engine {
                 let open = !complete && matches!(entry.get().state, InboundState::Posted(_));
                 if complete && entry.get().bound_or_discarded() {
                     let addr = peer.addr;
-                    Self::deliver(&mut self.completions, addr, entry.remove());
+                    Self::deliver(
+                        &mut self.completions,
+                        &mut self.spares,
+                        addr,
+                        entry.remove(),
+                    );
                 }
                 if let Some(item) = response {
                     peer.queue.push_back(item);
@@ -662,7 +667,7 @@ impl Engine {
             self.completions
                 .push_back(Completion::send(m.context, m.tagged, m.len() as usize));
         }
-        if Self::retire_message(peer, r.message_id) {
+        if Self::retire_message(peer, &mut self.spares, r.message_id) {
             self.sends_outstanding -= 1;
         }
     }
@@ -975,7 +980,7 @@ impl Engine {
             _ => None,
         };
         if Self::settle(m, &mut self.completions) {
-            entry.remove();
+            self.spares.keep_payload(entry.remove().payload);
             self.sends_outstanding -= 1;
         }
         if let Some(send_id) = pulled_from {
@@ -991,7 +996,7 @@ impl Engine {
             return;
         };
         if Self::settle(entry.get_mut(), &mut self.completions) {
-            entry.remove();
+            self.spares.keep_payload(entry.remove().payload);
             self.sends_outstanding -= 1;
         }
     }
@@ -1023,10 +1028,10 @@ impl Engine {
 
     /// Drop a message whose completion is out and whose packets are all
     /// acked; true when it was dropped.
-    pub(super) fn retire_message(peer: &mut Peer, msg_id: u16) -> bool {
+    pub(super) fn retire_message(peer: &mut Peer, spares: &mut Spares, msg_id: u16) -> bool {
         let done = peer.messages.get(&msg_id).is_some_and(Self::retirable);
-        if done {
-            peer.messages.remove(&msg_id);
+        if let Some(m) = done.then(|| peer.messages.remove(&msg_id)).flatten() {
+            spares.keep_payload(m.payload);
         }
         done
     }

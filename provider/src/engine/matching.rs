@@ -140,12 +140,22 @@ impl Engine {
             return;
         }
         let addr = peer.addr;
-        Self::deliver(&mut self.completions, addr, entry.remove());
+        Self::deliver(
+            &mut self.completions,
+            &mut self.spares,
+            addr,
+            entry.remove(),
+        );
     }
 
     /// The receive completion of a finished message (if it had a receive
     /// that wants one).
-    pub(super) fn deliver(completions: &mut VecDeque<Completion>, src: SocketAddr, inb: Inbound) {
+    pub(super) fn deliver(
+        completions: &mut VecDeque<Completion>,
+        spares: &mut Spares,
+        src: SocketAddr,
+        inb: Inbound,
+    ) {
         let h = inb.header;
         if let InboundState::Posted(recv) = inb.state {
             let cap = recv.buffer.len() as u64;
@@ -165,6 +175,7 @@ impl Engine {
                     error,
                 });
             }
+            spares.keep_box(recv.buffer);
         }
     }
 }

@@ -27,6 +27,8 @@ mod output;
 mod post;
 mod rendezvous;
 mod rma;
+mod spares;
+use spares::Spares;
 mod timers;
 
 pub use landing::{Landing, LANDING_MIN_PAYLOAD};
@@ -436,6 +438,8 @@ pub struct Engine {
     trace: Option<Vec<TraceEvent>>,
     /// Reused by every ACK (no allocation per ACK).
     ack_scratch: AckOutcome,
+    /// Buffers of finished operations kept for the next ones.
+    spares: Spares,
     /// Entropies of packets that just timed out (reused, for the trace).
     timeout_scratch: Vec<u16>,
     stats: Stats,
@@ -494,6 +498,7 @@ impl Engine {
             stage_budget: config.unexpected_bytes,
             trace: None,
             ack_scratch: AckOutcome::default(),
+            spares: Spares::default(),
             timeout_scratch: Vec::new(),
             stats: Stats::default(),
             local,
@@ -569,6 +574,20 @@ impl Engine {
     /// Whether send contexts use reliable ordered delivery (ROD).
     pub fn ordered(&self) -> bool {
         self.ordered
+    }
+
+    /// An empty vector for copying a send's payload into
+    /// ([`Payload::Owned`]): the copy of a retired send when one was kept,
+    /// so small sends allocate nothing.
+    pub fn payload_buffer(&mut self) -> Vec<u8> {
+        self.spares.payload()
+    }
+
+    /// `buffer` boxed for a [`RecvOp`] or a [`Payload::Borrowed`], in the box
+    /// of a finished operation of the same type when one was kept
+    /// ([`MsgBuffer::as_any_mut`]).
+    pub fn boxed_buffer<T: MsgBuffer + std::any::Any>(&mut self, buffer: T) -> Box<dyn MsgBuffer> {
+        self.spares.boxed(buffer)
     }
 
     /// Largest payload carried by one packet.

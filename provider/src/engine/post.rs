@@ -34,7 +34,8 @@ impl Engine {
         if op.level == CompletionLevel::Inject {
             // The source buffer is free once this call returns.
             if let Payload::Borrowed(b) = &payload {
-                let mut copy = vec![0u8; b.len()];
+                let mut copy = self.spares.payload();
+                copy.resize(b.len(), 0);
                 b.read_at(0, &mut copy);
                 payload = Payload::Owned(copy);
             }

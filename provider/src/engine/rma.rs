@@ -654,7 +654,7 @@ impl Engine {
                 });
             }
         }
-        if Self::retire_message(peer, r.message_id) {
+        if Self::retire_message(peer, &mut self.spares, r.message_id) {
             self.sends_outstanding -= 1;
         }
         true

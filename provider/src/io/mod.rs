@@ -49,7 +49,7 @@ use socket2::{Domain, Protocol, Socket, Type};
 use crate::cms::LbAlgorithm;
 use crate::copy::copy_bytes;
 use crate::engine::{Engine, PayloadRef, Transmit};
-use crate::ops::{Completion, Context, RecvOp, SendOp};
+use crate::ops::{Completion, Context, MsgBuffer, RecvOp, SendOp};
 use crate::wire::ip::{self, Ecn};
 use crate::wire::{ack_trailer, RelayHeader};
 use crate::{Config, Error, Result};
@@ -598,6 +598,16 @@ impl Endpoint {
     pub fn set_memory_regions(&mut self, regions: std::sync::Arc<dyn crate::ops::MemoryRegions>) {
         self.timers_known = false;
         self.engine.set_memory_regions(regions);
+    }
+
+    /// See [`Engine::payload_buffer`].
+    pub fn payload_buffer(&mut self) -> Vec<u8> {
+        self.engine.payload_buffer()
+    }
+
+    /// See [`Engine::boxed_buffer`].
+    pub fn boxed_buffer<T: MsgBuffer + std::any::Any>(&mut self, buffer: T) -> Box<dyn MsgBuffer> {
+        self.engine.boxed_buffer(buffer)
     }
 
     /// Post a receive buffer (or a peek/claim/discard request).
