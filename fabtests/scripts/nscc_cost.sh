@@ -16,6 +16,7 @@ b=$(count $((2 * n)))
 sizes=$("$ex" 1)
 state=$(echo "$sizes" | sed -n 's/.*state_bytes \([0-9]*\).*/\1/p')
 ctrs=$(echo "$sizes" | sed -n 's/.*counters_bytes \([0-9]*\).*/\1/p')
+derived=$(echo "$sizes" | sed -n 's/.*derived_bytes \([0-9]*\).*/\1/p')
 whole=$(echo "$sizes" | sed -n 's/.*controller_bytes \([0-9]*\).*/\1/p')
 echo "NSCC per-ACK: $(( (b - a) / n )) instructions (callgrind, mean of $n updates, feedback construction included)"
-echo "NSCC per-flow state: $state bytes (algorithm state; $whole with the $ctrs bytes of diagnostic counters and the config pointer; the paper's is 19)"
+echo "NSCC per-flow state: $state bytes (algorithm state; $whole with the $derived bytes of parameters derived from the base RTT, the $ctrs bytes of diagnostic counters and the config pointer; the paper's is 19)"

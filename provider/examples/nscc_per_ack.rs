@@ -33,9 +33,10 @@ fn main() {
         black_box(cc.cwnd());
     }
     println!(
-        "updates {n} cwnd {} state_bytes {} counters_bytes {} controller_bytes {}",
+        "updates {n} cwnd {} state_bytes {} derived_bytes {} counters_bytes {} controller_bytes {}",
         cc.cwnd(),
         std::mem::size_of::<nscc::NsccState>(),
+        std::mem::size_of::<nscc::NsccDerived>(),
         std::mem::size_of::<nscc::NsccCounters>(),
         std::mem::size_of::<nscc::Nscc>(),
     );

@@ -179,6 +179,10 @@ pub struct NsccCounters {
 pub struct Nscc {
     cfg: Arc<CcConfig>,
     s: NsccState,
+    /// [`NsccDerived::compute`] at the current base RTT, kept because the
+    /// base RTT changes only on a new minimum while every ACK reads them
+    /// (a third of the per-ACK instructions when computed each time).
+    d: NsccDerived,
     n: NsccCounters,
 }
 
@@ -192,6 +196,7 @@ impl Nscc {
             0 => (REFERENCE_RTT_NS, 0),
             b => (b.max(MIN_BASE_RTT_NS), FLAG_BASE_MEASURED),
         };
+        let base = sat32(base) as u64;
         let d = NsccDerived::compute(&cfg, base);
         let cwnd = match cfg.initial_cwnd {
             0 => d.maxwnd,
@@ -204,6 +209,7 @@ impl Nscc {
                 flags,
                 ..NsccState::default()
             },
+            d,
             n: NsccCounters::default(),
             cfg,
         }
@@ -223,7 +229,7 @@ impl Nscc {
 
     /// Parameters at the current base RTT.
     pub fn derived(&self) -> NsccDerived {
-        NsccDerived::compute(&self.cfg, self.s.base_rtt as u64)
+        self.d
     }
 
     fn flag(&self, f: u8) -> bool {
@@ -251,12 +257,12 @@ impl Nscc {
     /// the provisional reference value, which may be too low for this path.
     fn update_base_rtt(&mut self, raw: u64) {
         let raw = sat32(raw.max(MIN_BASE_RTT_NS));
-        if !self.flag(FLAG_BASE_MEASURED) {
+        let first = !self.flag(FLAG_BASE_MEASURED);
+        if (first || raw < self.s.base_rtt) && raw != self.s.base_rtt {
             self.s.base_rtt = raw;
-            self.set_flag(FLAG_BASE_MEASURED, true);
-        } else if raw < self.s.base_rtt {
-            self.s.base_rtt = raw;
+            self.d = NsccDerived::compute(&self.cfg, raw as u64);
         }
+        self.set_flag(FLAG_BASE_MEASURED, true);
     }
 
     /// The three-case delay EWMA (§2 step 2).
@@ -898,6 +904,8 @@ mod tests {
             },
         );
         assert_eq!(c.base_rtt(), 30_000);
+        let fresh = |c: &Nscc| NsccDerived::compute(&c.cfg, c.base_rtt());
+        assert_eq!(c.derived(), fresh(&c), "the kept parameters follow a rise");
         c.on_ack(
             1_000,
             &AckFeedback {
@@ -906,6 +914,8 @@ mod tests {
             },
         );
         assert_eq!(c.base_rtt(), 25_000);
+        assert_eq!(c.derived(), fresh(&c), "and a new minimum");
+        assert_eq!(c.derived().target_qdelay_ns, 18_750.0);
     }
 
     /// Opens a QuickAdapt window at t=1000 (ends at 1000 + 12000 + 9000 =

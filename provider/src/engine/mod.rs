@@ -748,6 +748,15 @@ mod tests {
             ("Inbound", std::mem::size_of::<Inbound>()),
         ];
         println!("{sizes:?}");
+        let documented = [
+            ("Peer", 952),
+            ("TxPdc", 208),
+            ("RxPdc", 88),
+            ("TxSlot", 48),
+            ("TxMessage", 136),
+            ("Inbound", 240),
+        ];
+        assert_eq!(sizes, documented, "update provider/README.md section 2.5");
         assert!(sizes[0].1 <= 1024, "{sizes:?}");
     }
 }
