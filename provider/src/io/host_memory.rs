@@ -131,18 +131,10 @@ fn transfer(address: u64, len: usize, mut step: impl FnMut(usize, u64) -> isize)
 /// Whether process `pid` holds a UDP socket bound to `addr` (or to the
 /// unspecified address and its port).
 pub(super) fn holds_udp_socket(pid: u32, addr: SocketAddr) -> bool {
-    let inodes: HashSet<u64> = ["/proc/net/udp", "/proc/net/udp6"]
-        .iter()
-        .filter_map(|path| std::fs::read_to_string(path).ok())
-        .flat_map(|table| {
-            table
-                .lines()
-                .skip(1)
-                .filter_map(udp_table_row)
-                .filter(|&(local, _)| binds(local, addr))
-                .map(|(_, inode)| inode)
-                .collect::<Vec<_>>()
-        })
+    let inodes: HashSet<u64> = udp_sockets()
+        .into_iter()
+        .filter(|&(local, _)| binds(local, addr))
+        .map(|(_, inode)| inode)
         .collect();
     if inodes.is_empty() {
         return false;
@@ -160,6 +152,30 @@ pub(super) fn holds_udp_socket(pid: u32, addr: SocketAddr) -> bool {
                 .is_some_and(|n| inodes.contains(&n))
         })
     })
+}
+
+/// (local address, inode) of every UDP socket of this network namespace.
+fn udp_sockets() -> Vec<(SocketAddr, u64)> {
+    ["/proc/net/udp", "/proc/net/udp6"]
+        .iter()
+        .filter_map(|path| std::fs::read_to_string(path).ok())
+        .flat_map(|table| {
+            table
+                .lines()
+                .skip(1)
+                .filter_map(udp_table_row)
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// A test for "some UDP socket of this network namespace sends from
+/// `addr`", reading the socket tables once for many addresses; `None` when
+/// they cannot be read.
+pub(super) fn udp_bound_test() -> Option<impl Fn(SocketAddr) -> bool> {
+    let bound: Vec<SocketAddr> = udp_sockets().into_iter().map(|(a, _)| a).collect();
+    // An empty table means it could not be read: ours is in it.
+    (!bound.is_empty()).then_some(move |addr| bound.iter().any(|&local| binds(local, addr)))
 }
 
 /// Whether a socket bound to `local` sends from `addr`.

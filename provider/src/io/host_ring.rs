@@ -194,6 +194,55 @@ fn mailbox_path(host: u64, addr: SocketAddr) -> PathBuf {
     ))
 }
 
+/// Remove the mailboxes (and half-made ones) of this host that endpoints
+/// left behind when their process died: those whose address no UDP socket
+/// of this network namespace is bound to any more. A mailbox's pages stay
+/// in `/dev/shm` until its file is removed, so without this a crashed job
+/// would keep its rings' memory until the next boot. A live endpoint binds
+/// its socket before it makes its mailbox and removes the mailbox before
+/// it closes the socket, so none of its files is taken; a file whose
+/// address an unrelated program holds now stays until the address is
+/// free again. Only our own files are looked at.
+fn remove_abandoned_mailboxes(host: u64) {
+    let prefix = format!("uet-ring-{host:016x}-");
+    let Ok(entries) = std::fs::read_dir("/dev/shm") else {
+        return;
+    };
+    let Some(bound) = host_memory::udp_bound_test() else {
+        return;
+    };
+    // SAFETY: geteuid has no preconditions.
+    let me = unsafe { libc::geteuid() };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(addr) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix(&prefix))
+            .and_then(mailbox_address)
+        else {
+            continue;
+        };
+        let ours = entry
+            .path()
+            .symlink_metadata()
+            .is_ok_and(|m| m.is_file() && m.uid() == me);
+        if ours && !bound(addr) {
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
+}
+
+/// The address in a mailbox name after its host part: `<ip>-<port>`,
+/// maybe followed by `.<pid>.tmp` (one being made).
+fn mailbox_address(rest: &str) -> Option<SocketAddr> {
+    let rest = match rest.strip_suffix(".tmp") {
+        Some(made) => made.rsplit_once('.')?.0,
+        None => rest,
+    };
+    let (ip, port) = rest.rsplit_once('-')?;
+    Some(SocketAddr::new(ip.parse().ok()?, port.parse().ok()?))
+}
+
 /// What sending to a destination by ring came to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Pushed {
@@ -271,6 +320,7 @@ impl HostRings {
     pub fn new(local: SocketAddr) -> Option<HostRings> {
         // What an address means: this boot and network namespace.
         let host = host_memory::this_host("net")?;
+        remove_abandoned_mailboxes(host);
         let path = mailbox_path(host, local);
         // Built under a private name and renamed into place, so a sender
         // never sees a half-made header. A file left at the final name by a
@@ -730,7 +780,27 @@ mod tests {
         drop(sb);
         let (_sa, mut a) = endpoint();
         assert_eq!(a.push(to, 0, &[b"x"]), Pushed::NoLane);
-        let _ = std::fs::remove_file(path);
+        // Making a mailbox removed the abandoned one.
+        assert!(!path.exists(), "{} left behind", path.display());
+    }
+
+    #[test]
+    fn a_live_mailbox_is_not_removed_by_the_next_endpoint() {
+        let (_sb, b) = endpoint();
+        let (_sa, _a) = endpoint();
+        assert!(b.path.exists());
+    }
+
+    #[test]
+    fn mailbox_names_give_their_address() {
+        let v4: SocketAddr = "127.0.0.1:4791".parse().unwrap();
+        let v6: SocketAddr = "[::1]:4791".parse().unwrap();
+        assert_eq!(mailbox_address("127.0.0.1-4791"), Some(v4));
+        assert_eq!(mailbox_address("127.0.0.1-4791.1234.tmp"), Some(v4));
+        assert_eq!(mailbox_address("::1-4791"), Some(v6));
+        assert_eq!(mailbox_address("::1-4791.77.tmp"), Some(v6));
+        assert_eq!(mailbox_address("127.0.0.1"), None);
+        assert_eq!(mailbox_address("x-1"), None);
     }
 
     #[test]

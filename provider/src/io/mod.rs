@@ -1398,6 +1398,10 @@ impl Drop for Endpoint {
                 &h.bytes,
             );
         }
+        // The mailbox goes while the socket is still bound: another
+        // endpoint's sweep takes a mailbox whose address nobody holds for
+        // abandoned (host_ring::remove_abandoned_mailboxes).
+        self.rings = None;
     }
 }
 
