@@ -195,52 +195,93 @@ fn mailbox_path(host: u64, addr: SocketAddr) -> PathBuf {
 }
 
 /// Remove the mailboxes (and half-made ones) of this host that endpoints
-/// left behind when their process died: those whose address no UDP socket
-/// of this network namespace is bound to any more. A mailbox's pages stay
-/// in `/dev/shm` until its file is removed, so without this a crashed job
-/// would keep its rings' memory until the next boot. A live endpoint binds
-/// its socket before it makes its mailbox and removes the mailbox before
-/// it closes the socket, so none of its files is taken; a file whose
-/// address an unrelated program holds now stays until the address is
-/// free again. Only our own files are looked at.
-fn remove_abandoned_mailboxes(host: u64) {
+/// left behind when their process died. A mailbox's pages stay in
+/// `/dev/shm` until its file is removed, so without this a crashed job
+/// would keep its rings' memory until the next boot. A file goes when both
+/// its owner's process is gone (the pid in the header, or in the name of
+/// one being made) and no UDP socket of this network namespace is bound to
+/// its address: a live endpoint binds its socket before it makes its
+/// mailbox and removes the mailbox before it closes the socket, and its
+/// process lives, so neither test alone has to be exact (a table read that
+/// misses a row, an owner in another pid namespace). Only our own regular
+/// files are looked at, and one replaced under its name meanwhile stays.
+fn remove_abandoned_mailboxes(host: u64, local: SocketAddr) {
     let prefix = format!("uet-ring-{host:016x}-");
     let Ok(entries) = std::fs::read_dir("/dev/shm") else {
         return;
     };
-    let Some(bound) = host_memory::udp_bound_test() else {
+    // Listed before the sockets are read: a file made after the listing is
+    // not looked at.
+    let candidates: Vec<(PathBuf, SocketAddr, Option<u32>)> = entries
+        .flatten()
+        .filter_map(|entry| {
+            let name = entry.file_name();
+            let (addr, maker) = mailbox_name(name.to_str()?.strip_prefix(&prefix)?)?;
+            Some((entry.path(), addr, maker))
+        })
+        .collect();
+    if candidates.is_empty() {
+        return;
+    }
+    // Our own socket must be in the tables, or they were not read whole.
+    let Some(bound) = host_memory::udp_bound_test().filter(|bound| bound(local)) else {
         return;
     };
     // SAFETY: geteuid has no preconditions.
     let me = unsafe { libc::geteuid() };
-    for entry in entries.flatten() {
-        let name = entry.file_name();
-        let Some(addr) = name
-            .to_str()
-            .and_then(|n| n.strip_prefix(&prefix))
-            .and_then(mailbox_address)
+    for (path, addr, maker) in candidates {
+        if bound(addr) {
+            continue;
+        }
+        let Ok(file) = OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(&path)
         else {
             continue;
         };
-        let ours = entry
-            .path()
-            .symlink_metadata()
-            .is_ok_and(|m| m.is_file() && m.uid() == me);
-        if ours && !bound(addr) {
-            let _ = std::fs::remove_file(entry.path());
+        let Ok(meta) = file.metadata() else {
+            continue;
+        };
+        if !meta.is_file() || meta.uid() != me {
+            continue;
+        }
+        let owner = match maker {
+            Some(pid) => Some(pid),
+            None => mailbox_owner(&file),
+        };
+        if owner.is_some_and(process_lives) {
+            continue;
+        }
+        // Still the file judged (not one renamed into its place since).
+        let same = std::fs::symlink_metadata(&path)
+            .is_ok_and(|now| now.ino() == meta.ino() && now.dev() == meta.dev());
+        if same {
+            let _ = std::fs::remove_file(&path);
         }
     }
 }
 
-/// The address in a mailbox name after its host part: `<ip>-<port>`,
-/// maybe followed by `.<pid>.tmp` (one being made).
-fn mailbox_address(rest: &str) -> Option<SocketAddr> {
-    let rest = match rest.strip_suffix(".tmp") {
-        Some(made) => made.rsplit_once('.')?.0,
-        None => rest,
+/// The owner pid in a mailbox header (`None` when it cannot be read).
+fn mailbox_owner(file: &std::fs::File) -> Option<u32> {
+    use std::os::unix::fs::FileExt;
+    let mut pid = [0u8; 4];
+    file.read_exact_at(&mut pid, H_OWNER as u64).ok()?;
+    Some(u32::from_ne_bytes(pid))
+}
+
+/// The address in a mailbox name after its host part, `<ip>-<port>`, and
+/// for one being made (`.<pid>.tmp` follows) the pid making it.
+fn mailbox_name(rest: &str) -> Option<(SocketAddr, Option<u32>)> {
+    let (rest, maker) = match rest.strip_suffix(".tmp") {
+        Some(made) => {
+            let (rest, pid) = made.rsplit_once('.')?;
+            (rest, Some(pid.parse().ok()?))
+        }
+        None => (rest, None),
     };
     let (ip, port) = rest.rsplit_once('-')?;
-    Some(SocketAddr::new(ip.parse().ok()?, port.parse().ok()?))
+    Some((SocketAddr::new(ip.parse().ok()?, port.parse().ok()?), maker))
 }
 
 /// What sending to a destination by ring came to.
@@ -320,7 +361,7 @@ impl HostRings {
     pub fn new(local: SocketAddr) -> Option<HostRings> {
         // What an address means: this boot and network namespace.
         let host = host_memory::this_host("net")?;
-        remove_abandoned_mailboxes(host);
+        remove_abandoned_mailboxes(host, local);
         let path = mailbox_path(host, local);
         // Built under a private name and renamed into place, so a sender
         // never sees a half-made header. A file left at the final name by a
@@ -770,18 +811,57 @@ mod tests {
         assert_eq!(a.push(sa.local_addr().unwrap(), 0, &[b"x"]), Pushed::NoLane);
     }
 
+    /// The pid of a process that has exited.
+    fn dead_pid() -> u32 {
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        child.wait().unwrap();
+        child.id()
+    }
+
+    /// Removes a test's file whatever the test's outcome.
+    struct RemoveOnDrop(PathBuf);
+
+    impl Drop for RemoveOnDrop {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_file(&self.0);
+        }
+    }
+
     #[test]
     fn a_stale_mailbox_is_not_used() {
         let (sb, b) = endpoint();
         let to = sb.local_addr().unwrap();
-        let path = b.path.clone();
+        let _cleanup = RemoveOnDrop(b.path.clone());
         // The file outlives its endpoint (a crash), and the port is free.
         std::mem::forget(b);
         drop(sb);
         let (_sa, mut a) = endpoint();
         assert_eq!(a.push(to, 0, &[b"x"]), Pushed::NoLane);
-        // Making a mailbox removed the abandoned one.
+    }
+
+    #[test]
+    fn a_mailbox_whose_process_died_is_removed() {
+        let (sb, b) = endpoint();
+        let path = b.path.clone();
+        let _cleanup = RemoveOnDrop(path.clone());
+        b.inbox.u32_at(H_OWNER).store(dead_pid(), Ordering::Release);
+        std::mem::forget(b);
+        drop(sb);
+        let (_sa, _a) = endpoint();
         assert!(!path.exists(), "{} left behind", path.display());
+    }
+
+    #[test]
+    fn an_unbound_mailbox_of_a_live_process_stays() {
+        // Its owner (this process) lives: the address may be between
+        // sockets, or the socket table read may have missed it.
+        let (sb, b) = endpoint();
+        let path = b.path.clone();
+        let _cleanup = RemoveOnDrop(path.clone());
+        std::mem::forget(b);
+        drop(sb);
+        let (_sa, _a) = endpoint();
+        assert!(path.exists());
     }
 
     #[test]
@@ -795,12 +875,18 @@ mod tests {
     fn mailbox_names_give_their_address() {
         let v4: SocketAddr = "127.0.0.1:4791".parse().unwrap();
         let v6: SocketAddr = "[::1]:4791".parse().unwrap();
-        assert_eq!(mailbox_address("127.0.0.1-4791"), Some(v4));
-        assert_eq!(mailbox_address("127.0.0.1-4791.1234.tmp"), Some(v4));
-        assert_eq!(mailbox_address("::1-4791"), Some(v6));
-        assert_eq!(mailbox_address("::1-4791.77.tmp"), Some(v6));
-        assert_eq!(mailbox_address("127.0.0.1"), None);
-        assert_eq!(mailbox_address("x-1"), None);
+        let mapped: SocketAddr = "[::ffff:127.0.0.1]:4791".parse().unwrap();
+        assert_eq!(mailbox_name("127.0.0.1-4791"), Some((v4, None)));
+        assert_eq!(
+            mailbox_name("127.0.0.1-4791.1234.tmp"),
+            Some((v4, Some(1234)))
+        );
+        assert_eq!(mailbox_name("::1-4791"), Some((v6, None)));
+        assert_eq!(mailbox_name("::1-4791.77.tmp"), Some((v6, Some(77))));
+        assert_eq!(mailbox_name("::ffff:127.0.0.1-4791"), Some((mapped, None)));
+        assert_eq!(mailbox_name("127.0.0.1"), None);
+        assert_eq!(mailbox_name("127.0.0.1-4791.tmp"), None);
+        assert_eq!(mailbox_name("x-1"), None);
     }
 
     #[test]
