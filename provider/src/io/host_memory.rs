@@ -130,12 +130,20 @@ fn transfer(address: u64, len: usize, mut step: impl FnMut(usize, u64) -> isize)
 
 /// Whether process `pid` holds a UDP socket bound to `addr` (or to the
 /// unspecified address and its port).
+/// A socket that closes while the table is read can hide another's row
+/// (see [`read_table`]), so an address not found is looked for once more.
 pub(super) fn holds_udp_socket(pid: u32, addr: SocketAddr) -> bool {
-    let inodes: HashSet<u64> = udp_sockets()
-        .into_iter()
-        .filter(|&(local, _)| binds(local, addr))
-        .map(|(_, inode)| inode)
-        .collect();
+    let bound_to = || -> HashSet<u64> {
+        udp_sockets()
+            .into_iter()
+            .filter(|&(local, _)| binds(local, addr))
+            .map(|(_, inode)| inode)
+            .collect()
+    };
+    let mut inodes = bound_to();
+    if inodes.is_empty() {
+        inodes = bound_to();
+    }
     if inodes.is_empty() {
         return false;
     }
@@ -158,7 +166,7 @@ pub(super) fn holds_udp_socket(pid: u32, addr: SocketAddr) -> bool {
 fn udp_sockets() -> Vec<(SocketAddr, u64)> {
     ["/proc/net/udp", "/proc/net/udp6"]
         .iter()
-        .filter_map(|path| std::fs::read_to_string(path).ok())
+        .filter_map(|path| read_table(path))
         .flat_map(|table| {
             table
                 .lines()
@@ -167,6 +175,27 @@ fn udp_sockets() -> Vec<(SocketAddr, u64)> {
                 .collect::<Vec<_>>()
         })
         .collect()
+}
+
+/// A socket table of `/proc/net`, taken in as few reads as it allows: the
+/// kernel resumes each read by counting rows from the start, so a socket
+/// that closes between two reads makes the next one skip a row (a live
+/// socket then seems unbound). `read_to_string` starts with a small read;
+/// the kernel still hands out at most a page or so per read.
+fn read_table(path: &str) -> Option<String> {
+    use std::io::Read;
+    let mut file = std::fs::File::open(path).ok()?;
+    let mut bytes = Vec::new();
+    let mut chunk = vec![0u8; 1 << 18];
+    loop {
+        match file.read(&mut chunk) {
+            Ok(0) => break,
+            Ok(n) => bytes.extend_from_slice(&chunk[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => return None,
+        }
+    }
+    String::from_utf8(bytes).ok()
 }
 
 /// A test for "some UDP socket of this network namespace sends from
