@@ -130,6 +130,7 @@ fn transfer(address: u64, len: usize, mut step: impl FnMut(usize, u64) -> isize)
 
 /// Whether process `pid` holds a UDP socket bound to `addr` (or to the
 /// unspecified address and its port).
+///
 /// A socket that closes while the table is read can hide another's row
 /// (see [`read_table`]), so an address not found is looked for once more.
 pub(super) fn holds_udp_socket(pid: u32, addr: SocketAddr) -> bool {
@@ -181,21 +182,16 @@ fn udp_sockets() -> Vec<(SocketAddr, u64)> {
 /// kernel resumes each read by counting rows from the start, so a socket
 /// that closes between two reads makes the next one skip a row (a live
 /// socket then seems unbound). `read_to_string` starts with a small read;
-/// the kernel still hands out at most a page or so per read.
+/// reading into a large buffer does not (the kernel still hands out at
+/// most a page or so per read).
 fn read_table(path: &str) -> Option<String> {
     use std::io::Read;
-    let mut file = std::fs::File::open(path).ok()?;
-    let mut bytes = Vec::new();
-    let mut chunk = vec![0u8; 1 << 18];
-    loop {
-        match file.read(&mut chunk) {
-            Ok(0) => break,
-            Ok(n) => bytes.extend_from_slice(&chunk[..n]),
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(_) => return None,
-        }
-    }
-    String::from_utf8(bytes).ok()
+    let mut table = String::with_capacity(1 << 18);
+    std::fs::File::open(path)
+        .ok()?
+        .read_to_string(&mut table)
+        .ok()?;
+    Some(table)
 }
 
 /// A test for "some UDP socket of this network namespace sends from
