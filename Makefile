@@ -193,6 +193,9 @@ test-mpi:
 	@echo "== [6/7] Open MPI (pml cm, mtl ofi) over uet: 2 and 4 ranks"
 	timeout $(T_MPI) fabtests/scripts/mpi.sh $(PREFIX) 2 $(PREFIX)/bin/mpi_check
 	timeout $(T_MPI) fabtests/scripts/mpi.sh $(PREFIX) 4 $(PREFIX)/bin/mpi_check
+	@echo "-- halo exchanges between computing ranks (data checked): 2 ranks in pairs, 4 in a ring"
+	timeout $(T_MPI) fabtests/scripts/mpi.sh $(PREFIX) 2 $(PREFIX)/bin/mpi_halo 8192 50 300
+	timeout $(T_MPI) fabtests/scripts/mpi.sh $(PREFIX) 4 $(PREFIX)/bin/mpi_halo 4096 50 200 ring
 	@echo "-- 4 ranks over same-host rings (FI_UET_HOST_RING=1)"
 	FI_UET_HOST_RING=1 timeout $(T_MPI) fabtests/scripts/mpi.sh $(PREFIX) 4 $(PREFIX)/bin/mpi_check
 	@echo "-- one-sided over uet: osc pt2pt (the default osc rdma uses the vader btl, not uet)"

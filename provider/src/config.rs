@@ -78,12 +78,12 @@ pub const PARAMS: &[ParamSpec] = &[
     ParamSpec {
         name: "defer_acks",
         kind: ParamKind::Bool,
-        help: "When a progress call made by the application completes a message and has only ACKs to send, and the application answered the last such call with a send or RMA, hold those ACKs until its next send or RMA, so a reply it posts at once leaves ahead of them or carries them (FI_UET_ACK_PIGGYBACK); the hold is reported in the ACK's service time; background progress threads never hold ACKs, and the first application call made FI_UET_ACK_HOLD_US or more after the hold began sends them whatever it completes (default 1; 0 = ACKs leave in the call that queues them).",
+        help: "When a progress call made by the application completes a message and has only ACKs to send, and the application answered the last such call with a send or RMA, hold those ACKs until its next send or RMA, so a reply it posts at once leaves ahead of them or carries them (FI_UET_ACK_PIGGYBACK); only a message that answers ours is held for (one whose sender still has ours unacknowledged, and sent no ACK with it, crossed ours and its sender waits for this ACK), and only a send or RMA to that message's sender within FI_UET_ACK_HOLD_US counts as an answer; the hold is reported in the ACK's service time; background progress threads never hold ACKs, and the first application call made FI_UET_ACK_HOLD_US or more after the hold began sends them whatever it completes (default 1; 0 = ACKs leave in the call that queues them).",
     },
     ParamSpec {
         name: "ack_hold_us",
         kind: ParamKind::Int,
-        help: "How long ACKs held for a reply (FI_UET_DEFER_ACKS) stay held through further application progress calls made before the application answers, such as a read of its send's completion before the message's; a send posted within this time counts as the answer (default 10; 0 = released by the next call).",
+        help: "How long ACKs held for a reply (FI_UET_DEFER_ACKS) stay held through further application progress calls made before the application answers, such as a read of its send's completion before the message's; a send or RMA to the message's sender posted within this time counts as the answer, a later one or one elsewhere stops the holding (default 10; 0 = released by the next call).",
     },
     ParamSpec {
         name: "ack_piggyback",

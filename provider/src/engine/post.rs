@@ -231,6 +231,27 @@ impl Engine {
         !self.ack_queue.is_empty()
     }
 
+    /// The peer of the first queued ACK: whose message an answer would
+    /// answer.
+    pub fn first_queued_ack_peer(&self) -> Option<SocketAddr> {
+        self.ack_queue.front().map(|&p| self.peers[p].addr)
+    }
+
+    /// True when what every queued ACK acknowledges came as a reply to
+    /// us: nothing of ours to that peer is unacknowledged, or an ACK came
+    /// riding on its request (it held ours for this reply). A request that
+    /// crossed ours in flight (both ends sent before either took the
+    /// other's, as in a halo exchange) is no reply: its sender most likely
+    /// waits for this ACK to complete its own send, and holding the ACK for
+    /// an answer already sent would stall that peer until the hold runs
+    /// out, or until our next call if the application goes elsewhere.
+    pub fn queued_acks_are_for_replies(&self) -> bool {
+        self.ack_queue.iter().all(|&p| {
+            let peer = &self.peers[p];
+            peer.tx.in_flight() == 0 || self.trailer_acks.iter().any(|a| a.from == peer.addr)
+        })
+    }
+
     /// True when control packets or data (of a peer the window lets send)
     /// are queued: anything besides ACKs.
     pub fn has_queued_data(&self) -> bool {

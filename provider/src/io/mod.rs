@@ -276,6 +276,9 @@ pub struct Endpoint {
     /// When the application began to owe an answer (`awaiting_reply`;
     /// engine time).
     awaiting_since: u64,
+    /// To whom: the peer whose message it took (the first with an ACK
+    /// queued then). A send elsewhere answers nothing.
+    awaiting_peer: Option<SocketAddr>,
     /// `FI_UET_ACK_HOLD_US` in ns: how long a wait for an answer, and the
     /// ACKs held for it, survive further application progress calls (long
     /// enough for the few CQ reads between taking a message and answering
@@ -475,6 +478,7 @@ impl Endpoint {
             landing_refusals: 0,
             acks_deferred: false,
             awaiting_since: 0,
+            awaiting_peer: None,
             ack_hold_ns: config.ack_hold_us.saturating_mul(1000),
             burst_gap_ns: u64::from(config.send_burst_us) * 1000,
             in_send_burst: false,
@@ -544,6 +548,7 @@ impl Endpoint {
         }
         let now = self.now();
         let len = op.payload.len();
+        let dest = op.dest;
         self.engine.post_send(now, op)?;
         // The first send of a burst leaves at once; those posted right
         // after it wait for the burst's end (the next call of any other
@@ -556,7 +561,7 @@ impl Endpoint {
         } else {
             self.sends_deferred = false;
             self.deferred_bytes = 0;
-            self.flush_reply(now);
+            self.flush_reply(now, Some(dest));
             // The pause counts from the end of the system calls.
             self.last_send_ns = self.now();
         }
@@ -577,7 +582,7 @@ impl Endpoint {
         self.in_send_burst = false;
         if std::mem::take(&mut self.sends_deferred) {
             self.deferred_bytes = 0;
-            self.flush_reply(now);
+            self.flush_reply(now, None);
         }
     }
 
@@ -589,8 +594,9 @@ impl Endpoint {
         }
         let now = self.now();
         self.end_send_burst(now);
+        let dest = op.dest;
         self.engine.post_rma(now, op)?;
-        self.flush_reply(now);
+        self.flush_reply(now, Some(dest));
         Ok(())
     }
 
@@ -778,9 +784,11 @@ impl Endpoint {
             && !self.engine.has_queued_data();
         if answerable && !self.awaiting_reply {
             self.awaiting_since = now;
+            self.awaiting_peer = self.engine.first_queued_ack_peer();
         }
         self.awaiting_reply = answerable || young;
-        busy |= self.flush_holding_acks(now, answerable && self.replies_follow);
+        let hold = answerable && self.replies_follow && self.engine.queued_acks_are_for_replies();
+        busy |= self.flush_holding_acks(now, hold);
         if self.engine.has_host_copies() {
             // Our shares of same-host copies, now that the pulls handing
             // the senders theirs are out (FI_UET_HOST_READ).
@@ -1019,9 +1027,17 @@ impl Endpoint {
     /// leave after the reply, so neither their building nor their system
     /// call delays it. Then the ACKs that arrived riding on what the
     /// application answers.
-    fn flush_reply(&mut self, now: u64) {
-        if std::mem::take(&mut self.awaiting_reply) {
-            self.replies_follow = true;
+    fn flush_reply(&mut self, now: u64, answer_to: Option<SocketAddr>) {
+        // A send or RMA answers the message the application took if it
+        // goes to that message's sender within the hold: a request-response
+        // exchange, where held ACKs pay. One posted later (the application
+        // went elsewhere meanwhile; the peer waited for its ACK until now)
+        // or elsewhere (a shift or ring pattern) stops the holding.
+        if let Some(dest) = answer_to {
+            if std::mem::take(&mut self.awaiting_reply) {
+                self.replies_follow = Some(dest) == self.awaiting_peer
+                    && now.saturating_sub(self.awaiting_since) < self.ack_hold_ns;
+            }
         }
         if std::mem::take(&mut self.acks_deferred) {
             self.engine.hold_acks(true);

@@ -566,6 +566,25 @@ fn deliver(a: &mut Endpoint, b: &mut Endpoint, seed: u64) -> (u64, u64) {
     (before, b.engine_stats().acks_sent)
 }
 
+/// b answers a, and a takes the answer and acknowledges it at once
+/// (nothing is known of a's application), as in a request-response
+/// exchange.
+fn answer(a: &mut Endpoint, b: &mut Endpoint, seed: u64) {
+    let acks = a.engine_stats().acks_sent;
+    b.send(send_op(a.local_addr(), pattern(seed, 64), seed))
+        .unwrap();
+    acknowledge(a, acks);
+}
+
+/// Progress `a` until it has sent more than `acks` ACKs.
+fn acknowledge(a: &mut Endpoint, acks: u64) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while a.engine_stats().acks_sent == acks {
+        assert!(Instant::now() < deadline, "the answer was not acknowledged");
+        a.progress();
+    }
+}
+
 #[test]
 fn application_progress_holds_acks_once_it_sees_replies() {
     for piggyback in [false, true] {
@@ -578,14 +597,14 @@ fn application_progress_holds_acks_once_it_sees_replies() {
 fn holds_acks_once_it_sees_replies(piggyback: bool) {
     let cfg = Config {
         ack_piggyback: piggyback,
-        ..ack_config()
+        ..medium_hold_config()
     };
     let (mut a, mut b) = pair(&cfg);
     // Nothing known of the application yet: the ACK leaves at once.
     let (before, after) = deliver(&mut a, &mut b, 1);
     assert_eq!(after, before + 1);
     // It answers; from now on the ACK waits for the answer.
-    b.send(send_op(a.local_addr(), pattern(2, 64), 2)).unwrap();
+    answer(&mut a, &mut b, 2);
     let (before, after) = deliver(&mut a, &mut b, 3);
     assert_eq!(
         after, before,
@@ -641,6 +660,15 @@ fn long_hold_config() -> Config {
     }
 }
 
+/// [`ack_config`] with a hold no pause of a test thread outlasts, short
+/// enough to sleep past.
+fn medium_hold_config() -> Config {
+    Config {
+        ack_hold_us: 200_000,
+        ..ack_config()
+    }
+}
+
 /// Two endpoints with `cfg` once b has been seen answering (a takes the
 /// answer) and holds the ACK of a's next message for the next answer.
 /// Returns them and the ACKs b has sent.
@@ -649,7 +677,7 @@ fn holding_an_ack(cfg: &Config) -> (Endpoint, Endpoint, u64) {
     deliver(&mut a, &mut b, 1);
     let (op, _answer) = recv_op(64, 20);
     a.recv(op).unwrap();
-    b.send(send_op(a.local_addr(), pattern(2, 64), 2)).unwrap();
+    answer(&mut a, &mut b, 2);
     let (_, held) = deliver(&mut a, &mut b, 3);
     (a, b, held)
 }
@@ -670,12 +698,63 @@ fn held_acks_outlast_calls_made_before_the_answer() {
         "released before the answer"
     );
     let sent = b.stats().sent[0];
+    let acks = a.engine_stats().acks_sent;
     b.send(send_op(a.local_addr(), pattern(4, 64), 4)).unwrap();
     assert_eq!(b.stats().sent[0], sent + 1, "one datagram: answer and ACK");
     assert_eq!(b.engine_stats().acks_piggybacked, 1);
-    // And the endpoint still holds for the next message.
+    // And once a has taken the answer, the endpoint still holds for the
+    // next message.
+    acknowledge(&mut a, acks);
     let (before, after) = deliver(&mut a, &mut b, 5);
     assert_eq!(after, before);
+}
+
+#[test]
+fn a_request_that_crossed_ours_is_acknowledged_at_once() {
+    // A halo exchange: both ends send before either takes the other's
+    // message. b's application has been seen answering, but a's message
+    // answers nothing of b's (b's own is still unacknowledged): a waits
+    // for this ACK to complete its send, so b does not hold it.
+    let (mut a, mut b, _) = holding_an_ack(&long_hold_config());
+    let acks = a.engine_stats().acks_sent;
+    b.send(send_op(a.local_addr(), pattern(4, 64), 4)).unwrap();
+    acknowledge(&mut a, acks);
+    // b would hold the next ACK of a request-response exchange.
+    b.send(send_op(a.local_addr(), pattern(6, 64), 6)).unwrap();
+    let (before, after) = deliver(&mut a, &mut b, 7);
+    assert_eq!(after, before + 1, "ACK of a crossing request held");
+}
+
+#[test]
+fn an_answer_after_the_hold_answers_nothing() {
+    // b takes a message, goes elsewhere past the hold without calling in,
+    // then sends to its sender: a waited for its ACK all that time, so b
+    // stops holding.
+    let cfg = Config {
+        ack_hold_us: 100_000,
+        ..ack_config()
+    };
+    let (mut a, mut b, held) = holding_an_ack(&cfg);
+    std::thread::sleep(Duration::from_millis(150));
+    let acks = a.engine_stats().acks_sent;
+    b.send(send_op(a.local_addr(), pattern(4, 64), 4)).unwrap();
+    assert_eq!(b.engine_stats().acks_sent, held + 1);
+    acknowledge(&mut a, acks);
+    let (before, after) = deliver(&mut a, &mut b, 5);
+    assert_eq!(after, before + 1, "held after a late answer");
+}
+
+#[test]
+fn a_send_to_another_peer_answers_nothing() {
+    // A shift pattern: b takes a's message and sends to c. Holding a's
+    // ACK for b's next send to a would stall a.
+    let cfg = long_hold_config();
+    let (mut a, mut b, held) = holding_an_ack(&cfg);
+    let c = Endpoint::bind(&cfg, LOOPBACK.parse().unwrap()).unwrap();
+    b.send(send_op(c.local_addr(), pattern(4, 64), 4)).unwrap();
+    assert_eq!(b.engine_stats().acks_sent, held + 1, "held ACK released");
+    let (before, after) = deliver(&mut a, &mut b, 5);
+    assert_eq!(after, before + 1, "held after an answer elsewhere");
 }
 
 #[test]
@@ -691,7 +770,7 @@ fn an_application_answering_after_a_few_calls_is_seen_answering() {
     for _ in 0..3 {
         b.progress_app();
     }
-    b.send(send_op(a.local_addr(), pattern(2, 64), 2)).unwrap();
+    answer(&mut a, &mut b, 2);
     let (before, after) = deliver(&mut a, &mut b, 3);
     assert_eq!(after, before, "held for the answer");
 }
@@ -773,10 +852,10 @@ fn background_progress_and_the_knob_never_hold_acks() {
 
 #[test]
 fn held_acks_leave_when_the_endpoint_closes() {
-    let cfg = ack_config();
+    let cfg = long_hold_config();
     let (mut a, mut b) = pair(&cfg);
     deliver(&mut a, &mut b, 1);
-    b.send(send_op(a.local_addr(), pattern(2, 64), 2)).unwrap();
+    answer(&mut a, &mut b, 2);
     let (before, after) = deliver(&mut a, &mut b, 3);
     assert_eq!(after, before);
     drop(b);
