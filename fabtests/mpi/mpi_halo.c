@@ -10,11 +10,14 @@
  * pair (default): rank r exchanges with rank r^1 (np even).  ring: rank r
  * sends to r+1 and receives from r-1 (and the other way round).  Defaults:
  * 8192 bytes, 200 us of compute, 2000 iterations after 100 of warm-up.
+ * Messages between two ranks arrive in order (tag 0), each checked against
+ * the iteration it belongs to.
  * Rank 0 prints the mean time per iteration and per exchange (posting
  * to the end of MPI_Waitall), the slowest rank's, in microseconds.  The
  * data are checked: a rank that receives a wrong byte prints it and the
  * exit status is non-zero.
  */
+#include <limits.h>
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,6 +29,18 @@
 static unsigned char pat(int from, int it, long i)
 {
 	return (unsigned char)((from * 131 + it * 17 + i * 31) % 251);
+}
+
+/* argv[i] as a number in [lo, hi], or `def` when absent; -1 when invalid. */
+static double arg(int argc, char **argv, int i, double def, double lo, double hi)
+{
+	char *end;
+	double v;
+
+	if (argc <= i)
+		return def;
+	v = strtod(argv[i], &end);
+	return (*argv[i] && !*end && v >= lo && v <= hi) ? v : -1;
 }
 
 static void compute(double us)
@@ -47,11 +62,12 @@ int main(int argc, char **argv)
 	MPI_Init(&argc, &argv);
 	MPI_Comm_rank(MPI_COMM_WORLD, &rank);
 	MPI_Comm_size(MPI_COMM_WORLD, &np);
-	size = argc > 1 ? atol(argv[1]) : 8192;
-	compute_us = argc > 2 ? atof(argv[2]) : 200;
-	iters = argc > 3 ? atoi(argv[3]) : 2000;
+	size = (long)arg(argc, argv, 1, 8192, 1, INT_MAX);
+	compute_us = arg(argc, argv, 2, 200, 0, 1e9);
+	iters = (int)arg(argc, argv, 3, 2000, 1, INT_MAX - WARMUP);
 	ring = argc > 4 && strcmp(argv[4], "ring") == 0;
-	if (size < 1 || iters < 1 || compute_us < 0 || np < 2 || (!ring && np % 2)) {
+	if (size < 1 || iters < 1 || compute_us < 0 || np < 2 || (!ring && np % 2) ||
+	    (argc > 4 && !ring && strcmp(argv[4], "pair") != 0) || argc > 5) {
 		if (rank == 0)
 			fprintf(stderr, "usage: mpi_halo [SIZE>0 [COMPUTE_US [ITERS [pair|ring]]]]"
 					" (pair needs an even number of ranks)\n");
@@ -86,9 +102,9 @@ int main(int argc, char **argv)
 			sbuf[i] = pat(rank, it, i);
 		start = MPI_Wtime();
 		for (k = 0; k < n; k++)
-			MPI_Irecv(rbuf[k], (int)size, MPI_BYTE, nbr[k], it, MPI_COMM_WORLD, &req[k]);
+			MPI_Irecv(rbuf[k], (int)size, MPI_BYTE, nbr[k], 0, MPI_COMM_WORLD, &req[k]);
 		for (k = 0; k < n; k++)
-			MPI_Isend(sbuf, (int)size, MPI_BYTE, nbr[n == 2 ? 1 - k : k], it,
+			MPI_Isend(sbuf, (int)size, MPI_BYTE, nbr[n == 2 ? 1 - k : k], 0,
 				  MPI_COMM_WORLD, &req[n + k]);
 		MPI_Waitall(2 * n, req, MPI_STATUSES_IGNORE);
 		exchange += MPI_Wtime() - start;

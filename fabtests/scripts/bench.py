@@ -8,13 +8,16 @@ Runs, interleaved and repeated, on 127.0.0.1:
     iperf3 UDP at 4 KiB and 64 KiB datagrams (one datagram per system
     call), and udp_gso_bw (build/bin) streaming 4 KiB segments with UDP GSO
     and GRO, the limit for a transport that batches small datagrams,
+  * an MPI halo exchange (PREFIX/bin/mpi_halo under Open MPI's cm PML and
+    ofi MTL, two ranks that exchange a message and compute, or not, each
+    iteration; not over udp;ofi_rxd),
 over five configurations: uet with 4 KiB packets (FI_UET_MTU=4096), uet with
 its default auto MTU (large datagrams on loopback), uet-host (the default
 MTU plus the same-host paths: datagrams through shared-memory rings,
 FI_UET_HOST_RING=1, and large messages copied in place, FI_UET_HOST_READ=1,
 with rendezvous from 16 KiB so more of each is copied), tcp and udp;ofi_rxd.
 
-Writes OUTDIR/{pingpong,stream,raw}.csv (every run), OUTDIR/summary.csv
+Writes OUTDIR/{pingpong,stream,raw,mpi}.csv (every run), OUTDIR/summary.csv
 (medians) and OUTDIR/bench.png, and prints per size the medians, the spread
 (min-max over repetitions) and the ratios uet/tcp, uet/rxd and uet/raw, then
 one PASS/MISS line per target. Every run is bounded by `timeout`; a failed
@@ -38,6 +41,8 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 UET_BW = os.environ.get("UET_BW", os.path.join(ROOT, "build", "bin", "uet_bw"))
 UDP_GSO_BW = os.environ.get("UDP_GSO_BW", os.path.join(ROOT, "build", "bin", "udp_gso_bw"))
 LIBDIR = os.path.join(PREFIX, "lib", "libfabric")
+MPI_HALO = os.path.join(PREFIX, "bin", "mpi_halo")
+MPI_SH = os.path.join(HERE, "mpi.sh")
 
 KI, MI = 1024, 1024 * 1024
 # name -> (libfabric provider, extra environment)
@@ -69,6 +74,11 @@ else:
     BW_BYTES = "128m"
     RAW_TIME = 2
 SOCKPERF_SIZES = [64, 1 * KI, 4 * KI, 65000]
+# MPI halo exchange: (message bytes, compute us per iteration); udp;ofi_rxd
+# is left out (Open MPI over it is not what its users run).
+MPI_CONFIGS = ["uet-4k", "uet-64k", "uet-host", "tcp"]
+MPI_CASES = [(8 * KI, 200)] if QUICK else [(64, 200), (8 * KI, 200), (8 * KI, 0)]
+MPI_ITERS = 500 if QUICK else 1000
 
 
 def pp_iters(size, config):
@@ -285,6 +295,24 @@ def run_udp_gso(segment):
     return None
 
 
+def run_halo(config, size, compute_us):
+    """mpi_halo with two ranks over `config`: mean us per iteration and per
+    exchange (posting to the end of MPI_Waitall), the slower rank's."""
+    prov, env = CONFIGS[config]
+    full_env = dict(os.environ, **env, PROVIDER=prov, MPI_TIMEOUT="60")
+    cmd = ["timeout", "-k", "5", "90", MPI_SH, PREFIX, "2", MPI_HALO, str(size),
+           str(compute_us), str(MPI_ITERS)]
+    c = subprocess.run(cmd, env=full_env, capture_output=True, text=True)
+    m = re.search(r"iteration ([0-9.]+) us, exchange ([0-9.]+) us$", c.stdout, re.M)
+    if c.returncode == 0 and m:
+        return {"iter_us": float(m.group(1)), "exchange_us": float(m.group(2))}
+    lines = (c.stdout + c.stderr).strip().splitlines()
+    err = f"status {c.returncode}: {' | '.join(lines[-2:])}"
+    FAILURES.append(f"mpi_halo {config} {size} B compute {compute_us} us: {err}")
+    log(f"   FAILED mpi_halo {config} {size} B compute {compute_us} us: {err}")
+    return None
+
+
 def rotate(seq, k):
     k %= len(seq)
     return seq[k:] + seq[:k]
@@ -292,7 +320,7 @@ def rotate(seq, k):
 
 def main():
     os.makedirs(OUT, exist_ok=True)
-    for tool in ["fi_pingpong", "sockperf", "iperf3", UET_BW, UDP_GSO_BW]:
+    for tool in ["fi_pingpong", "sockperf", "iperf3", "mpirun", UET_BW, UDP_GSO_BW, MPI_HALO]:
         if subprocess.run(["sh", "-c", f"command -v '{tool}'"],
                           capture_output=True).returncode:
             sys.exit(f"bench: {tool} not found (make deps / make bench builds it)")
@@ -300,7 +328,7 @@ def main():
         sys.exit(f"bench: no provider in {LIBDIR} (make install)")
 
     configs = list(CONFIGS)
-    pp_rows, bw_rows, raw_rows = [], [], []
+    pp_rows, bw_rows, raw_rows, mpi_rows = [], [], [], []
     t0 = time.time()
     # Busy-polling benchmarks measure the scheduler when the cores are busy.
     log("== load average at start: %.2f %.2f %.2f on %d cores"
@@ -327,6 +355,13 @@ def main():
             for size, r in res.items():
                 bw_rows.append({"rep": rep, "config": config, "size": size, **r})
         log(f"   streaming bandwidth done ({time.time() - t0:.0f} s)")
+        for size, compute_us in MPI_CASES:
+            for config in rotate(MPI_CONFIGS, rep + size.bit_length()):
+                r = run_halo(config, size, compute_us)
+                if r:
+                    mpi_rows.append({"rep": rep, "config": config, "size": size,
+                                     "compute_us": compute_us, **r})
+        log(f"   MPI halo exchanges done ({time.time() - t0:.0f} s)")
         for mode in PP_MODES:
             for size in PP_SIZES:
                 # Interleave: every configuration at this size, in an order
@@ -345,9 +380,26 @@ def main():
     write_csv("stream.csv", bw_rows, ["rep", "config", "size", "mbps", "cpu_s_per_gb"])
     write_csv("raw.csv", raw_rows, ["rep", "test", "size", "lat_us", "p50_us", "mbps",
                                     "cpu_s_per_gb"])
-    report(pp_rows, bw_rows, raw_rows)
+    write_csv("mpi.csv", mpi_rows, ["rep", "config", "size", "compute_us", "iter_us",
+                                    "exchange_us"])
+    report(pp_rows, bw_rows, raw_rows, mpi_rows)
     log(f"== bench finished in {time.time() - t0:.0f} s; load average at end: "
         f"{os.getloadavg()[0]:.2f}; results in {OUT}")
+
+
+def report_mpi(rows):
+    log("\n== MPI halo exchange (mpi_halo, 2 ranks, Open MPI cm/ofi): median us per "
+        "exchange [min-max], ratio to tcp (lower is better)")
+    log(f"{'size':>6} {'compute':>8} " + " ".join(f"{c:>22}" for c in MPI_CONFIGS))
+    for size, compute_us in MPI_CASES:
+        t = med(rows, "exchange_us", config="tcp", size=size, compute_us=compute_us)[0]
+        cells = []
+        for c in MPI_CONFIGS:
+            m, lo, hi = med(rows, "exchange_us", config=c, size=size, compute_us=compute_us)
+            spread = f"[{fmt(lo, 1, 0)}-{fmt(hi, 1, 0)}]" if lo is not None else ""
+            tail = f" {fmt(ratio(m, t), 1)}x" if c != "tcp" else ""
+            cells.append(f"{fmt(m, 1, 1)} {spread}{tail}")
+        log(f"{size_label(size):>6} {compute_us:>5} us " + " ".join(f"{x:>22}" for x in cells))
 
 
 def write_csv(name, rows, fields):
@@ -381,7 +433,7 @@ def size_label(s):
     return str(s)
 
 
-def report(pp, bw, raw):
+def report(pp, bw, raw, mpi):
     summary = []
     sock = {s: med(raw, "lat_us", test="sockperf", size=s)[0] for s in SOCKPERF_SIZES}
     sock[64 * KI] = sock.pop(65000)
@@ -460,6 +512,7 @@ def report(pp, bw, raw):
               ["test", "mode", "uet", "size", "uet_lat_us", "tcp_lat_us", "rxd_lat_us",
                "raw_lat_us", "uet_mbps", "tcp_mbps", "rxd_mbps", "raw_mbps", "raw_offload_mbps",
                "uet_cpu_s_per_gb", "tcp_cpu_s_per_gb", "rxd_cpu_s_per_gb"])
+    report_mpi(mpi)
     targets(pp, bw, sock, offload_bw)
     plot(pp, bw, iperf, sock, gso)
     if FAILURES:

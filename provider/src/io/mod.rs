@@ -550,6 +550,7 @@ impl Endpoint {
         let len = op.payload.len();
         let dest = op.dest;
         self.engine.post_send(now, op)?;
+        self.judge_answer(now, dest);
         // The first send of a burst leaves at once; those posted right
         // after it wait for the burst's end (the next call of any other
         // kind) or a full batch, so they share system calls.
@@ -561,7 +562,7 @@ impl Endpoint {
         } else {
             self.sends_deferred = false;
             self.deferred_bytes = 0;
-            self.flush_reply(now, Some(dest));
+            self.flush_reply(now);
             // The pause counts from the end of the system calls.
             self.last_send_ns = self.now();
         }
@@ -582,7 +583,7 @@ impl Endpoint {
         self.in_send_burst = false;
         if std::mem::take(&mut self.sends_deferred) {
             self.deferred_bytes = 0;
-            self.flush_reply(now, None);
+            self.flush_reply(now);
         }
     }
 
@@ -596,7 +597,8 @@ impl Endpoint {
         self.end_send_burst(now);
         let dest = op.dest;
         self.engine.post_rma(now, op)?;
-        self.flush_reply(now, Some(dest));
+        self.judge_answer(now, dest);
+        self.flush_reply(now);
         Ok(())
     }
 
@@ -717,12 +719,15 @@ impl Endpoint {
         // read a CQ more than once (its send's completion, then the
         // message's). The wait lasts even when its ACKs could not be held
         // (replies_follow off), so an answer after such calls counts.
-        let young = may_hold
-            && self.awaiting_reply
-            && now.saturating_sub(self.awaiting_since) < self.ack_hold_ns;
+        // A background call (the idle-progress thread) ends neither the
+        // wait nor its verdict early: the application may still answer in
+        // time, and one that comes back later has not answered.
+        let waiting =
+            self.awaiting_reply && now.saturating_sub(self.awaiting_since) < self.ack_hold_ns;
+        let young = may_hold && waiting;
         let released = !young && std::mem::take(&mut self.acks_deferred);
-        if may_hold && !young && std::mem::take(&mut self.awaiting_reply) {
-            // Back to polling instead of answering.
+        if !waiting && std::mem::take(&mut self.awaiting_reply) {
+            // No answer in time: back to polling instead of answering.
             self.replies_follow = false;
         }
         // An application seen answering answers what arrives now: the
@@ -786,7 +791,7 @@ impl Endpoint {
             self.awaiting_since = now;
             self.awaiting_peer = self.engine.first_queued_ack_peer();
         }
-        self.awaiting_reply = answerable || young;
+        self.awaiting_reply = answerable || waiting;
         let hold = answerable && self.replies_follow && self.engine.queued_acks_are_for_replies();
         busy |= self.flush_holding_acks(now, hold);
         if self.engine.has_host_copies() {
@@ -1027,18 +1032,7 @@ impl Endpoint {
     /// leave after the reply, so neither their building nor their system
     /// call delays it. Then the ACKs that arrived riding on what the
     /// application answers.
-    fn flush_reply(&mut self, now: u64, answer_to: Option<SocketAddr>) {
-        // A send or RMA answers the message the application took if it
-        // goes to that message's sender within the hold: a request-response
-        // exchange, where held ACKs pay. One posted later (the application
-        // went elsewhere meanwhile; the peer waited for its ACK until now)
-        // or elsewhere (a shift or ring pattern) stops the holding.
-        if let Some(dest) = answer_to {
-            if std::mem::take(&mut self.awaiting_reply) {
-                self.replies_follow = Some(dest) == self.awaiting_peer
-                    && now.saturating_sub(self.awaiting_since) < self.ack_hold_ns;
-            }
-        }
+    fn flush_reply(&mut self, now: u64) {
         if std::mem::take(&mut self.acks_deferred) {
             self.engine.hold_acks(true);
             self.flush(now);
@@ -1053,6 +1047,19 @@ impl Endpoint {
         if self.engine.has_trailer_acks() {
             self.engine.handle_trailer_acks();
             self.flush(self.now());
+        }
+    }
+
+    /// A send or RMA to `dest` was posted (sent now or with its burst):
+    /// it answers the message the application took if it goes to that
+    /// message's sender within the hold, a request-response exchange where
+    /// held ACKs pay. One posted later (the application went elsewhere
+    /// meanwhile, and the peer waited for its ACK until now) or elsewhere
+    /// (a shift or ring pattern) stops the holding.
+    fn judge_answer(&mut self, now: u64, dest: SocketAddr) {
+        if std::mem::take(&mut self.awaiting_reply) {
+            self.replies_follow = Some(dest) == self.awaiting_peer
+                && now.saturating_sub(self.awaiting_since) < self.ack_hold_ns;
         }
     }
 

@@ -553,17 +553,28 @@ fn progress_app_until_completion(b: &mut Endpoint) {
     }
 }
 
-/// One message a -> b, completed by b's application progress; returns the
-/// ACKs b had sent before the completing call and after it.
+/// One message a -> b, completed by b's application progress (a receive
+/// completes; others b sees on the way, such as its last send's, are
+/// taken and dropped); returns the ACKs b had sent before the message's arrival and
+/// after the call that completed it.
 fn deliver(a: &mut Endpoint, b: &mut Endpoint, seed: u64) -> (u64, u64) {
     let (op, _buf) = recv_op(64, seed);
     b.recv(op).unwrap();
     let before = b.engine_stats().acks_sent;
     a.send(send_op(b.local_addr(), pattern(seed, 64), seed))
         .unwrap();
-    progress_app_until_completion(b);
-    while b.poll_completion().is_some() {}
-    (before, b.engine_stats().acks_sent)
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        assert!(Instant::now() < deadline, "message {seed} did not arrive");
+        b.progress_app();
+        let mut arrived = false;
+        while let Some(c) = b.poll_completion() {
+            arrived |= c.kind == CompletionKind::Recv;
+        }
+        if arrived {
+            return (before, b.engine_stats().acks_sent);
+        }
+    }
 }
 
 /// b answers a, and a takes the answer and acknowledges it at once
@@ -742,6 +753,50 @@ fn an_answer_after_the_hold_answers_nothing() {
     acknowledge(&mut a, acks);
     let (before, after) = deliver(&mut a, &mut b, 5);
     assert_eq!(after, before + 1, "held after a late answer");
+}
+
+#[test]
+fn a_background_call_does_not_excuse_a_late_answer() {
+    // As above, with the idle-progress thread looking in while b's
+    // application is away: it sends the held ACK, and b's late send still
+    // counts as no answer.
+    let cfg = Config {
+        ack_hold_us: 100_000,
+        ..ack_config()
+    };
+    let (mut a, mut b, held) = holding_an_ack(&cfg);
+    std::thread::sleep(Duration::from_millis(150));
+    b.progress();
+    assert_eq!(
+        b.engine_stats().acks_sent,
+        held + 1,
+        "background call sends it"
+    );
+    let acks = a.engine_stats().acks_sent;
+    b.send(send_op(a.local_addr(), pattern(4, 64), 4)).unwrap();
+    acknowledge(&mut a, acks);
+    let (before, after) = deliver(&mut a, &mut b, 5);
+    assert_eq!(after, before + 1, "held after a late answer");
+}
+
+#[test]
+fn an_answer_sent_with_its_burst_counts() {
+    // A reply posted with FI_MORE leaves with the burst's end, and counts
+    // as an answer all the same.
+    let cfg = Config {
+        send_burst_us: 1_000_000,
+        ..long_hold_config()
+    };
+    let (mut a, mut b, held) = holding_an_ack(&cfg);
+    let acks = a.engine_stats().acks_sent;
+    b.expect_more_sends();
+    b.send(send_op(a.local_addr(), pattern(4, 64), 4)).unwrap();
+    assert_eq!(b.engine_stats().acks_sent, held, "the burst waits");
+    b.progress_app();
+    assert_eq!(b.engine_stats().acks_sent, held + 1, "with the burst's end");
+    acknowledge(&mut a, acks);
+    let (before, after) = deliver(&mut a, &mut b, 5);
+    assert_eq!(after, before, "held again");
 }
 
 #[test]
