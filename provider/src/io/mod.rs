@@ -722,8 +722,7 @@ impl Endpoint {
         // A background call (the idle-progress thread) ends neither the
         // wait nor its verdict early: the application may still answer in
         // time, and one that comes back later has not answered.
-        let waiting =
-            self.awaiting_reply && now.saturating_sub(self.awaiting_since) < self.ack_hold_ns;
+        let waiting = self.awaiting_reply && self.within_hold(now);
         let young = may_hold && waiting;
         let released = !young && std::mem::take(&mut self.acks_deferred);
         if !waiting && std::mem::take(&mut self.awaiting_reply) {
@@ -1058,9 +1057,14 @@ impl Endpoint {
     /// (a shift or ring pattern) stops the holding.
     fn judge_answer(&mut self, now: u64, dest: SocketAddr) {
         if std::mem::take(&mut self.awaiting_reply) {
-            self.replies_follow = Some(dest) == self.awaiting_peer
-                && now.saturating_sub(self.awaiting_since) < self.ack_hold_ns;
+            self.replies_follow = Some(dest) == self.awaiting_peer && self.within_hold(now);
         }
+    }
+
+    /// `now` is within `FI_UET_ACK_HOLD_US` of the message the application
+    /// owes an answer to.
+    fn within_hold(&self, now: u64) -> bool {
+        now.saturating_sub(self.awaiting_since) < self.ack_hold_ns
     }
 
     /// [`flush`](Self::flush), keeping queued ACKs back when `hold`
