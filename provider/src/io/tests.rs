@@ -765,10 +765,11 @@ fn an_answer_after_the_hold_answers_nothing() {
 #[test]
 fn an_answer_sent_with_its_burst_counts() {
     // A reply posted with FI_MORE leaves with the burst's end, and counts
-    // as an answer all the same.
+    // as an answer all the same: judged when posted, so the hold running
+    // out afterwards does not turn it into none.
     let cfg = Config {
         send_burst_us: 1_000_000,
-        ..long_hold_config()
+        ..medium_hold_config()
     };
     let (mut a, mut b, held) = holding_an_ack(&cfg);
     let acks = a.engine_stats().acks_sent;
@@ -777,6 +778,8 @@ fn an_answer_sent_with_its_burst_counts() {
     assert_eq!(b.engine_stats().acks_sent, held, "the burst waits");
     b.progress_app();
     assert_eq!(b.engine_stats().acks_sent, held + 1, "with the burst's end");
+    std::thread::sleep(Duration::from_micros(cfg.ack_hold_us + 50_000));
+    b.progress_app();
     acknowledge(&mut a, acks);
     let (before, after) = deliver(&mut a, &mut b, 5);
     assert_eq!(after, before, "held again");
