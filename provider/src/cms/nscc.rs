@@ -248,14 +248,28 @@ impl Nscc {
         self.s.cwnd = w.max(0.0).min(u32::MAX as f64) as u32;
     }
 
+    /// Keep cwnd within [MTU, maxwnd]; MTU wins should maxwnd be below it.
     fn clamp(&mut self, d: &NsccDerived) {
-        let w = (self.s.cwnd as u64).clamp(self.cfg.mtu as u64, d.maxwnd.max(self.cfg.mtu as u64));
-        self.s.cwnd = sat32(w);
+        // In u32: NsccDerived::compute caps maxwnd there.
+        self.s.cwnd = self.s.cwnd.min(d.maxwnd as u32).max(self.cfg.mtu);
     }
 
     /// Min-track the base RTT. The first sample of an unseeded flow replaces
     /// the provisional reference value, which may be too low for this path.
+    #[inline]
     fn update_base_rtt(&mut self, raw: u64) {
+        // Almost every sample is no new minimum: flooring and saturating it
+        // could not bring it below the base, so nothing else to check.
+        if raw >= self.s.base_rtt as u64 && self.flag(FLAG_BASE_MEASURED) {
+            return;
+        }
+        self.take_base_rtt_sample(raw);
+    }
+
+    /// The rest of [`Nscc::update_base_rtt`], out of the per-ACK path.
+    #[cold]
+    #[inline(never)]
+    fn take_base_rtt_sample(&mut self, raw: u64) {
         let raw = sat32(raw.max(MIN_BASE_RTT_NS));
         let first = !self.flag(FLAG_BASE_MEASURED);
         if (first || raw < self.s.base_rtt) && raw != self.s.base_rtt {
@@ -269,10 +283,13 @@ impl Nscc {
     fn update_avg_delay(&mut self, delay: f64, ecn: bool, d: &NsccDerived) {
         let w = self.cfg.delay_ewma_weight;
         let avg = self.s.avg_delay as f64;
+        // d.base_rtt_ns, from the u32 copy: one instruction to convert, a
+        // u64 takes six.
+        let base = self.s.base_rtt as f64;
         let new = if !ecn && delay > d.target_qdelay_ns {
             // High delay without a mark is likely one bad path: barely trust it.
-            w * (0.25 * d.base_rtt_ns as f64) + (1.0 - w) * avg
-        } else if delay > 5.0 * d.base_rtt_ns as f64 {
+            w * (0.25 * base) + (1.0 - w) * avg
+        } else if delay > 5.0 * base {
             EMERGENCY_EWMA_WEIGHT * delay + (1.0 - EMERGENCY_EWMA_WEIGHT) * avg
         } else {
             w * delay + (1.0 - w) * avg
@@ -413,7 +430,11 @@ impl Nscc {
         self.s.received = sat32(self.s.received as u64 + newly);
         self.s.bytes_ignored = sat32(self.s.bytes_ignored as u64 + newly);
         self.n.acks += 1;
-        self.n.ecn_echoes += ecn as u64;
+        // Not `+= ecn as u64`: the compiler pairs that with `acks` in
+        // vector registers, which costs more than this branch.
+        if ecn {
+            self.n.ecn_echoes += 1;
+        }
         self.n.in_flight = fb.in_flight_bytes;
 
         // Derived once per ACK, after the base RTT has taken this sample
