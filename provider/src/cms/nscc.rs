@@ -8,9 +8,9 @@
 //! pipe. Parameters scale with the bandwidth-delay product of the link rate
 //! (configured) and the base RTT (measured, min-tracking).
 //!
-//! Derived parameters ([`NsccDerived`]) are recomputed from the current base
-//! RTT whenever they are needed instead of being stored, so a new minimum
-//! rescales bdp, maxwnd, the target and every gain at once.
+//! Derived parameters ([`NsccDerived`]) are kept and computed again from
+//! the current base RTT when it moves, so a new minimum rescales bdp,
+//! maxwnd, the target and every gain at once.
 //!
 //! Choices where NSCC.md leaves room (each one covered by a unit test):
 //! * Base RTT: seeded from `FI_UET_BASE_RTT_US`, else the 12 us reference
@@ -85,6 +85,15 @@ pub struct NsccDerived {
     pub eta: f64,
     /// FastIncrease bytes per acked byte.
     pub fast_increase_factor: f64,
+    /// The delay EWMA's constant parts (§2 step 2), so an ACK does not
+    /// compute them: the old average's weight 1 - w, the discounted
+    /// sample's term w * 0.25 * base RTT, and the emergency threshold
+    /// 5 * base RTT.
+    pub ewma_keep: f64,
+    pub ewma_discount: f64,
+    pub emergency_delay_ns: f64,
+    /// Acked bytes beyond which a fulfill is due: FULFILL_MTUS MTUs.
+    pub fulfill_bytes: u64,
 }
 
 impl NsccDerived {
@@ -114,6 +123,10 @@ impl NsccDerived {
             fi: 5.0 * mss * a,
             eta: 0.15 * mss * a,
             fast_increase_factor: 0.25 * a,
+            ewma_keep: 1.0 - cfg.delay_ewma_weight,
+            ewma_discount: cfg.delay_ewma_weight * (0.25 * base as f64),
+            emergency_delay_ns: 5.0 * base as f64,
+            fulfill_bytes: FULFILL_MTUS * cfg.mtu as u64,
         }
     }
 }
@@ -249,9 +262,9 @@ impl Nscc {
     }
 
     /// Keep cwnd within [MTU, maxwnd]; MTU wins should maxwnd be below it.
-    fn clamp(&mut self, d: &NsccDerived) {
+    fn clamp(&mut self) {
         // In u32: NsccDerived::compute caps maxwnd there.
-        self.s.cwnd = self.s.cwnd.min(d.maxwnd as u32).max(self.cfg.mtu);
+        self.s.cwnd = self.s.cwnd.min(self.d.maxwnd as u32).max(self.cfg.mtu);
     }
 
     /// Min-track the base RTT. The first sample of an unseeded flow replaces
@@ -280,19 +293,16 @@ impl Nscc {
     }
 
     /// The three-case delay EWMA (§2 step 2).
-    fn update_avg_delay(&mut self, delay: f64, ecn: bool, d: &NsccDerived) {
-        let w = self.cfg.delay_ewma_weight;
+    fn update_avg_delay(&mut self, delay: f64, ecn: bool) {
+        let d = &self.d;
         let avg = self.s.avg_delay as f64;
-        // d.base_rtt_ns, from the u32 copy: one instruction to convert, a
-        // u64 takes six.
-        let base = self.s.base_rtt as f64;
         let new = if !ecn && delay > d.target_qdelay_ns {
             // High delay without a mark is likely one bad path: barely trust it.
-            w * (0.25 * base) + (1.0 - w) * avg
-        } else if delay > 5.0 * base {
+            d.ewma_discount + d.ewma_keep * avg
+        } else if delay > d.emergency_delay_ns {
             EMERGENCY_EWMA_WEIGHT * delay + (1.0 - EMERGENCY_EWMA_WEIGHT) * avg
         } else {
-            w * delay + (1.0 - w) * avg
+            self.cfg.delay_ewma_weight * delay + d.ewma_keep * avg
         };
         self.s.avg_delay = new as f32;
     }
@@ -312,9 +322,8 @@ impl Nscc {
         loss: bool,
         delay: f64,
         in_flight: u64,
-        d: &NsccDerived,
     ) -> bool {
-        if self.s.bytes_ignored < self.s.bytes_to_ignore && congested {
+        if congested && self.s.bytes_ignored < self.s.bytes_to_ignore {
             // Stale congestion signals from before the reset.
             self.s.inc_bytes = 0.0;
             self.s.received = 0;
@@ -323,11 +332,12 @@ impl Nscc {
         }
         let mut fired = false;
         if now > self.s.qa_end {
-            let triggered =
-                self.flag(FLAG_TRIGGER_QA) || loss || delay > QA_DELAY_FACTOR * d.target_qdelay_ns;
+            let triggered = self.flag(FLAG_TRIGGER_QA)
+                || loss
+                || delay > QA_DELAY_FACTOR * self.d.target_qdelay_ns;
             if self.s.qa_end != 0
                 && triggered
-                && (self.s.achieved as u64) < d.maxwnd >> QA_GATE_SHIFT
+                && (self.s.achieved as u64) < self.d.maxwnd >> QA_GATE_SHIFT
             {
                 let scaling = if self.cfg.paper.qa_scaling {
                     PAPER_QA_SCALING
@@ -348,13 +358,13 @@ impl Nscc {
             // so an old NACK cannot reset an application-limited flow later.
             self.set_flag(FLAG_TRIGGER_QA, false);
             self.s.achieved = 0;
-            self.s.qa_end = now + d.base_rtt_ns + d.target_qdelay_ns as u64;
+            self.s.qa_end = now + self.d.base_rtt_ns + self.d.target_qdelay_ns as u64;
         }
         fired
     }
 
     /// FastIncrease (§4); true when it handled this ACK.
-    fn fast_increase(&mut self, newly: u64, delay: f64, d: &NsccDerived) -> bool {
+    fn fast_increase(&mut self, newly: u64, delay: f64) -> bool {
         if delay >= FAST_INCREASE_DELAY_NS {
             self.reset_fast_increase();
             return false;
@@ -371,23 +381,23 @@ impl Nscc {
         let add = if self.cfg.paper.fast_increase {
             self.cfg.fast_increase_mtus as f64 * self.cfg.mtu as f64
         } else {
-            newly as f64 * d.fast_increase_factor
+            newly as f64 * self.d.fast_increase_factor
         };
         self.set_cwnd(self.s.cwnd as f64 + add);
         self.n.fast_increase_acks += 1;
         true
     }
 
-    fn multiplicative_decrease(&mut self, now: u64, d: &NsccDerived) {
+    fn multiplicative_decrease(&mut self, now: u64) {
         let avg = self.s.avg_delay as f64;
-        let target = d.target_qdelay_ns;
-        let rested =
-            self.s.last_dec_time == 0 || now.saturating_sub(self.s.last_dec_time) > d.base_rtt_ns;
+        let target = self.d.target_qdelay_ns;
+        let rested = self.s.last_dec_time == 0
+            || now.saturating_sub(self.s.last_dec_time) > self.d.base_rtt_ns;
         if !(avg > target && rested) {
             return;
         }
         let severity = if self.cfg.paper.md_rtt {
-            let base = d.base_rtt_ns as f64;
+            let base = self.d.base_rtt_ns as f64;
             ((base + avg) - (base + target)) / (base + avg)
         } else {
             (avg - target) / avg
@@ -399,28 +409,41 @@ impl Nscc {
         self.n.decreases_applied += 1;
     }
 
-    /// Apply batched increases (§2 step 7).
-    fn fulfill(&mut self, now: u64, d: &NsccDerived) {
+    /// Apply batched increases (§2 step 7) when due.
+    fn fulfill_if_due(&mut self, now: u64) {
         let elapsed = now.saturating_sub(self.s.last_adjust_time);
-        if (self.s.received as u64) <= FULFILL_MTUS * self.cfg.mtu as u64
-            && elapsed <= d.base_rtt_ns
-        {
-            return;
+        if (self.s.received as u64) > self.d.fulfill_bytes || elapsed > self.d.base_rtt_ns {
+            self.fulfill(now, elapsed);
         }
+    }
+
+    /// Out of line: it is due about once per 8 MTUs acked, and as the last
+    /// step of an ACK it is a jump; inlined, its registers would be saved
+    /// and restored on every ACK.
+    #[inline(never)]
+    fn fulfill(&mut self, now: u64, elapsed: u64) {
         let mut w = self.s.cwnd as f64 + self.s.inc_bytes / self.s.cwnd.max(1) as f64;
-        if elapsed >= d.base_rtt_ns {
-            w += d.eta;
+        if elapsed >= self.d.base_rtt_ns {
+            w += self.d.eta;
             self.s.last_adjust_time = now;
         }
         self.set_cwnd(w);
         self.s.inc_bytes = 0.0;
         self.s.received = 0;
         self.n.fulfills += 1;
-        self.clamp(d);
+        self.clamp();
     }
 
     /// Process one ACK (§2).
     pub fn on_ack(&mut self, now: u64, fb: &AckFeedback) {
+        // The base RTT first: its rare call to recompute the parameters
+        // then finds few values to keep across it, so fewer registers are
+        // saved on every ACK.
+        if let Some(r) = fb.rtt {
+            if r.valid && r.sets_base {
+                self.update_base_rtt(r.raw_ns);
+            }
+        }
         if self.s.last_adjust_time == 0 {
             self.s.last_adjust_time = now;
         }
@@ -437,21 +460,15 @@ impl Nscc {
         }
         self.n.in_flight = fb.in_flight_bytes;
 
-        // Derived once per ACK, after the base RTT has taken this sample
-        // (it does not change again below).
-        let (delay, d) = match fb.rtt {
+        let delay = match fb.rtt {
             Some(r) if r.valid => {
-                if r.sets_base {
-                    self.update_base_rtt(r.raw_ns);
-                }
-                let d = self.derived();
-                let delay = r.raw_ns.saturating_sub(d.base_rtt_ns) as f64;
-                self.update_avg_delay(delay, ecn, &d);
-                (delay, d)
+                let delay = r.raw_ns.saturating_sub(self.d.base_rtt_ns) as f64;
+                self.update_avg_delay(delay, ecn);
+                delay
             }
             _ => {
                 self.n.invalid_rtt_samples += 1;
-                (self.s.avg_delay as f64, self.derived())
+                self.s.avg_delay as f64
             }
         };
         if self.cfg.paper.wait_to_decrease {
@@ -459,28 +476,28 @@ impl Nscc {
             self.s.avg_wtd = WTD_WEIGHT * mark + (1.0 - WTD_WEIGHT) * self.s.avg_wtd;
         }
 
-        if self.quick_adapt(now, ecn, false, delay, fb.in_flight_bytes, &d) {
-            self.clamp(&d);
+        if self.quick_adapt(now, ecn, false, delay, fb.in_flight_bytes) {
+            self.clamp();
             return;
         }
 
-        let target = d.target_qdelay_ns;
+        let target = self.d.target_qdelay_ns;
         match (ecn, delay >= target) {
             (false, true) => {
                 self.n.fair_increase += 1;
                 self.reset_fast_increase();
-                self.s.inc_bytes += d.fi * newly as f64;
+                self.s.inc_bytes += self.d.fi * newly as f64;
             }
             (false, false) => {
                 self.n.proportional_increase += 1;
-                if !self.fast_increase(newly, delay, &d) {
-                    self.s.inc_bytes += d.alpha * newly as f64 * (target - delay);
+                if !self.fast_increase(newly, delay) {
+                    self.s.inc_bytes += self.d.alpha * newly as f64 * (target - delay);
                 }
             }
             (true, true) => {
                 self.n.multiplicative_decrease += 1;
                 self.reset_fast_increase();
-                self.multiplicative_decrease(now, &d);
+                self.multiplicative_decrease(now);
             }
             (true, false) => {
                 // Steer only: the load balancer moves off the marked path.
@@ -488,13 +505,13 @@ impl Nscc {
                 self.reset_fast_increase();
                 if self.cfg.paper.wait_to_decrease && self.s.avg_wtd > WTD_THRESHOLD {
                     let cwnd = self.s.cwnd as f64;
-                    self.set_cwnd(cwnd - cwnd / d.bdp * FAIR_DECREASE * newly as f64);
+                    self.set_cwnd(cwnd - cwnd / self.d.bdp * FAIR_DECREASE * newly as f64);
                     self.n.fair_decreases += 1;
                 }
             }
         }
-        self.clamp(&d);
-        self.fulfill(now, &d);
+        self.clamp();
+        self.fulfill_if_due(now);
     }
 
     /// A trimmed packet of `bytes` was NACKed (§5).
@@ -509,16 +526,15 @@ impl Nscc {
         }
         self.n.in_flight = in_flight_bytes;
         self.s.bytes_ignored = sat32(self.s.bytes_ignored as u64 + bytes);
-        let d = self.derived();
         // A trim means a full queue: feed the EWMA a marked sample of one
         // network RTT of queueing.
-        let synthetic = d.base_rtt_ns as f64;
-        self.update_avg_delay(synthetic, true, &d);
+        let synthetic = self.d.base_rtt_ns as f64;
+        self.update_avg_delay(synthetic, true);
         self.set_flag(FLAG_TRIGGER_QA, true);
-        if !self.quick_adapt(now, true, true, synthetic, in_flight_bytes, &d) {
+        if !self.quick_adapt(now, true, true, synthetic, in_flight_bytes) {
             self.set_cwnd((self.s.cwnd as u64).saturating_sub(bytes) as f64);
         }
-        self.clamp(&d);
+        self.clamp();
     }
 
     /// The sender starts sending again after its pipe drained with nothing
