@@ -60,9 +60,9 @@
 //! where the range allows, u64 for times and f64 for the increase credit),
 //! an `Arc` to the shared
 //! configuration (8 bytes), the parameters derived from the base RTT
-//! ([`nscc::NsccDerived`], 104 bytes, kept so that an ACK does not compute
+//! ([`nscc::NsccDerived`], 72 bytes, kept so that an ACK does not compute
 //! them again) and the diagnostic counters ([`nscc::NsccCounters`],
-//! 152 bytes), **336 bytes** in all. The SMaRTT paper's 19 bytes per flow
+//! 152 bytes), **304 bytes** in all. The SMaRTT paper's 19 bytes per flow
 //! assume 16-bit fields and times relative to a NIC clock; we keep full
 //! nanosecond timestamps and counters for measurement. A unit test pins these
 //! numbers so this paragraph stays true. A [`LoadBalancer`] takes 136 bytes
@@ -558,8 +558,8 @@ mod tests {
     fn state_size_matches_the_module_docs() {
         assert_eq!(std::mem::size_of::<nscc::NsccState>(), 72);
         assert_eq!(std::mem::size_of::<nscc::NsccCounters>(), 152);
-        assert_eq!(std::mem::size_of::<nscc::NsccDerived>(), 104);
-        assert_eq!(std::mem::size_of::<Nscc>(), 336);
+        assert_eq!(std::mem::size_of::<nscc::NsccDerived>(), 72);
+        assert_eq!(std::mem::size_of::<Nscc>(), 304);
         assert_eq!(std::mem::size_of::<LoadBalancer>(), 136);
         assert_eq!(std::mem::size_of::<lb::EntropyStats>(), 56);
     }

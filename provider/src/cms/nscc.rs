@@ -85,15 +85,6 @@ pub struct NsccDerived {
     pub eta: f64,
     /// FastIncrease bytes per acked byte.
     pub fast_increase_factor: f64,
-    /// The delay EWMA's constant parts (§2 step 2), so an ACK does not
-    /// compute them: the old average's weight 1 - w, the discounted
-    /// sample's term w * 0.25 * base RTT, and the emergency threshold
-    /// 5 * base RTT.
-    pub ewma_keep: f64,
-    pub ewma_discount: f64,
-    pub emergency_delay_ns: f64,
-    /// Acked bytes beyond which a fulfill is due: FULFILL_MTUS MTUs.
-    pub fulfill_bytes: u64,
 }
 
 impl NsccDerived {
@@ -123,10 +114,6 @@ impl NsccDerived {
             fi: 5.0 * mss * a,
             eta: 0.15 * mss * a,
             fast_increase_factor: 0.25 * a,
-            ewma_keep: 1.0 - cfg.delay_ewma_weight,
-            ewma_discount: cfg.delay_ewma_weight * (0.25 * base as f64),
-            emergency_delay_ns: 5.0 * base as f64,
-            fulfill_bytes: FULFILL_MTUS * cfg.mtu as u64,
         }
     }
 }
@@ -294,15 +281,18 @@ impl Nscc {
 
     /// The three-case delay EWMA (§2 step 2).
     fn update_avg_delay(&mut self, delay: f64, ecn: bool) {
-        let d = &self.d;
+        let w = self.cfg.delay_ewma_weight;
         let avg = self.s.avg_delay as f64;
-        let new = if !ecn && delay > d.target_qdelay_ns {
+        // d.base_rtt_ns, from the u32 copy: one instruction to convert, a
+        // u64 takes six.
+        let base = self.s.base_rtt as f64;
+        let new = if !ecn && delay > self.d.target_qdelay_ns {
             // High delay without a mark is likely one bad path: barely trust it.
-            d.ewma_discount + d.ewma_keep * avg
-        } else if delay > d.emergency_delay_ns {
+            w * (0.25 * base) + (1.0 - w) * avg
+        } else if delay > 5.0 * base {
             EMERGENCY_EWMA_WEIGHT * delay + (1.0 - EMERGENCY_EWMA_WEIGHT) * avg
         } else {
-            self.cfg.delay_ewma_weight * delay + d.ewma_keep * avg
+            w * delay + (1.0 - w) * avg
         };
         self.s.avg_delay = new as f32;
     }
@@ -412,7 +402,8 @@ impl Nscc {
     /// Apply batched increases (§2 step 7) when due.
     fn fulfill_if_due(&mut self, now: u64) {
         let elapsed = now.saturating_sub(self.s.last_adjust_time);
-        if (self.s.received as u64) > self.d.fulfill_bytes || elapsed > self.d.base_rtt_ns {
+        let due = FULFILL_MTUS * self.cfg.mtu as u64;
+        if (self.s.received as u64) > due || elapsed > self.d.base_rtt_ns {
             self.fulfill(now, elapsed);
         }
     }
