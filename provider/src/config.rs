@@ -208,7 +208,7 @@ pub const PARAMS: &[ParamSpec] = &[
     ParamSpec {
         name: "gso",
         kind: ParamKind::Bool,
-        help: "Batch datagrams through the kernel with UDP segmentation offload (default on): runs of three or more equal-size packets to one peer leave with one sendmsg (UDP_SEGMENT), packets of one progress call grouped by entropy socket, and once a burst has arrived, coalesced arrivals (UDP_GRO) are taken with one receive and cut back into their datagrams (before that GRO stays off: it slows a ping-pong down). Pays off with small packets (FI_UET_MTU=4096); off with FI_UET_FABRIC, and falls back to one datagram per call where the kernel refuses.",
+        help: "Batch datagrams through the kernel with UDP segmentation offload (default on): runs of three or more equal-size packets to one peer (two when both carry data) leave with one sendmsg (UDP_SEGMENT), packets of one progress call grouped by entropy socket, and once a burst or a message of several packets has arrived, coalesced arrivals (UDP_GRO) are taken with one receive and cut back into their datagrams (before that GRO stays off: it slows a ping-pong down). Pays off with small packets (FI_UET_MTU=4096); off with FI_UET_FABRIC, and falls back to one datagram per call where the kernel refuses.",
     },
     ParamSpec {
         name: "send_burst_us",

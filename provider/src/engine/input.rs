@@ -566,6 +566,9 @@ impl Engine {
         if self.on_rma_request(p, from, s, payload) {
             return;
         }
+        if s.buffer_offset != 0 {
+            self.stats.continuations_received += 1;
+        }
         let peer = &mut self.peers[p];
         let id = s.message_id;
         if matched && rdv.is_none() {

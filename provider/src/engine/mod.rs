@@ -122,6 +122,10 @@ pub struct Stats {
     pub peers_failed: u64,
     /// Data packets that arrived trimmed (payload cut by the fabric).
     pub trimmed_received: u64,
+    /// Message data packets past the first of their message: a peer sends
+    /// messages of several packets (which may come segmented, see
+    /// `io::GRO_AFTER_BURST`).
+    pub continuations_received: u64,
     /// Data packets that arrived with ECN CE in their IP header.
     pub ecn_ce_received: u64,
     /// ACKs that echoed a CE mark back to us.
@@ -511,6 +515,11 @@ impl Engine {
 
     pub fn stats(&self) -> Stats {
         self.stats
+    }
+
+    /// A peer has sent a message of several packets.
+    pub fn has_taken_multi_packet_messages(&self) -> bool {
+        self.stats.continuations_received > 0
     }
 
     /// Congestion state and per-entropy path use towards `addr`; `None`

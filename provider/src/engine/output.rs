@@ -123,7 +123,7 @@ impl Engine {
             self.peers[p].in_send_ring = false;
             let sent = self.next_packet(p, now, buf, gather);
             self.mark_ready(p);
-            if let Some((mut t, g)) = sent {
+            if let Some((mut t, g, trailer_here)) = sent {
                 let gathered = g.map(|(msg_id, offset, len)| {
                     (p, msg_id, offset, len, (t.len - len as usize) as u32)
                 });
@@ -131,7 +131,7 @@ impl Engine {
                 // application's buffer, but not those of a datagram with a
                 // trailer: a datagram that large (headers and all, so
                 // copied payloads and gathered ones alike) goes without.
-                if t.len < LANDING_MIN_PAYLOAD {
+                if t.len < LANDING_MIN_PAYLOAD && trailer_here {
                     t.len = self.attach_held_ack(p, now, buf, t.len);
                 }
                 return Some((t, gathered));
@@ -199,7 +199,7 @@ impl Engine {
         now: u64,
         buf: &mut [u8],
         gather: bool,
-    ) -> Option<(Transmit, Option<PeerPayload>)> {
+    ) -> Option<(Transmit, Option<PeerPayload>, bool)> {
         if !self.ensure_tx_pdc_id(p) {
             return None;
         }
@@ -246,13 +246,14 @@ impl Engine {
                     ecn: Ecn::Ect0,
                 },
                 gathered,
+                true,
             ));
         }
         if peer.tx.in_flight() >= window {
             return None;
         }
         // NSCC.md section 6: send only while in_flight + packet <= cwnd.
-        let (kind, next_bytes, last_of_item) = match *peer.queue.front()? {
+        let (kind, next_bytes, last_of_item, trailer_here) = match *peer.queue.front()? {
             TxItem::Response { msg_id, len, code } => {
                 if !peer.cc.can_send(peer.in_flight_bytes, RESPONSE_BYTES) {
                     return None;
@@ -260,6 +261,7 @@ impl Engine {
                 (
                     SlotKind::Response { msg_id, len, code },
                     RESPONSE_BYTES,
+                    true,
                     true,
                 )
             }
@@ -275,6 +277,7 @@ impl Engine {
                 if !peer.cc.can_send(peer.in_flight_bytes, bytes) {
                     return None;
                 }
+                let first = offset == 0;
                 m.next_offset += len;
                 m.started = true;
                 m.unacked_packets += 1;
@@ -283,7 +286,13 @@ impl Engine {
                     offset,
                     len: len as u32,
                 };
-                (kind, bytes, m.fully_sent())
+                let last = m.fully_sent();
+                let trailer_here = if first && !last {
+                    !trailer_rides_last(m, max_payload)
+                } else {
+                    last
+                };
+                (kind, bytes, last, trailer_here)
             }
         };
         if last_of_item {
@@ -319,6 +328,7 @@ impl Engine {
                 ecn: Ecn::Ect0,
             },
             gathered,
+            trailer_here,
         ))
     }
 }
@@ -351,6 +361,25 @@ impl Peer {
                 .map_or(0, |m| next_piece(m, max_payload).1),
         })
     }
+}
+
+/// Whether an ACK held for message `m` (a reply) rides its last packet
+/// rather than its first: so when the message has three packets or more
+/// and the last, shorter one has room for it. The packets then keep one
+/// size but for the last and leave in one segmented send; on the first
+/// packet the ACK would make that one longer than the rest and split the
+/// send in two. (With two packets the first takes it: the second may be as
+/// long as the first.) Should the last packet wait for the window, the ACK
+/// leaves on its own.
+fn trailer_rides_last(m: &TxMessage, max_payload: usize) -> bool {
+    let len = m.wire_len();
+    let per = packet_payload(len, max_payload as u64);
+    if per == 0 || extension_len(m, 0) != 0 {
+        return false;
+    }
+    let packets = len.div_ceil(per);
+    let last = len - (packets - 1) * per;
+    packets >= 3 && last + ack_trailer::LEN as u64 <= per
 }
 
 /// Payload of every packet but the last of a message of `len` bytes: as

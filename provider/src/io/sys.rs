@@ -183,7 +183,7 @@ fn send_one_piece(socket: &UdpSocket, dest: SocketAddr, data: &[u8]) -> io::Resu
 /// `UDP_MAX_SEGMENTS` (64 before Linux 6.9, 128 since).
 pub const MAX_SEGMENTS: usize = 64;
 /// Most pieces one [`send_segments`] call gathers (headers and payload of
-/// each datagram).
+/// each datagram, and the odd ACK trailer within that count).
 pub const MAX_SEGMENT_PARTS: usize = 2 * MAX_SEGMENTS;
 /// Most bytes one [`send_segments`] call carries: the largest UDP payload
 /// of one (IPv4) datagram, which a segmented send must also fit in.

@@ -486,6 +486,34 @@ fn gro_waits_for_the_first_burst_and_stays_on() {
 }
 
 #[test]
+fn gro_turns_on_at_the_first_message_of_several_packets() {
+    // A 4 KiB message takes two 4 KiB packets, which the sender segments
+    // into one call: the receiver takes arrivals coalesced from the first
+    // such message on, and the message arrives intact.
+    let (mut a, mut b) = pair(&config(1));
+    for seed in 0..5 {
+        exchange(&mut a, &mut b, &[64 + seed]);
+    }
+    settle(&mut a, &mut b);
+    assert!(!b.stats().gro_enabled);
+    exchange(&mut a, &mut b, &[4096]);
+    let (_, sb) = settle(&mut a, &mut b);
+    assert!(sb.gro_enabled, "{sb:?}");
+    assert_eq!(b.engine_stats().malformed, 0);
+    // With 65000 B packets no two fit in one segmented send: a message of
+    // two packets leaves GRO off.
+    let cfg = Config {
+        mtu: 65000,
+        ..config(1)
+    };
+    let (mut a, mut b) = pair(&cfg);
+    exchange(&mut a, &mut b, &[70_000]);
+    let (_, sb) = settle(&mut a, &mut b);
+    assert!(!sb.gro_enabled, "{sb:?}");
+    assert!(b.engine_stats().continuations_received > 0);
+}
+
+#[test]
 fn gso_keeps_the_order_of_ordered_delivery() {
     let cfg = Config {
         ordered: true,
@@ -820,11 +848,22 @@ fn an_application_answering_after_a_few_calls_is_seen_answering() {
 fn answers_gathered_from_application_memory_carry_the_held_ack() {
     // From 256 B a payload leaves from the message's memory in a gather
     // list; the held ACK still rides at the end of its datagram, with
-    // segmentation offload (batched sends) and without it. A 16000 B
-    // answer takes four 4000 B packets (4096-byte MTU): the first carries
-    // the ACK and leaves alone, the other three in one segmented send.
+    // segmentation offload (batched sends) and without it. With a
+    // 4096-byte MTU an answer of several packets leaves in one segmented
+    // send, ACK and all: 4096 B as two 2048 B packets, the first carrying
+    // the ACK (a segment may be followed by a shorter one); 8192 B as
+    // three and 16000 B as four packets of one size but for a shorter
+    // last one, which carries the ACK (on the first, it would make that
+    // one longer than the rest and split the send).
     for gso in [true, false] {
-        for (len, packets) in [(64, 1), (1024, 1), (3000, 1), (16000, 4)] {
+        for (len, packets) in [
+            (64, 1),
+            (1024, 1),
+            (3000, 1),
+            (4096, 2),
+            (8192, 3),
+            (16000, 4),
+        ] {
             let cfg = Config {
                 gso,
                 ..long_hold_config()
@@ -832,12 +871,23 @@ fn answers_gathered_from_application_memory_carry_the_held_ack() {
             let (mut a, mut b, held) = holding_an_ack(&cfg);
             let (op, buf) = recv_op(len, 40);
             a.recv(op).unwrap();
-            let (sent, gso_sends) = (b.stats().sent[0], b.stats().gso_sends);
+            let before = b.stats();
             b.send(send_op(a.local_addr(), pattern(4, len), 4)).unwrap();
             let what = format!("{len} B, gso {gso}");
-            assert_eq!(b.stats().sent[0], sent + packets, "{what}: no ACK datagram");
-            let runs = u64::from(gso && packets == 4);
-            assert_eq!(b.stats().gso_sends, gso_sends + runs, "{what}");
+            let after = b.stats();
+            assert_eq!(
+                after.sent[0],
+                before.sent[0] + packets,
+                "{what}: no ACK datagram"
+            );
+            let segmented = gso && packets > 1;
+            assert_eq!(
+                after.gso_sends,
+                before.gso_sends + u64::from(segmented),
+                "{what}"
+            );
+            let segments = if segmented { packets } else { 0 };
+            assert_eq!(after.gso_segments, before.gso_segments + segments, "{what}");
             assert_eq!(b.engine_stats().acks_sent, held + 1, "{what}");
             assert_eq!(b.engine_stats().acks_piggybacked, 1, "{what}");
             let deadline = Instant::now() + Duration::from_secs(10);

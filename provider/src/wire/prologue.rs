@@ -44,6 +44,15 @@ impl PacketType {
         PacketType::RodCcRequest,
     ];
 
+    /// A request: the packets that carry data (and SES headers).
+    pub fn is_request(self) -> bool {
+        use PacketType::*;
+        matches!(
+            self,
+            RudRequest | RodRequest | RudiRequest | UudRequest | RudCcRequest | RodCcRequest
+        )
+    }
+
     pub fn from_u8(v: u8) -> Result<Self, WireError> {
         use PacketType::*;
         Ok(match v {
