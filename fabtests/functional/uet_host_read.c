@@ -10,7 +10,8 @@
  *   - expected ones of 4 MiB and of odd lengths,
  *   - one received into two iovecs (a buffer in pieces: pulled over the
  *     network even with copies on).
- * The receiver checks every byte. Its endpoint counters tell the modes
+ * The sender overwrites each buffer once its send completes, and the
+ * receiver checks every byte. Its endpoint counters tell the modes
  * apart: with copies on, only the eager parts arrive as packets; with them
  * off, every payload byte does.
  *
@@ -173,6 +174,9 @@ static void sender(int name_in, int done_in)
 			progress(&e);
 		must("fi_send", (int)rc);
 		must("send completion", wait_one(&e));
+		/* The buffer is the application's again: reuse it, so that a
+		 * receiver still copying from it would see. */
+		memset(buf, 0xee, sizes[m]);
 		free(buf);
 	}
 	/* Keep the endpoint up (it answers the receiver) until it is done. */

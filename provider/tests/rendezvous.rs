@@ -39,6 +39,9 @@ struct Pair {
     dead: [bool; 2],
     /// Most staged bytes seen at the receiver.
     max_staged: usize,
+    /// Leave the engines' shares of same-host copies undone (a receiver
+    /// whose driver has not got to them yet).
+    hold_copies: bool,
 }
 
 impl Pair {
@@ -72,6 +75,7 @@ impl Pair {
             done: [Vec::new(), Vec::new()],
             dead: [false; 2],
             max_staged: 0,
+            hold_copies: false,
         }
     }
 
@@ -92,7 +96,7 @@ impl Pair {
             self.max_staged = self.max_staged.max(self.eng[1].staged_bytes());
             // As the driver does once the pulls are out.
             for e in &mut self.eng {
-                if e.has_host_copies() {
+                if e.has_host_copies() && !self.hold_copies {
                     e.run_host_copies();
                 }
             }
@@ -657,6 +661,60 @@ fn a_sender_that_cannot_write_sends_its_half() {
     // The sender's half went as read response data.
     let pulled = (len - EAGER) as u64 - rs.host_read_bytes;
     assert!(pulled > 0 && ss.packets_sent >= pulled / MTU as u64);
+    p.settle();
+    p.assert_clean();
+}
+
+#[test]
+fn the_sender_keeps_its_memory_until_the_receiver_has_copied_its_share() {
+    // The sender writes its half at once; the receiver copies its own half
+    // out of the sender's memory later (here: much later). Completing the
+    // send on the write would hand that memory back to the application
+    // while it is still being read.
+    let mut p = same_host_pair(31);
+    let len = 1 << 20;
+    let out = p.recv_returned(len, 5, 100);
+    p.hold_copies = true;
+    p.send(len, 5, 1);
+    p.run(|p| p.eng[0].stats().host_writes == 1);
+    p.settle();
+    assert!(p.eng[1].has_host_copies());
+    assert!(
+        p.completion(0, 1).is_none(),
+        "the send completed while the receiver still reads its payload"
+    );
+    assert!(p.completion(1, 100).is_none());
+    p.hold_copies = false;
+    p.run(|p| p.completion(1, 100).is_some() && p.completion(0, 1).is_some());
+    assert_eq!(p.completion(1, 100).unwrap().error, None);
+    assert_eq!(p.completion(0, 1).unwrap().error, None);
+    assert!(out.lock().unwrap().take().unwrap() == pattern(1, len));
+    p.settle();
+    p.assert_clean();
+}
+
+#[test]
+fn pulled_data_is_taken_only_after_the_receivers_share_is_copied() {
+    // The sender cannot write, so its half travels; the send completes
+    // once that data is acknowledged, so the receiver makes its own copy
+    // from the sender's memory before it takes the data in.
+    let mut p = Pair::new(32);
+    p.eng[1].enable_host_read(Box::new(Trusting::new()));
+    p.eng[0].enable_host_read(Box::new(Failing::new(u32::MAX, 0)));
+    let len = 1 << 20;
+    let out = p.recv_returned(len, 5, 100);
+    p.hold_copies = true;
+    p.send(len, 5, 1);
+    p.run(|p| p.completion(0, 1).is_some());
+    assert!(
+        !p.eng[1].has_host_copies(),
+        "the send completed before the receiver copied its share"
+    );
+    p.hold_copies = false;
+    p.run(|p| p.completion(1, 100).is_some());
+    assert_eq!(p.completion(1, 100).unwrap().error, None);
+    assert_eq!(p.completion(0, 1).unwrap().error, None);
+    assert!(out.lock().unwrap().take().unwrap() == pattern(1, len));
     p.settle();
     p.assert_clean();
 }

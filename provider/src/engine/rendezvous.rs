@@ -42,10 +42,15 @@
 //! where that half goes in its buffer, and copies the front half once the
 //! pull has left ([`Engine::run_host_copies`]); the sender writes the back
 //! half into the buffer and answers with an SES response of return code 0,
-//! so both processors copy at the same time. Otherwise the receiver copies
+//! so both processors copy at the same time. The sender keeps the send (and
+//! the application its buffer) until the receiver, having answered for its
+//! own half as well, releases it with a second pull of length 0: completing
+//! on the write alone would let the application free or reuse memory the
+//! receiver is still copying from. Otherwise the receiver copies
 //! it all and sends a pull of length 0 (its descriptor, address 0, still
 //! tells the sender the peer is on its host: see `rendezvous_eager`). The
-//! sender completes the send on that pull or once it has written. The bytes so copied bypass the
+//! sender completes the send on that pull, or on the release after it has
+//! written. The bytes so copied bypass the
 //! network and its congestion control. A copy the kernel refuses, or a
 //! buffer in pieces, falls back to the pull over the network (a sender that
 //! cannot write sends its half as read response data, and so does one
@@ -126,6 +131,9 @@ struct HostCopy {
     address: u64,
     offset: u64,
     len: u64,
+    /// The sender wrote its share before we copied ours: the release
+    /// (key, address) it waits for, sent once our copy is over.
+    release: Option<(u64, u64)>,
 }
 
 /// How a same-host copy of a rendezvous remainder began.
@@ -235,6 +243,9 @@ struct PendingPull {
     msg_id: u16,
     offset: u64,
     len: u64,
+    /// The send's key and the pull's address there (a release names them).
+    key: u64,
+    addr: u64,
     /// Message ID of the pull request (a refusal names it).
     request_id: u16,
     /// Engine time until which the sender may write into the receive
@@ -368,6 +379,7 @@ impl Engine {
                                 address: h.address + start.copied,
                                 offset: eager + start.copied,
                                 len: start.ours - start.copied,
+                                release: None,
                             });
                         }
                         pull_at += start.ours;
@@ -378,11 +390,12 @@ impl Engine {
             }
         }
         let completed = !was_complete && inb.complete();
+        let pull_addr = addr + (pull_at - eager);
         let id = peer.queue_internal(
             Payload::Owned(descriptor),
             RmaTx::Pull {
                 key,
-                addr: addr + (pull_at - eager),
+                addr: pull_addr,
                 len: want,
                 token: number,
             },
@@ -395,6 +408,8 @@ impl Engine {
                     msg_id,
                     offset: pull_at,
                     len: want,
+                    key,
+                    addr: pull_addr,
                     request_id: id,
                     written_until,
                     doomed: false,
@@ -419,6 +434,11 @@ impl Engine {
             .get(&(p, token))
             .copied()
             .filter(|q| q.len == len);
+        // The sender completes once this data is acknowledged, and may then
+        // free the memory our share of the copy comes from: make it first.
+        if found.is_some_and(|q| self.copy_pending(p, q.msg_id)) {
+            self.run_host_copies();
+        }
         // A doomed pull's data goes nowhere; its receive fails once it is in.
         let doomed = found.filter(|q| q.doomed);
         let pull = found.filter(|q| !q.doomed);
@@ -491,6 +511,10 @@ impl Engine {
             return true;
         }
         self.rdv.pulls.remove(&k);
+        if r.return_code == 0 {
+            // The sender wrote and waits for us to be done with its memory.
+            self.release_after_copy(p, pull);
+        }
         if r.return_code != 0 || pull.doomed {
             self.fail_bound_receive(p, pull.msg_id);
             return true;
@@ -515,47 +539,95 @@ impl Engine {
         !self.rdv.copies.is_empty()
     }
 
+    /// Whether our share of a copy into message `msg_id` of peer `p` is
+    /// still to be made.
+    fn copy_pending(&self, p: usize, msg_id: u16) -> bool {
+        self.rdv
+            .copies
+            .iter()
+            .any(|c| c.p == p && c.msg_id == msg_id)
+    }
+
+    /// The sender of `pull` wrote its share and keeps its memory until we
+    /// release it: now, or once our own share is copied.
+    fn release_after_copy(&mut self, p: usize, pull: PendingPull) {
+        let release = (pull.key, pull.addr);
+        match self
+            .rdv
+            .copies
+            .iter_mut()
+            .find(|c| c.p == p && c.msg_id == pull.msg_id)
+        {
+            Some(c) => c.release = Some(release),
+            None => self.send_release(p, release),
+        }
+    }
+
+    /// Tell the sender of the send `key` that we no longer read its memory:
+    /// a pull of length 0 at `addr`.
+    fn send_release(&mut self, p: usize, (key, addr): (u64, u64)) {
+        let token = self.rdv.number();
+        self.peers[p].queue_internal(
+            Payload::Owned(Vec::new()),
+            RmaTx::Pull {
+                key,
+                addr,
+                len: 0,
+                token,
+            },
+        );
+        self.sends_outstanding += 1;
+        self.mark_ready(p);
+    }
+
     /// Make our shares of split same-host copies. The driver calls it once
     /// the pulls queued with them have left, so the senders copy their
     /// shares meanwhile. A copy that fails now (the sender died, or
     /// unmapped the memory it described) fails its receive.
     pub fn run_host_copies(&mut self) {
         for c in std::mem::take(&mut self.rdv.copies) {
-            let Some(m) = self.rdv.host.as_deref() else {
-                return;
-            };
-            let Some(inb) = self.peers[c.p].inbound.get_mut(&c.msg_id) else {
-                continue;
-            };
-            let InboundState::Posted(recv) = &mut inb.state else {
-                continue;
-            };
-            let copied = recv
-                .buffer
-                .slice_at_mut(c.offset as usize, c.len as usize)
-                .is_some_and(|dst| m.read(c.origin, c.pid, c.address, dst));
-            if !copied {
-                // The sender may be writing its share into the buffer: the
-                // receive fails once it has answered or can no longer write.
-                self.stats.host_read_failures += 1;
-                let share = self
-                    .rdv
-                    .pulls
-                    .iter()
-                    .find(|(&(q, _), pull)| q == c.p && pull.msg_id == c.msg_id)
-                    .map(|(&k, _)| k);
-                match share {
-                    Some(k) => self.doom_pull(k),
-                    None => self.fail_bound_receive(c.p, c.msg_id),
-                }
-                continue;
+            self.run_host_copy(c);
+            if let Some(release) = c.release {
+                self.send_release(c.p, release);
             }
-            self.stats.host_read_bytes += c.len;
-            let was_complete = inb.complete();
-            inb.received += c.len;
-            if !was_complete && inb.complete() {
-                self.rendezvous_complete(c.p, c.msg_id);
+        }
+    }
+
+    fn run_host_copy(&mut self, c: HostCopy) {
+        let Some(m) = self.rdv.host.as_deref() else {
+            return;
+        };
+        let Some(inb) = self.peers[c.p].inbound.get_mut(&c.msg_id) else {
+            return;
+        };
+        let InboundState::Posted(recv) = &mut inb.state else {
+            return;
+        };
+        let copied = recv
+            .buffer
+            .slice_at_mut(c.offset as usize, c.len as usize)
+            .is_some_and(|dst| m.read(c.origin, c.pid, c.address, dst));
+        if !copied {
+            // The sender may be writing its share into the buffer: the
+            // receive fails once it has answered or can no longer write.
+            self.stats.host_read_failures += 1;
+            let share = self
+                .rdv
+                .pulls
+                .iter()
+                .find(|(&(q, _), pull)| q == c.p && pull.msg_id == c.msg_id)
+                .map(|(&k, _)| k);
+            match share {
+                Some(k) => self.doom_pull(k),
+                None => self.fail_bound_receive(c.p, c.msg_id),
             }
+            return;
+        }
+        self.stats.host_read_bytes += c.len;
+        let was_complete = inb.complete();
+        inb.received += c.len;
+        if !was_complete && inb.complete() {
+            self.rendezvous_complete(c.p, c.msg_id);
         }
     }
 
@@ -644,15 +716,16 @@ impl Engine {
                     pull,
                     ..
                 }) if *k == key
-                    && *pull == PullState::Waiting
                     && addr >= *eager
                     && addr.checked_add(len).is_some_and(|end| end <= total) =>
                 {
-                    *pull = if len == 0 {
-                        PullState::Done
-                    } else {
-                        PullState::Pulling
-                    };
+                    // A pull of length 0: none wanted, or (after we wrote
+                    // our share) the release.
+                    match (*pull, len) {
+                        (PullState::Waiting | PullState::Lent, 0) => *pull = PullState::Done,
+                        (PullState::Waiting, _) => *pull = PullState::Pulling,
+                        _ => return false,
+                    }
                     true
                 }
                 _ => false,
@@ -691,7 +764,8 @@ impl Engine {
     /// Answer pull `s` (accepted) by writing its bytes into the receive
     /// buffer `descriptor` names, when the receiver is on this host and
     /// the kernel lets us: then an SES response (return code 0) tells it,
-    /// and the send is done. False when the data must travel.
+    /// and the send waits for the receiver's release. False when the data
+    /// must travel.
     fn write_on_host(
         &mut self,
         p: usize,
@@ -725,7 +799,8 @@ impl Engine {
             .get_mut(&send_id)
             .and_then(|msg| msg.rma.as_mut())
         {
-            *pull = PullState::Done;
+            // The receiver still reads its own share from this payload.
+            *pull = PullState::Lent;
         }
         peer.queue.push_back(TxItem::Response {
             msg_id: s.message_id,
@@ -733,7 +808,6 @@ impl Engine {
             code: 0,
         });
         self.mark_ready(p);
-        self.settle_message(p, send_id);
         true
     }
 

@@ -102,6 +102,10 @@ pub enum PullState {
     Waiting,
     /// Its data is on the way.
     Pulling,
+    /// Written into the receiver's buffer (same host), while the receiver
+    /// still copies its own share from our memory: the payload must stay
+    /// until the receiver releases it with a pull of length 0.
+    Lent,
     /// Pulled and acknowledged, or the receiver wants no more.
     Done,
 }
