@@ -162,6 +162,22 @@ impl Pair {
         out
     }
 
+    /// Run until send `context` and receive `recv_context` have completed:
+    /// both without error, the received bytes those sent (`len` of them).
+    fn complete_intact(
+        &mut self,
+        context: u64,
+        recv_context: u64,
+        out: &Mutex<Option<Vec<u8>>>,
+        len: usize,
+    ) {
+        self.run(|p| p.completion(1, recv_context).is_some() && p.completion(0, context).is_some());
+        assert_eq!(self.completion(1, recv_context).unwrap().error, None);
+        assert_eq!(self.completion(0, context).unwrap().error, None);
+        let got = out.lock().unwrap().take().expect("buffer released");
+        assert!(got == pattern(context, len), "payload differs ({len} B)");
+    }
+
     fn completion(&self, side: usize, context: u64) -> Option<&Completion> {
         self.done[side].iter().find(|c| c.context == context)
     }
@@ -652,10 +668,7 @@ fn a_sender_that_cannot_write_sends_its_half() {
     let len = 1 << 20;
     let out = p.recv_returned(len, 5, 100);
     p.send(len, 5, 1);
-    p.run(|p| p.completion(1, 100).is_some() && p.completion(0, 1).is_some());
-    assert_eq!(p.completion(1, 100).unwrap().error, None);
-    assert_eq!(p.completion(0, 1).unwrap().error, None);
-    assert!(out.lock().unwrap().take().unwrap() == pattern(1, len));
+    p.complete_intact(1, 100, &out, len);
     let (rs, ss) = (p.eng[1].stats(), p.eng[0].stats());
     assert_eq!((ss.host_writes, ss.host_write_failures), (0, 1));
     // The sender's half went as read response data.
@@ -685,10 +698,7 @@ fn the_sender_keeps_its_memory_until_the_receiver_has_copied_its_share() {
     );
     assert!(p.completion(1, 100).is_none());
     p.hold_copies = false;
-    p.run(|p| p.completion(1, 100).is_some() && p.completion(0, 1).is_some());
-    assert_eq!(p.completion(1, 100).unwrap().error, None);
-    assert_eq!(p.completion(0, 1).unwrap().error, None);
-    assert!(out.lock().unwrap().take().unwrap() == pattern(1, len));
+    p.complete_intact(1, 100, &out, len);
     p.settle();
     p.assert_clean();
 }
@@ -711,10 +721,7 @@ fn pulled_data_is_taken_only_after_the_receivers_share_is_copied() {
         "the send completed before the receiver copied its share"
     );
     p.hold_copies = false;
-    p.run(|p| p.completion(1, 100).is_some());
-    assert_eq!(p.completion(1, 100).unwrap().error, None);
-    assert_eq!(p.completion(0, 1).unwrap().error, None);
-    assert!(out.lock().unwrap().take().unwrap() == pattern(1, len));
+    p.complete_intact(1, 100, &out, len);
     p.settle();
     p.assert_clean();
 }
