@@ -391,16 +391,7 @@ impl Engine {
         }
         let completed = !was_complete && inb.complete();
         let pull_addr = addr + (pull_at - eager);
-        let id = peer.queue_internal(
-            Payload::Owned(descriptor),
-            RmaTx::Pull {
-                key,
-                addr: pull_addr,
-                len: want,
-                token: number,
-            },
-        );
-        self.sends_outstanding += 1;
+        let id = self.queue_pull(p, descriptor, (key, pull_addr), want, number);
         if want > 0 {
             self.rdv.pulls.insert(
                 (p, number),
@@ -417,10 +408,33 @@ impl Engine {
             );
             self.watch_peer(p);
         }
-        self.mark_ready(p);
         if completed {
             self.rendezvous_complete(p, msg_id);
         }
+    }
+
+    /// Queue a pull of `len` bytes at `addr` of the send named `key`,
+    /// carrying `descriptor`; returns its message ID.
+    fn queue_pull(
+        &mut self,
+        p: usize,
+        descriptor: Vec<u8>,
+        (key, addr): (u64, u64),
+        len: u64,
+        token: u64,
+    ) -> u16 {
+        let id = self.peers[p].queue_internal(
+            Payload::Owned(descriptor),
+            RmaTx::Pull {
+                key,
+                addr,
+                len,
+                token,
+            },
+        );
+        self.sends_outstanding += 1;
+        self.mark_ready(p);
+        id
     }
 
     /// Read-response data of one of our pulls (the token is above the
@@ -565,19 +579,9 @@ impl Engine {
 
     /// Tell the sender of the send `key` that we no longer read its memory:
     /// a pull of length 0 at `addr`.
-    fn send_release(&mut self, p: usize, (key, addr): (u64, u64)) {
+    fn send_release(&mut self, p: usize, send: (u64, u64)) {
         let token = self.rdv.number();
-        self.peers[p].queue_internal(
-            Payload::Owned(Vec::new()),
-            RmaTx::Pull {
-                key,
-                addr,
-                len: 0,
-                token,
-            },
-        );
-        self.sends_outstanding += 1;
-        self.mark_ready(p);
+        self.queue_pull(p, Vec::new(), send, 0, token);
     }
 
     /// Make our shares of split same-host copies. The driver calls it once
