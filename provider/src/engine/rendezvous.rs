@@ -450,7 +450,7 @@ impl Engine {
             .filter(|q| q.len == len);
         // The sender completes once this data is acknowledged, and may then
         // free the memory our share of the copy comes from: make it first.
-        if found.is_some_and(|q| self.copy_pending(p, q.msg_id)) {
+        if found.is_some_and(|q| self.pending_copy(p, q.msg_id).is_some()) {
             self.run_host_copies();
         }
         // A doomed pull's data goes nowhere; its receive fails once it is in.
@@ -553,25 +553,20 @@ impl Engine {
         !self.rdv.copies.is_empty()
     }
 
-    /// Whether our share of a copy into message `msg_id` of peer `p` is
+    /// Our share of a copy into message `msg_id` of peer `p`, while it is
     /// still to be made.
-    fn copy_pending(&self, p: usize, msg_id: u16) -> bool {
+    fn pending_copy(&mut self, p: usize, msg_id: u16) -> Option<&mut HostCopy> {
         self.rdv
             .copies
-            .iter()
-            .any(|c| c.p == p && c.msg_id == msg_id)
+            .iter_mut()
+            .find(|c| c.p == p && c.msg_id == msg_id)
     }
 
     /// The sender of `pull` wrote its share and keeps its memory until we
     /// release it: now, or once our own share is copied.
     fn release_after_copy(&mut self, p: usize, pull: PendingPull) {
         let release = (pull.key, pull.addr);
-        match self
-            .rdv
-            .copies
-            .iter_mut()
-            .find(|c| c.p == p && c.msg_id == pull.msg_id)
-        {
+        match self.pending_copy(p, pull.msg_id) {
             Some(c) => c.release = Some(release),
             None => self.send_release(p, release),
         }
