@@ -939,3 +939,93 @@ fn a_peer_seen_copying_gets_the_host_threshold() {
         p.assert_clean();
     }
 }
+
+#[test]
+fn a_receive_posted_after_a_long_idle_fails_only_once_the_sender_cannot_write() {
+    // The receiver's probe read works, its share after the pull does not;
+    // it heard nothing for ten seconds before it posts the receive.
+    let mut p = Pair::new(32);
+    p.eng[1].enable_host_read(Box::new(Failing::new(1, u32::MAX)));
+    p.eng[0].enable_host_read(Box::new(Trusting::new()));
+    let len = 1 << 20;
+    p.send(len, 5, 1);
+    p.settle();
+    let idle_until = p.now + 10_000_000_000;
+    p.run(|p| p.now >= idle_until);
+    let _out = p.recv_returned(len, 5, 100);
+    // Our share fails before the sender has seen the pull, which lets it
+    // write its own share into the buffer: the receive must wait.
+    p.hold_copies = true;
+    p.eng[1].run_host_copies();
+    let now = p.now;
+    if p.eng[1].next_timeout().is_some_and(|t| t <= now) {
+        p.eng[1].handle_timeout(now);
+    }
+    assert!(
+        p.eng[1].poll_completion().is_none(),
+        "the receive failed while the sender could still write into it"
+    );
+    p.hold_copies = false;
+    p.run(|p| p.completion(1, 100).is_some() && p.completion(0, 1).is_some());
+    assert_eq!(
+        p.completion(1, 100).unwrap().error,
+        Some(CompletionError::PeerUnreachable)
+    );
+    assert_eq!(p.eng[0].stats().host_writes, 1);
+    p.settle();
+    p.assert_clean();
+}
+
+/// Host memory whose clock stands still: a sender that never sees its
+/// offer to write run out.
+struct StoppedClock {
+    inner: Trusting,
+    at_ms: u32,
+}
+
+impl HostMemory for StoppedClock {
+    fn this_process(&self) -> (u64, u32) {
+        self.inner.this_process()
+    }
+    fn read(&self, origin: SocketAddr, pid: u32, address: u64, dst: &mut [u8]) -> bool {
+        self.inner.read(origin, pid, address, dst)
+    }
+    fn write(&self, origin: SocketAddr, pid: u32, address: u64, src: &[u8]) -> bool {
+        self.inner.write(origin, pid, address, src)
+    }
+    fn clock_ms(&self) -> u32 {
+        self.at_ms
+    }
+}
+
+#[test]
+fn a_sender_whose_answer_comes_too_late_still_gets_its_release() {
+    // The receiver's share fails; the sender stalls until after the
+    // receiver gave the pull up, then writes its share and answers. Its
+    // send waits for a release, which the receiver must send when it gives
+    // the pull up.
+    // Retransmissions that outlast the two seconds a sender may write.
+    let mut p = Pair::with(33, |c| {
+        c.rto_max_us = 500_000;
+        c.max_retries = 30;
+    });
+    p.eng[1].enable_host_read(Box::new(Failing::new(1, u32::MAX)));
+    let inner = Trusting::new();
+    let at_ms = inner.clock_ms();
+    p.eng[0].enable_host_read(Box::new(StoppedClock { inner, at_ms }));
+    let len = 1 << 20;
+    let _out = p.recv_returned(len, 5, 100);
+    p.send(len, 5, 1);
+    p.run(|p| p.eng[1].pulls_pending() > 0);
+    p.dead[0] = true;
+    p.run(|p| p.completion(1, 100).is_some());
+    assert_eq!(
+        p.completion(1, 100).unwrap().error,
+        Some(CompletionError::PeerUnreachable)
+    );
+    p.dead[0] = false;
+    p.run(|p| p.completion(0, 1).is_some());
+    assert_eq!(p.eng[1].stats().peers_failed, 0);
+    p.settle();
+    p.assert_clean();
+}

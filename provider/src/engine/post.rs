@@ -77,7 +77,8 @@ impl Engine {
         Ok(())
     }
 
-    pub fn post_recv(&mut self, _now: u64, op: RecvOp) -> Result<()> {
+    pub fn post_recv(&mut self, now: u64, op: RecvOp) -> Result<()> {
+        self.rendezvous_time(now);
         let probe = op.probe;
         if probe.peek || probe.claim || probe.discard {
             return self.probe(op);

@@ -254,6 +254,11 @@ struct PendingPull {
     /// The receive fails once the sender answers, or once it can no
     /// longer write (`written_until`), whichever comes first.
     doomed: bool,
+    /// Doomed by our own share's failure while the sender lives: a sender
+    /// that wrote holds its send until we release it, so dropping the pull
+    /// without its answer (lost, or later than `written_until`) sends the
+    /// release too.
+    release_on_drop: bool,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -404,6 +409,7 @@ impl Engine {
                     request_id: id,
                     written_until,
                     doomed: false,
+                    release_on_drop: false,
                 },
             );
             self.watch_peer(p);
@@ -617,7 +623,7 @@ impl Engine {
                 .find(|(&(q, _), pull)| q == c.p && pull.msg_id == c.msg_id)
                 .map(|(&k, _)| k);
             match share {
-                Some(k) => self.doom_pull(k),
+                Some(k) => self.doom_pull(k, true),
                 None => self.fail_bound_receive(c.p, c.msg_id),
             }
             return;
@@ -642,24 +648,36 @@ impl Engine {
             .collect();
         keys.sort_unstable();
         for k in keys {
-            self.doom_pull(k);
+            self.doom_pull(k, false);
         }
     }
 
     /// Pull `k` will not deliver: its receive fails, at once unless the
     /// sender may still write into the buffer (then once it no longer can,
-    /// or answers).
-    fn doom_pull(&mut self, k: (usize, u64)) {
+    /// or answers). `release`: the sender lives (our own share failed), so
+    /// it gets a release when the pull is dropped unanswered.
+    fn doom_pull(&mut self, k: (usize, u64), release: bool) {
         let Some(pull) = self.rdv.pulls.get_mut(&k) else {
             return;
         };
+        pull.release_on_drop |= release && pull.written_until != 0;
         if pull.written_until > self.rdv.clock {
             pull.doomed = true;
             return;
         }
-        let msg_id = pull.msg_id;
+        let pull = *pull;
         self.rdv.pulls.remove(&k);
-        self.fail_bound_receive(k.0, msg_id);
+        if pull.release_on_drop {
+            self.send_release(k.0, (pull.key, pull.addr));
+        }
+        self.fail_bound_receive(k.0, pull.msg_id);
+    }
+
+    /// An application call at engine time `now` (posting a receive may
+    /// start a pull whose deadlines count from now, however long the
+    /// endpoint was idle before).
+    pub(super) fn rendezvous_time(&mut self, now: u64) {
+        self.rdv.clock = self.rdv.clock.max(now);
     }
 
     /// The receive matched to message `msg_id` of peer `p` will never get
@@ -866,7 +884,7 @@ impl Engine {
             .collect();
         expired.sort_unstable();
         for k in expired {
-            self.doom_pull(k);
+            self.doom_pull(k, false);
         }
         let mut due: Vec<usize> = self
             .rdv
