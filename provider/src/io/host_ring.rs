@@ -33,9 +33,11 @@
 //! * A closing sender marks its lane closed; the receiver frees it once it
 //!   has taken what is left. A sender that dies keeps its lane until the
 //!   mailbox's owner closes; past [`LANES`] senders, the rest use UDP. A
-//!   closing receiver marks its mailbox closed, and a sender that finds it
-//!   so (or its owner process gone, looked at when the lane stays full)
-//!   drops the lane and sends over UDP again, to whatever took the address.
+//!   closing receiver marks its mailbox closed, and so does the next
+//!   endpoint to bind the address when a killed one left it behind; a
+//!   sender that finds it so (or its owner process gone, looked at when the
+//!   lane stays full) drops the lane and sends over UDP again, to whatever
+//!   took the address.
 //! * Memory: a claimed lane's slots are allocated in `/dev/shm` when it is
 //!   claimed (about 4 MiB), so a full tmpfs refuses the claim (UDP then)
 //!   instead of failing a write later with SIGBUS.
@@ -402,6 +404,14 @@ impl HostRings {
         inbox
             .u32_at(H_OWNER)
             .store(std::process::id(), Ordering::Release);
+        // A mailbox still at our address was left by an endpoint that
+        // ended without closing it (we hold the socket now): its senders,
+        // which still have it mapped, must stop writing there and go back
+        // to UDP. Its owner's PID may be alive again in another process,
+        // so they would not find out by themselves.
+        if let Some((_, stale)) = open_mailbox(&path) {
+            stale.u32_at(H_CLOSED).store(1, Ordering::Release);
+        }
         if std::fs::rename(&temp, &path).is_err() {
             let _ = std::fs::remove_file(&temp);
             return None;
@@ -678,12 +688,14 @@ fn checked_source(inbox: &Mapping, i: usize) -> Option<SocketAddr> {
 
 /// Open the mailbox of `to` and claim a lane in it for `local`; `None` when
 /// there is none we may use.
-fn claim_lane(host: u64, to: SocketAddr, local: SocketAddr) -> Option<OutLane> {
+/// The mailbox file at `path`, mapped, when it is our user's and has our
+/// layout.
+fn open_mailbox(path: &std::path::Path) -> Option<(std::fs::File, Mapping)> {
     let file = OpenOptions::new()
         .read(true)
         .write(true)
         .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(mailbox_path(host, to))
+        .open(path)
         .ok()?;
     let meta = file.metadata().ok()?;
     // Only a mailbox of our own user (what 0600 means to root too).
@@ -697,10 +709,15 @@ fn claim_lane(host: u64, to: SocketAddr, local: SocketAddr) -> Option<OutLane> {
         && map.u32_at(H_LANES).load(Ordering::Acquire) == LANES as u32
         && map.u32_at(H_DEPTH).load(Ordering::Acquire) == DEPTH as u32
         && map.u32_at(H_SLOT).load(Ordering::Acquire) == SLOT_DATA as u32;
+    layout_ok.then_some((file, map))
+}
+
+fn claim_lane(host: u64, to: SocketAddr, local: SocketAddr) -> Option<OutLane> {
+    let (file, map) = open_mailbox(&mailbox_path(host, to))?;
     let owner = map.u32_at(H_OWNER).load(Ordering::Acquire);
     // A file left by an endpoint that is gone names a process that no
     // longer holds the socket.
-    if !layout_ok || !host_memory::holds_udp_socket(owner, to) {
+    if !host_memory::holds_udp_socket(owner, to) {
         return None;
     }
     let lane = (0..LANES).find(|&i| {
@@ -763,6 +780,22 @@ mod tests {
             got.push((from, tos, bytes.to_vec()))
         });
         got
+    }
+
+    #[test]
+    fn senders_leave_a_mailbox_its_endpoint_left_behind() {
+        let (_sa, mut a) = endpoint();
+        let (sb, b) = endpoint();
+        let to = sb.local_addr().unwrap();
+        assert_eq!(a.push(to, 0, &[b"x"]), Pushed::Written);
+        // b ends without closing its mailbox (as if killed); its owner
+        // PID, ours, stays alive, as a reused PID would. A new endpoint
+        // takes the address.
+        std::mem::forget(b);
+        drop(sb);
+        let _sb2 = UdpSocket::bind(to).unwrap();
+        let _b2 = HostRings::new(to).unwrap();
+        assert_eq!(a.push(to, 0, &[b"y"]), Pushed::NoLane);
     }
 
     #[test]
