@@ -134,24 +134,41 @@ fn transfer(address: u64, len: usize, mut step: impl FnMut(usize, u64) -> isize)
 /// A socket that closes while the table is read can hide another's row
 /// (see [`read_table`]), so an address not found is looked for once more.
 pub(super) fn holds_udp_socket(pid: u32, addr: SocketAddr) -> bool {
-    let bound_to = || -> HashSet<u64> {
-        udp_sockets()
-            .into_iter()
-            .filter(|&(local, _)| binds(local, addr))
-            .map(|(_, inode)| inode)
-            .collect()
+    udp_socket_holder(pid, addr).unwrap_or(false)
+}
+
+/// [`holds_udp_socket`], or `None` when it could not be found out: the
+/// socket table or the process's descriptors could not be read for want of
+/// descriptors or memory (worth asking again later), not because the
+/// process is gone or not ours.
+pub(super) fn udp_socket_holder(pid: u32, addr: SocketAddr) -> Option<bool> {
+    let bound_to = || -> Option<HashSet<u64>> {
+        let sockets = udp_sockets()?.into_iter();
+        Some(
+            sockets
+                .filter(|&(local, _)| binds(local, addr))
+                .map(|(_, inode)| inode)
+                .collect(),
+        )
     };
-    let mut inodes = bound_to();
+    let mut inodes = bound_to()?;
     if inodes.is_empty() {
-        inodes = bound_to();
+        inodes = bound_to()?;
     }
     if inodes.is_empty() {
-        return false;
+        return Some(false);
     }
-    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
-        return false;
+    let fds = match std::fs::read_dir(format!("/proc/{pid}/fd")) {
+        Ok(fds) => fds,
+        Err(e) => {
+            let gone_or_foreign = matches!(
+                e.raw_os_error(),
+                Some(libc::ENOENT | libc::ESRCH | libc::EACCES | libc::EPERM)
+            );
+            return gone_or_foreign.then_some(false);
+        }
     };
-    fds.flatten().any(|fd| {
+    let found = fds.flatten().any(|fd| {
         std::fs::read_link(fd.path()).ok().is_some_and(|target| {
             let target = target.to_string_lossy();
             target
@@ -160,22 +177,22 @@ pub(super) fn holds_udp_socket(pid: u32, addr: SocketAddr) -> bool {
                 .and_then(|n| n.parse::<u64>().ok())
                 .is_some_and(|n| inodes.contains(&n))
         })
-    })
+    });
+    Some(found)
 }
 
-/// (local address, inode) of every UDP socket of this network namespace.
-fn udp_sockets() -> Vec<(SocketAddr, u64)> {
-    ["/proc/net/udp", "/proc/net/udp6"]
-        .iter()
-        .filter_map(|path| read_table(path))
-        .flat_map(|table| {
-            table
-                .lines()
-                .skip(1)
-                .filter_map(udp_table_row)
-                .collect::<Vec<_>>()
-        })
-        .collect()
+/// (local address, inode) of every UDP socket of this network namespace;
+/// `None` when the IPv4 table cannot be read (the IPv6 one is missing on a
+/// kernel without IPv6).
+fn udp_sockets() -> Option<Vec<(SocketAddr, u64)>> {
+    let v4 = read_table("/proc/net/udp")?;
+    let v6 = read_table("/proc/net/udp6").unwrap_or_default();
+    Some(
+        [v4, v6]
+            .iter()
+            .flat_map(|table| table.lines().skip(1).filter_map(udp_table_row))
+            .collect(),
+    )
 }
 
 /// A socket table of `/proc/net`, taken in as few reads as it allows: the
@@ -198,7 +215,7 @@ fn read_table(path: &str) -> Option<String> {
 /// `addr`", reading the socket tables once for many addresses; `None` when
 /// they cannot be read.
 pub(super) fn udp_bound_test() -> Option<impl Fn(SocketAddr) -> bool> {
-    let bound: Vec<SocketAddr> = udp_sockets().into_iter().map(|(a, _)| a).collect();
+    let bound: Vec<SocketAddr> = udp_sockets()?.into_iter().map(|(a, _)| a).collect();
     // An empty table means it could not be read: ours is in it.
     (!bound.is_empty()).then_some(move |addr| bound.iter().any(|&local| binds(local, addr)))
 }

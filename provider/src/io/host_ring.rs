@@ -23,7 +23,10 @@
 //! * The receiver looks at its claimed lanes in every progress call. A
 //!   lane's claim names its sender (process and address); the receiver
 //!   believes the address only once that process is found holding the UDP
-//!   socket bound to it.
+//!   socket bound to it, checked at the first look that sees the claim
+//!   (while its sender surely lives, so what one writes just before it
+//!   closes still counts). A check that cannot tell (out of descriptors)
+//!   is made again later; meanwhile the lane's datagrams wait in it.
 //! * Sleeping: a receiver about to sleep counts itself in the mailbox's
 //!   `sleepers`, then looks at its lanes once more. A sender that fills a
 //!   lane that was empty while someone sleeps rings the **doorbell**: an
@@ -327,7 +330,18 @@ struct InLane {
     /// when that claim's address did not check out.
     generation: u32,
     source: Option<SocketAddr>,
+    /// Looks to skip before checking a claim again whose check could not
+    /// tell (see [`SocketCheck`]); its datagrams wait in the lane.
+    recheck_in: u32,
 }
+
+/// Whether process `pid` holds a UDP socket bound to an address: `None`
+/// when that could not be found out (out of descriptors), so the claim is
+/// checked again later instead of refused for good.
+type SocketCheck = fn(u32, SocketAddr) -> Option<bool>;
+
+/// Looks at a lane between two checks of a claim that could not tell.
+const RECHECK_EVERY: u32 = 1024;
 
 /// Counters of the rings (also in `DriverStats`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -358,6 +372,8 @@ pub struct HostRings {
     /// about a tenth of a same-host round trip's instructions).
     peers: PeerLanes,
     scratch: Vec<u8>,
+    /// How a lane's claim is checked (a test may stand in for `/proc`).
+    check_socket: SocketCheck,
     pub stats: RingStats,
 }
 
@@ -426,6 +442,7 @@ impl HostRings {
             sleeping: AtomicU32::new(0),
             peers: PeerLanes::default(),
             scratch: vec![0; SLOT_DATA],
+            check_socket: host_memory::udp_socket_holder,
             stats: RingStats::default(),
         })
     }
@@ -535,18 +552,34 @@ impl HostRings {
             }
             let tail = inbox.u64_at(inbox.lane(i, L_TAIL)).load(Ordering::Acquire);
             let lane = &mut self.lanes[i];
+            // A new claim is checked at first sight, empty or not: its
+            // sender is surely alive then, while one that writes and
+            // closes before our next look could no longer be checked.
+            let generation = inbox
+                .u32_at(inbox.lane(i, L_GENERATION))
+                .load(Ordering::Acquire);
+            if lane.generation != generation {
+                if lane.recheck_in > 0 {
+                    lane.recheck_in -= 1;
+                    continue;
+                }
+                match checked_source(inbox, i, self.check_socket) {
+                    Some(source) => {
+                        lane.generation = generation;
+                        lane.source = source;
+                    }
+                    // Could not tell: its datagrams wait in the lane.
+                    None => {
+                        lane.recheck_in = RECHECK_EVERY;
+                        continue;
+                    }
+                }
+            }
             if tail == lane.head {
                 if state == CLOSED {
                     free_lane(inbox, i, lane);
                 }
                 continue;
-            }
-            let generation = inbox
-                .u32_at(inbox.lane(i, L_GENERATION))
-                .load(Ordering::Acquire);
-            if lane.generation != generation {
-                lane.generation = generation;
-                lane.source = checked_source(inbox, i);
             }
             // A sender that wrote more than a lane holds is broken: take
             // what a lane holds and go on from its tail.
@@ -668,8 +701,9 @@ fn free_lane(inbox: &Mapping, i: usize, lane: &mut InLane) {
 }
 
 /// The source address lane `i` claims, if its process holds that UDP
-/// socket (a same-user process could claim any).
-fn checked_source(inbox: &Mapping, i: usize) -> Option<SocketAddr> {
+/// socket (a same-user process could claim any); `None` when `check`
+/// could not tell.
+fn checked_source(inbox: &Mapping, i: usize, check: SocketCheck) -> Option<Option<SocketAddr>> {
     let pid = inbox.u32_at(inbox.lane(i, L_PID)).load(Ordering::Acquire);
     let family = inbox
         .u32_at(inbox.lane(i, L_FAMILY))
@@ -680,14 +714,12 @@ fn checked_source(inbox: &Mapping, i: usize) -> Option<SocketAddr> {
     let ip = match family {
         4 => IpAddr::V4(Ipv4Addr::new(ip[0], ip[1], ip[2], ip[3])),
         6 => IpAddr::V6(Ipv6Addr::from(ip)),
-        _ => return None,
+        _ => return Some(None),
     };
     let source = SocketAddr::new(ip, port);
-    host_memory::holds_udp_socket(pid, source).then_some(source)
+    check(pid, source).map(|holds| holds.then_some(source))
 }
 
-/// Open the mailbox of `to` and claim a lane in it for `local`; `None` when
-/// there is none we may use.
 /// The mailbox file at `path`, mapped, when it is our user's and has our
 /// layout.
 fn open_mailbox(path: &std::path::Path) -> Option<(std::fs::File, Mapping)> {
@@ -712,6 +744,8 @@ fn open_mailbox(path: &std::path::Path) -> Option<(std::fs::File, Mapping)> {
     layout_ok.then_some((file, map))
 }
 
+/// Open the mailbox of `to` and claim a lane in it for `local`; `None` when
+/// there is none we may use.
 fn claim_lane(host: u64, to: SocketAddr, local: SocketAddr) -> Option<OutLane> {
     let (file, map) = open_mailbox(&mailbox_path(host, to))?;
     let owner = map.u32_at(H_OWNER).load(Ordering::Acquire);
@@ -780,6 +814,53 @@ mod tests {
             got.push((from, tos, bytes.to_vec()))
         });
         got
+    }
+
+    #[test]
+    fn a_claim_seen_while_its_sender_lives_keeps_what_it_wrote_before_leaving() {
+        let (sb, mut b) = endpoint();
+        let to = sb.local_addr().unwrap();
+        let (sa, mut a) = endpoint();
+        assert!(a.has_lane(to));
+        // b looks once while a lives (nothing written yet)...
+        assert!(take_all(&mut b).is_empty());
+        // ...then a writes and is gone before b's next look.
+        assert_eq!(a.push(to, 0, &[b"last words"]), Pushed::Written);
+        let from = sa.local_addr().unwrap();
+        drop(a);
+        drop(sa);
+        let got = take_all(&mut b);
+        assert_eq!(got, vec![(from, 0, b"last words".to_vec())]);
+        assert_eq!(b.stats.refused, 0);
+    }
+
+    /// Could not tell at the first check (as when out of descriptors),
+    /// then the real check.
+    fn flaky_check(pid: u32, addr: SocketAddr) -> Option<bool> {
+        static CALLS: AtomicU32 = AtomicU32::new(0);
+        match CALLS.fetch_add(1, Ordering::Relaxed) {
+            0 => None,
+            _ => host_memory::udp_socket_holder(pid, addr),
+        }
+    }
+
+    #[test]
+    fn a_claim_that_could_not_be_checked_is_checked_again() {
+        let (sa, mut a) = endpoint();
+        let (sb, mut b) = endpoint();
+        b.check_socket = flaky_check;
+        let to = sb.local_addr().unwrap();
+        assert_eq!(a.push(to, 0, &[b"0"]), Pushed::Written);
+        // Not refused: it waits in the lane until the claim checks out.
+        for _ in 0..=RECHECK_EVERY {
+            assert!(take_all(&mut b).is_empty());
+        }
+        assert_eq!(b.stats.refused, 0);
+        assert_eq!(a.push(to, 0, &[b"1"]), Pushed::Written);
+        let got: Vec<Vec<u8>> = take_all(&mut b).into_iter().map(|d| d.2).collect();
+        assert_eq!(got, vec![b"0".to_vec(), b"1".to_vec()]);
+        assert_eq!(b.stats.received, 2);
+        drop(sa);
     }
 
     #[test]
