@@ -1029,3 +1029,71 @@ fn a_sender_whose_answer_comes_too_late_still_gets_its_release() {
     p.settle();
     p.assert_clean();
 }
+
+/// Send and receive `count` 8-byte messages of tag 2 (contexts from
+/// `first`), receives posted ahead, and run until all have arrived.
+fn stream_small(p: &mut Pair, first: u64, count: u64) {
+    const BATCH: u64 = 4096;
+    let mut at = first;
+    while at < first + count {
+        let end = (at + BATCH).min(first + count);
+        for c in at..end {
+            p.recv(8, 2, c, plain());
+            p.send(8, 2, c);
+        }
+        p.run(|p| p.completion(1, end - 1).is_some());
+        at = end;
+    }
+}
+
+#[test]
+fn a_message_waiting_for_its_receive_keeps_its_id_from_a_later_message() {
+    // An eager message nobody receives yet (ID 0), then 65535 more: the
+    // next one comes round to ID 0.
+    let mut p = Pair::new(34);
+    p.send(1000, 1, 1);
+    p.settle();
+    stream_small(&mut p, 1_000_000, 65_535);
+    p.done[1].clear();
+    let late = p.recv(8, 2, 2_000_000, plain());
+    p.send(8, 2, 2_000_000);
+    p.settle();
+    assert!(
+        p.completion(1, 2_000_000).is_none(),
+        "the new message was taken while its ID is held"
+    );
+    assert!(p.eng[1].stats().message_id_waits > 0);
+    // The old message is received intact, then the new one arrives.
+    let out = p.recv_returned(1000, 1, 100);
+    p.run(|p| p.completion(1, 100).is_some() && p.completion(1, 2_000_000).is_some());
+    assert_eq!(p.completion(1, 100).unwrap().error, None);
+    assert!(out.lock().unwrap().take().unwrap() == pattern(1, 1000));
+    assert_eq!(p.completion(1, 2_000_000).unwrap().error, None);
+    assert_eq!(*late.0.lock().unwrap(), pattern(2_000_000, 8));
+    p.settle();
+    p.assert_clean();
+}
+
+#[test]
+fn a_send_whose_id_a_waiting_rendezvous_send_holds_is_refused_for_now() {
+    let mut p = Pair::new(35);
+    let big = 1 << 20;
+    p.send(big, 1, 1);
+    p.settle();
+    // ID 0 is the rendezvous send's, which waits for its receive: half
+    // the IDs later, the application's sends wait.
+    stream_small(&mut p, 1_000_000, 32_767);
+    let dest = p.addrs[1];
+    let now = p.now;
+    let again = p.eng[0].post_send(now, send(dest, pattern(7, 8), Some(2), 7));
+    assert!(matches!(again, Err(uet::Error::Again)), "{again:?}");
+    let out = p.recv_returned(big, 1, 100);
+    p.complete_intact(1, 100, &out, big);
+    // Done with it: the ID is free again.
+    let late = p.recv(8, 2, 7, plain());
+    p.send(8, 2, 7);
+    p.run(|p| p.completion(1, 7).is_some());
+    assert_eq!(*late.0.lock().unwrap(), pattern(7, 8));
+    p.settle();
+    p.assert_clean();
+}

@@ -255,18 +255,28 @@ impl Engine {
             self.on_trimmed(p, &req, trim);
             return;
         }
+        // Classified once: nothing changes the receive context until the
+        // PSN is recorded below.
+        let arrival = self.peers[p].rx.as_ref().map(|rx| rx.classify(req.psn));
         if let Ses::Request(s, _) = &ses {
-            // Later packets must agree with the length the first one set.
-            if let Some(inb) = self.peers[p].inbound.get(&s.message_id) {
+            let peer = &self.peers[p];
+            if let Some(inb) = peer.inbound.get(&s.message_id) {
+                // The sender's 16-bit message IDs came round while an older
+                // message with this one waits here for a receive: the new
+                // message waits (the sender resends) until that one is
+                // taken, rather than landing in it.
+                if arrival == Some(Arrival::New) && inb.waits_for_a_receive(peer.next_match_seq) {
+                    self.stats.message_id_waits += 1;
+                    self.refuse_for_now(p, from, &req);
+                    return;
+                }
+                // Later packets must agree with the length the first one set.
                 if Self::message_offset(s) + payload_len as u64 > inb.header.len {
                     self.stats.malformed += 1;
                     return;
                 }
             }
         }
-        // Classified once: nothing changes the receive context until the
-        // PSN is recorded below.
-        let arrival = self.peers[p].rx.as_ref().map(|rx| rx.classify(req.psn));
         let mut matched = false;
         let rdv_rx = match &ses {
             Ses::Request(_, Some(r)) => Some(RendezvousRx::new(r, from)),
@@ -280,21 +290,8 @@ impl Engine {
                 && payload_len > 0
                 && !self.stage_has_room(p, s, rdv_rx.as_ref(), payload_len)
             {
-                // Backpressure: the sender resends later, without counting
-                // it against the peer (NACK 0x07).
                 self.stats.backpressure += 1;
-                if let Some(rx) = self.peers[p].rx.as_ref() {
-                    let nack = NackRepr {
-                        flags: 0,
-                        code: NackCode::NoPacketBuffer,
-                        vendor_code: 0,
-                        psn: req.psn,
-                        spdcid: rx.local_id,
-                        dpdcid: req.spdcid,
-                        payload: 0,
-                    };
-                    self.queue_nack(from, nack);
-                }
+                self.refuse_for_now(p, from, &req);
                 return;
             }
             matched = new && send && payload_len > 0;
@@ -502,6 +499,23 @@ impl Engine {
                     rendezvous: rdv.copied(),
                 })
             }
+        }
+    }
+
+    /// Backpressure: the sender resends `req` later, without counting it
+    /// against the peer (NACK 0x07).
+    fn refuse_for_now(&mut self, p: usize, from: SocketAddr, req: &RequestRepr) {
+        if let Some(rx) = self.peers[p].rx.as_ref() {
+            let nack = NackRepr {
+                flags: 0,
+                code: NackCode::NoPacketBuffer,
+                vendor_code: 0,
+                psn: req.psn,
+                spdcid: rx.local_id,
+                dpdcid: req.spdcid,
+                payload: 0,
+            };
+            self.queue_nack(from, nack);
         }
     }
 

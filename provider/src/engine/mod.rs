@@ -71,9 +71,17 @@ pub struct Transmit {
 const ACK_COALESCE_BYTES: usize = 16 * 1024;
 /// Longest an owed ACK waits for more packets to coalesce with.
 const ACK_DELAY_NS: u64 = 50_000;
-/// Most outgoing messages per peer not yet fully acknowledged; keeps 16-bit
-/// message IDs unambiguous.
+/// Most outgoing messages per peer not yet fully acknowledged (see also
+/// [`MSG_ID_WINDOW`]).
 const MAX_MSGS_PER_PEER: usize = 16384;
+
+/// How far the next message ID may run ahead of the oldest one a send to
+/// the peer still holds (a rendezvous send waits for its receive as long
+/// as the application takes). The receiver places a packet by its 16-bit
+/// ID, so an ID must not come round while its message lives; the other
+/// half of the ID space is left to the engine's own messages (pulls,
+/// their answers, responses), which cannot wait.
+const MSG_ID_WINDOW: u16 = 1 << 15;
 /// Headers in front of the payload of a data packet.
 const DATA_HEADERS: usize = RequestRepr::LEN + SesRequestRepr::LEN;
 
@@ -139,6 +147,10 @@ pub struct Stats {
     /// Packets of unmatched messages refused (NACK 0x07) because the
     /// staging budget was spent.
     pub backpressure: u64,
+    /// New messages refused (NACK 0x07) because their 16-bit message ID
+    /// is still held here by an older unexpected message of that peer (the
+    /// sender sent 65536 messages since): they come once it is received.
+    pub message_id_waits: u64,
     /// Rendezvous messages this endpoint asked the sender for (pulls,
     /// including the empty ones of discarded or truncated messages).
     pub rendezvous_pulls: u64,
@@ -250,6 +262,9 @@ struct Peer {
     queue: VecDeque<TxItem>,
     messages: FastMap<u16, TxMessage>,
     next_msg_id: u16,
+    /// No ID from here up to `next_msg_id` (exclusive) older than this
+    /// one is still held in `messages` (see [`Peer::msg_ids_left`]).
+    oldest_msg_id: u16,
     /// Sequence number of the next incoming message to match.
     next_match_seq: u64,
     inbound: FastMap<u16, Inbound>,
@@ -359,6 +374,19 @@ impl Peer {
     /// (read data, a rendezvous pull or its data): no completion of its
     /// own. Returns its message ID. The caller counts it in
     /// `sends_outstanding`.
+    /// Whether the application may take another message ID: the oldest
+    /// one still held is less than [`MSG_ID_WINDOW`] behind. The mark
+    /// moves past finished IDs once each, so this costs a lookup or two
+    /// per message.
+    fn msg_ids_left(&mut self) -> bool {
+        while self.oldest_msg_id != self.next_msg_id
+            && !self.messages.contains_key(&self.oldest_msg_id)
+        {
+            self.oldest_msg_id = self.oldest_msg_id.wrapping_add(1);
+        }
+        self.next_msg_id.wrapping_sub(self.oldest_msg_id) < MSG_ID_WINDOW
+    }
+
     fn queue_internal(&mut self, payload: Payload, rma: crate::ses::RmaTx) -> u16 {
         let id = self.next_msg_id;
         self.next_msg_id = id.wrapping_add(1);
@@ -699,6 +727,7 @@ impl Engine {
             queue: VecDeque::new(),
             messages: FastMap::default(),
             next_msg_id: 0,
+            oldest_msg_id: 0,
             next_match_seq: 0,
             inbound: FastMap::default(),
             in_send_ring: false,

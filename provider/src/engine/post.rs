@@ -19,7 +19,11 @@ impl Engine {
             return Err(Error::Again);
         }
         let p = self.peer_index(dest);
-        if self.peers[p].messages.len() >= MAX_MSGS_PER_PEER {
+        let peer = &mut self.peers[p];
+        // Half the 16-bit message IDs have gone by since the oldest send
+        // still held (a rendezvous send whose receive is not posted yet):
+        // this one waits until that one is done.
+        if peer.messages.len() >= MAX_MSGS_PER_PEER || !peer.msg_ids_left() {
             return Err(Error::Again);
         }
         self.sends_outstanding += 1;

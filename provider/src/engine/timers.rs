@@ -177,6 +177,7 @@ impl Engine {
         // The ID goes back to the pool; the next packet takes a fresh one.
         peer.tx = TxPdc::new(0, start);
         peer.next_msg_id = 0;
+        peer.oldest_msg_id = 0;
         peer.closing = None;
         // The congestion state stays (same path, same peer); what was in
         // flight on the old context is gone.

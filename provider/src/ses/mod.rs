@@ -220,6 +220,14 @@ impl Inbound {
         self.received >= self.header.len
     }
 
+    /// Received whole, its turn in the matching order past (`next_seq` is
+    /// the next one to match), and no receive has taken it: an unexpected
+    /// message, which may wait for one as long as the application likes,
+    /// while no packet of its own can still come.
+    pub fn waits_for_a_receive(&self, next_seq: u64) -> bool {
+        self.seq < next_seq && self.complete() && matches!(self.state, InboundState::Unexpected(_))
+    }
+
     /// Matched to a receive, or discarded: no longer waits for one.
     pub fn bound_or_discarded(&self) -> bool {
         matches!(self.state, InboundState::Posted(_) | InboundState::Discard)
