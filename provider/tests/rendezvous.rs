@@ -867,13 +867,21 @@ fn a_receive_offered_to_a_writer_fails_only_once_it_cannot_write() {
     assert_eq!(p.eng[1].pulls_pending(), 0);
 }
 
-/// Host memory whose clock runs `ahead_ms` ahead of the real one.
-struct Late {
-    inner: Trusting,
-    ahead_ms: u32,
+/// What a host clock reads against the real one.
+enum ClockReading {
+    /// This many milliseconds ahead.
+    Ahead(u32),
+    /// Always this.
+    Stopped(u32),
 }
 
-impl HostMemory for Late {
+/// Host memory whose clock reads otherwise than the real one.
+struct OtherClock {
+    inner: Trusting,
+    reading: ClockReading,
+}
+
+impl HostMemory for OtherClock {
     fn this_process(&self) -> (u64, u32) {
         self.inner.this_process()
     }
@@ -884,7 +892,10 @@ impl HostMemory for Late {
         self.inner.write(origin, pid, address, src)
     }
     fn clock_ms(&self) -> u32 {
-        self.inner.clock_ms().wrapping_add(self.ahead_ms)
+        match self.reading {
+            ClockReading::Ahead(ms) => self.inner.clock_ms().wrapping_add(ms),
+            ClockReading::Stopped(ms) => ms,
+        }
     }
 }
 
@@ -892,9 +903,9 @@ impl HostMemory for Late {
 fn a_sender_past_the_offer_sends_its_half_instead_of_writing() {
     let mut p = Pair::new(30);
     p.eng[1].enable_host_read(Box::new(Trusting::new()));
-    p.eng[0].enable_host_read(Box::new(Late {
+    p.eng[0].enable_host_read(Box::new(OtherClock {
         inner: Trusting::new(),
-        ahead_ms: 5000,
+        reading: ClockReading::Ahead(5000),
     }));
     let len = 1 << 20;
     let out = p.recv_returned(len, 5, 100);
@@ -976,28 +987,6 @@ fn a_receive_posted_after_a_long_idle_fails_only_once_the_sender_cannot_write() 
     p.assert_clean();
 }
 
-/// Host memory whose clock stands still: a sender that never sees its
-/// offer to write run out.
-struct StoppedClock {
-    inner: Trusting,
-    at_ms: u32,
-}
-
-impl HostMemory for StoppedClock {
-    fn this_process(&self) -> (u64, u32) {
-        self.inner.this_process()
-    }
-    fn read(&self, origin: SocketAddr, pid: u32, address: u64, dst: &mut [u8]) -> bool {
-        self.inner.read(origin, pid, address, dst)
-    }
-    fn write(&self, origin: SocketAddr, pid: u32, address: u64, src: &[u8]) -> bool {
-        self.inner.write(origin, pid, address, src)
-    }
-    fn clock_ms(&self) -> u32 {
-        self.at_ms
-    }
-}
-
 #[test]
 fn a_sender_whose_answer_comes_too_late_still_gets_its_release() {
     // The receiver's share fails; the sender stalls until after the
@@ -1010,9 +999,10 @@ fn a_sender_whose_answer_comes_too_late_still_gets_its_release() {
         c.max_retries = 30;
     });
     p.eng[1].enable_host_read(Box::new(Failing::new(1, u32::MAX)));
+    // Its clock stands still: it never sees its offer to write run out.
     let inner = Trusting::new();
-    let at_ms = inner.clock_ms();
-    p.eng[0].enable_host_read(Box::new(StoppedClock { inner, at_ms }));
+    let reading = ClockReading::Stopped(inner.clock_ms());
+    p.eng[0].enable_host_read(Box::new(OtherClock { inner, reading }));
     let len = 1 << 20;
     let _out = p.recv_returned(len, 5, 100);
     p.send(len, 5, 1);

@@ -786,8 +786,10 @@ fn claim_lane(host: u64, to: SocketAddr, local: SocketAddr) -> Option<OutLane> {
     );
     map.u32_at(map.lane(lane, L_STATE))
         .store(READY, Ordering::Release);
+    // SeqCst, as the receiver's load: the sleep handshake (sleepers, then
+    // the lanes claimed and their tails) orders by SeqCst alone.
     map.u32_at(H_CLAIMED)
-        .fetch_max(lane as u32 + 1, Ordering::AcqRel);
+        .fetch_max(lane as u32 + 1, Ordering::SeqCst);
     Some(OutLane {
         map,
         lane,
