@@ -262,8 +262,8 @@ struct Peer {
     queue: VecDeque<TxItem>,
     messages: FastMap<u16, TxMessage>,
     next_msg_id: u16,
-    /// No ID from here up to `next_msg_id` (exclusive) older than this
-    /// one is still held in `messages` (see [`Peer::msg_ids_left`]).
+    /// The oldest message ID `messages` may still hold: every earlier one
+    /// is finished (see [`Peer::msg_ids_left`]).
     oldest_msg_id: u16,
     /// Sequence number of the next incoming message to match.
     next_match_seq: u64,
@@ -370,10 +370,6 @@ impl Peer {
         self.tx.retransmit.iter().position(|&psn| may_leave(psn))
     }
 
-    /// Queue a message the engine itself sends on behalf of an operation
-    /// (read data, a rendezvous pull or its data): no completion of its
-    /// own. Returns its message ID. The caller counts it in
-    /// `sends_outstanding`.
     /// Whether the application may take another message ID: the oldest
     /// one still held is less than [`MSG_ID_WINDOW`] behind. The mark
     /// moves past finished IDs once each, so this costs a lookup or two
@@ -387,6 +383,10 @@ impl Peer {
         self.next_msg_id.wrapping_sub(self.oldest_msg_id) < MSG_ID_WINDOW
     }
 
+    /// Queue a message the engine itself sends on behalf of an operation
+    /// (read data, a rendezvous pull or its data): no completion of its
+    /// own. Returns its message ID. The caller counts it in
+    /// `sends_outstanding`.
     fn queue_internal(&mut self, payload: Payload, rma: crate::ses::RmaTx) -> u16 {
         let id = self.next_msg_id;
         self.next_msg_id = id.wrapping_add(1);
