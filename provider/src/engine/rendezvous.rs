@@ -668,7 +668,7 @@ impl Engine {
         let pull = *pull;
         self.rdv.pulls.remove(&k);
         if pull.release_on_drop {
-            self.send_release(k.0, (pull.key, pull.addr));
+            self.release_after_copy(k.0, pull);
         }
         self.fail_bound_receive(k.0, pull.msg_id);
     }
