@@ -270,6 +270,9 @@ struct Peer {
     inbound: FastMap<u16, Inbound>,
     in_send_ring: bool,
     in_ack_queue: bool,
+    /// The driver cannot carry data to this peer for now (see
+    /// [`Engine::hold_data_for`]).
+    data_held: bool,
     /// Last time the send side had anything to do (idle-close clock).
     tx_active_at: u64,
     /// Close handshake in progress on the send side; data waits for it.
@@ -315,6 +318,7 @@ impl Peer {
     /// a one-packet window).
     fn has_work(&self, window: usize, max_payload: usize, ordered: bool) -> bool {
         self.closing.is_none()
+            && !self.data_held
             && (self.next_retransmit(ordered).is_some()
                 || (self.tx.in_flight() < window
                     && !self.queue.is_empty()
@@ -642,6 +646,22 @@ impl Engine {
         self.window
     }
 
+    /// Hold (or, with `held` false, release) the data packets for `addr`:
+    /// for a driver whose carrier to that peer alone is full (a same-host
+    /// lane whose receiver does not take), so the peer's packets wait here,
+    /// under the engine's windows and timers, instead of piling up in the
+    /// driver or holding up the other peers. ACKs and control packets to it
+    /// still come out. Unknown peers are left alone.
+    pub fn hold_data_for(&mut self, addr: SocketAddr, held: bool) {
+        let Some(p) = self.find_peer(addr) else {
+            return;
+        };
+        self.peers[p].data_held = held;
+        if !held {
+            self.mark_ready(p);
+        }
+    }
+
     /// Delivery-context IDs in use, both directions.
     fn pdc_ids_in_use(&self) -> usize {
         self.tx_by_id.len() + self.rx_by_id.len()
@@ -732,6 +752,7 @@ impl Engine {
             inbound: FastMap::default(),
             in_send_ring: false,
             in_ack_queue: false,
+            data_held: false,
             tx_active_at: 0,
             closing: None,
             cc: CongestionControl::new(&self.cc_config),

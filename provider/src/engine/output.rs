@@ -121,6 +121,10 @@ impl Engine {
                 break;
             };
             self.peers[p].in_send_ring = false;
+            // Held since it was queued: it rejoins when released.
+            if self.peers[p].data_held {
+                continue;
+            }
             let sent = self.next_packet(p, now, buf, gather);
             self.mark_ready(p);
             if let Some((mut t, g, trailer_here)) = sent {

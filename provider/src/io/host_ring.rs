@@ -17,8 +17,10 @@
 //! * A sender looks for the mailbox of a destination the first time it
 //!   sends there. When the file exists, its layout is ours and its owner
 //!   process holds the UDP socket at that address, the sender claims a free
-//!   lane and writes every later datagram for that destination there (a
-//!   full lane is a full socket: the datagram waits, in order). Otherwise
+//!   lane and writes every later datagram for that destination there. A
+//!   full lane holds up that destination alone: its datagrams wait, in
+//!   order, in a backlog (`host_ring_backlog`) while the engine holds its
+//!   data, and the sender's other peers are served meanwhile. Otherwise
 //!   the destination is remembered as remote and reached over UDP.
 //! * The receiver looks at its claimed lanes in every progress call. A
 //!   lane's claim names its sender (process and address); the receiver
@@ -61,6 +63,7 @@ use std::collections::HashMap;
 type PeerLanes = HashMap<SocketAddr, Option<OutLane>, foldhash::fast::RandomState>;
 
 use super::host_memory;
+use super::host_ring_backlog::Backlog;
 
 /// Lanes per mailbox: how many same-host senders an endpoint takes by
 /// shared memory (later ones use UDP).
@@ -302,8 +305,19 @@ pub enum Pushed {
     /// In the lane, which was empty while the receiver sleeps: ring the
     /// doorbell (an empty datagram to the destination).
     Doorbell,
-    /// The lane is full: try again later, as after EAGAIN.
-    Full,
+    /// The lane is full, or datagrams wait for it already: copied into the
+    /// backlog, to leave in order when it has room (see
+    /// [`retry_backlog`](HostRings::retry_backlog)).
+    Queued,
+}
+
+/// What [`HostRings::retry_backlog`] asks of the driver.
+pub enum Retried<'a> {
+    /// A waiting datagram went into a lane whose receiver sleeps: ring.
+    Doorbell(SocketAddr),
+    /// The destination's lane is gone (its receiver closed or died): send
+    /// the datagram over UDP, as later ones will go.
+    ByUdp(SocketAddr, u8, &'a [u8]),
 }
 
 /// One of our lanes in a peer's mailbox.
@@ -352,6 +366,8 @@ pub struct RingStats {
     pub doorbells_sent: u64,
     /// Datagrams taken from lanes whose sender did not check out.
     pub refused: u64,
+    /// Datagrams dropped because too many waited for one full lane.
+    pub backlog_dropped: u64,
 }
 
 /// An endpoint's mailbox and its lanes in its peers' mailboxes.
@@ -374,6 +390,8 @@ pub struct HostRings {
     scratch: Vec<u8>,
     /// How a lane's claim is checked (a test may stand in for `/proc`).
     check_socket: SocketCheck,
+    /// Datagrams for lanes that were full.
+    backlog: Backlog,
     pub stats: RingStats,
 }
 
@@ -443,6 +461,7 @@ impl HostRings {
             peers: PeerLanes::default(),
             scratch: vec![0; SLOT_DATA],
             check_socket: host_memory::udp_socket_holder,
+            backlog: Backlog::default(),
             stats: RingStats::default(),
         })
     }
@@ -454,20 +473,66 @@ impl HostRings {
     }
 
     /// Write the datagram made of `parts` for `to` into our lane of its
-    /// mailbox, if we have one.
+    /// mailbox, if we have one. When that lane is full, or datagrams for
+    /// `to` wait already, it waits in the backlog: a receiver that does not
+    /// take holds up only what goes to it.
     pub fn push(&mut self, to: SocketAddr, tos: u8, parts: &[&[u8]]) -> Pushed {
+        if self.backlog.holds(to) {
+            self.backlog.add(to, tos, parts);
+            return Pushed::Queued;
+        }
+        self.write(to, tos, parts).unwrap_or_else(|| {
+            self.backlog.add(to, tos, parts);
+            Pushed::Queued
+        })
+    }
+
+    /// Whether datagrams wait in the backlog.
+    pub fn has_backlog(&self) -> bool {
+        !self.backlog.is_empty()
+    }
+
+    /// The next destination whose datagrams began to wait in the backlog
+    /// (`true`: the engine should hold its data) or no longer wait
+    /// (`false`), in the order it happened.
+    pub fn take_backlog_change(&mut self) -> Option<(SocketAddr, bool)> {
+        self.backlog.take_change()
+    }
+
+    /// Move waiting datagrams into the lanes that have room now, each
+    /// destination's in order; what needs the network goes to `carry`.
+    pub fn retry_backlog(&mut self, mut carry: impl FnMut(Retried<'_>)) {
+        let mut backlog = std::mem::take(&mut self.backlog);
+        backlog.drain(|to, w| match self.write(to, w.tos, &[&w.bytes]) {
+            None => false,
+            Some(Pushed::Doorbell) => {
+                carry(Retried::Doorbell(to));
+                true
+            }
+            Some(Pushed::NoLane) => {
+                carry(Retried::ByUdp(to, w.tos, &w.bytes));
+                true
+            }
+            Some(_) => true,
+        });
+        self.stats.backlog_dropped = backlog.dropped;
+        self.backlog = backlog;
+    }
+
+    /// Write into `to`'s lane at once: `None` when it is full.
+    fn write(&mut self, to: SocketAddr, tos: u8, parts: &[&[u8]]) -> Option<Pushed> {
         let Some(out) = lane_for(&mut self.peers, self.host, self.local, to) else {
-            return Pushed::NoLane;
+            return Some(Pushed::NoLane);
         };
         let len: usize = parts.iter().map(|p| p.len()).sum();
         if len > SLOT_DATA {
             // Not reached with UDP-sized datagrams; were it, UDP takes it.
-            return Pushed::NoLane;
+            return Some(Pushed::NoLane);
         }
         let map = &out.map;
         if map.u32_at(H_CLOSED).load(Ordering::Acquire) != 0 {
             self.peers.insert(to, None);
-            return Pushed::NoLane;
+            return Some(Pushed::NoLane);
         }
         let head = map
             .u64_at(map.lane(out.lane, L_HEAD))
@@ -478,10 +543,10 @@ impl HostRings {
                 // The receiver died without closing: nothing will drain
                 // the lane.
                 self.peers.insert(to, None);
-                return Pushed::NoLane;
+                return Some(Pushed::NoLane);
             }
             self.stats.full += 1;
-            return Pushed::Full;
+            return None;
         }
         out.full_in_a_row = 0;
         let slot = map.slot(out.lane, out.tail);
@@ -508,9 +573,9 @@ impl HostRings {
         let head = map.u64_at(map.lane(out.lane, L_HEAD));
         if sleeping && out.tail.wrapping_sub(head.load(Ordering::SeqCst)) == 1 {
             self.stats.doorbells_sent += 1;
-            Pushed::Doorbell
+            Some(Pushed::Doorbell)
         } else {
-            Pushed::Written
+            Some(Pushed::Written)
         }
     }
 
@@ -905,20 +970,38 @@ mod tests {
     }
 
     #[test]
-    fn a_full_lane_refuses_until_the_receiver_takes() {
+    fn a_full_lane_keeps_later_datagrams_waiting_in_order() {
         let (_sa, mut a) = endpoint();
         let (sb, mut b) = endpoint();
-        let to = sb.local_addr().unwrap();
+        let (sc, mut c) = endpoint();
+        let (to, other) = (sb.local_addr().unwrap(), sc.local_addr().unwrap());
         for k in 0..DEPTH {
             assert_eq!(a.push(to, 0, &[&k.to_le_bytes()]), Pushed::Written);
         }
-        assert_eq!(a.push(to, 0, &[b"x"]), Pushed::Full);
+        assert_eq!(a.push(to, 1, &[b"x"]), Pushed::Queued);
+        assert_eq!(a.take_backlog_change(), Some((to, true)));
+        // Another destination's lane is not held up.
+        assert_eq!(a.push(other, 0, &[b"o"]), Pushed::Written);
+        assert_eq!(take_all(&mut c).len(), 1);
+
         let got = take_all(&mut b);
         assert_eq!(got.len(), DEPTH);
         for (k, (_, _, bytes)) in got.iter().enumerate() {
             assert_eq!(bytes[..], k.to_le_bytes());
         }
-        assert_eq!(a.push(to, 0, &[b"x"]), Pushed::Written);
+        // Room now, but "y" goes behind "x", which waits for a retry.
+        assert_eq!(a.push(to, 2, &[b"y"]), Pushed::Queued);
+        assert!(a.has_backlog());
+        a.retry_backlog(|_| panic!("the lane has room and nobody sleeps"));
+        assert!(!a.has_backlog());
+        assert_eq!(a.take_backlog_change(), Some((to, false)));
+        assert_eq!(a.take_backlog_change(), None);
+        let got: Vec<_> = take_all(&mut b)
+            .into_iter()
+            .map(|(_, t, d)| (t, d))
+            .collect();
+        assert_eq!(got, vec![(1, b"x".to_vec()), (2, b"y".to_vec())]);
+        assert_eq!(a.push(to, 0, &[b"z"]), Pushed::Written);
     }
 
     #[test]

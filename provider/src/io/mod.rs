@@ -56,6 +56,7 @@ use crate::{Config, Error, Result};
 
 mod host_memory;
 mod host_ring;
+mod host_ring_backlog;
 pub use host_memory::ProcessMemory;
 pub mod impair;
 mod sys;
@@ -63,7 +64,7 @@ mod sys;
 mod tests;
 mod trace;
 
-use host_ring::{HostRings, Pushed};
+use host_ring::{HostRings, Pushed, Retried};
 use impair::{FaultConfig, Impairer, PacketClass, Treatment, Verdict, TRIMMED_LEN};
 
 /// Datagrams received per progress call before timers and transmits get a turn.
@@ -86,6 +87,9 @@ const POOL_CHECK_EVERY: u32 = 64;
 /// Progress calls in a row that may leave timers for later (a backlog of
 /// arrivals, or a message the application is about to take).
 const MAX_TIMER_WAITS: u32 = 16;
+/// How soon a caller that sleeps looks again at datagrams waiting for a
+/// full same-host lane (its receiver frees slots without telling).
+const RING_BACKLOG_RETRY_NS: u64 = 100_000;
 /// Room in front of the engine's packet for the relay header.
 const HEADROOM: usize = RelayHeader::LEN;
 /// Attempts at finding free consecutive ports for the pool before taking
@@ -161,12 +165,14 @@ pub struct DriverStats {
     pub landing_lost: u64,
     /// Same-host rings (`FI_UET_HOST_RING`): datagrams written into peers'
     /// lanes and taken from our own (not counted in `sent`/`received`),
-    /// writes that found the lane full (retried like EAGAIN), doorbells
-    /// rung and heard, and datagrams from lanes whose sender did not hold
-    /// the address it claimed (dropped).
+    /// writes that found the lane full (the datagram then waits in the
+    /// backlog, and `ring_backlog_dropped` counts those dropped because
+    /// too many waited), doorbells rung and heard, and datagrams from
+    /// lanes whose sender did not hold the address it claimed (dropped).
     pub ring_sent: u64,
     pub ring_received: u64,
     pub ring_full: u64,
+    pub ring_backlog_dropped: u64,
     pub doorbells_sent: u64,
     pub doorbells_received: u64,
     pub ring_refused: u64,
@@ -537,6 +543,7 @@ impl Endpoint {
             ring_sent: ring.sent,
             ring_received: ring.received,
             ring_full: ring.full,
+            ring_backlog_dropped: ring.backlog_dropped,
             doorbells_sent: ring.doorbells_sent,
             ring_refused: ring.refused,
             ..self.stats.clone()
@@ -677,7 +684,9 @@ impl Endpoint {
 
     /// How long a caller may sleep before the engine needs a progress call
     /// even without input: zero when a transmit is pending, the time to the
-    /// next timer otherwise, `None` when nothing is armed.
+    /// next timer otherwise (at most [`RING_BACKLOG_RETRY_NS`] while
+    /// datagrams wait for a full same-host lane, which rings no bell when
+    /// it empties), `None` when nothing is armed.
     pub fn idle_budget(&self) -> Option<std::time::Duration> {
         if !self.stalled.is_empty()
             || self.input_waiting()
@@ -691,10 +700,15 @@ impl Endpoint {
         let now = self.now();
         // Held (reordered) datagrams are due like timers.
         let held = self.held.front().map(|h| h.at);
-        let next = match (self.engine.next_timeout(), held) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
+        let backlog = self
+            .rings
+            .as_ref()
+            .filter(|r| r.has_backlog())
+            .map(|_| now + RING_BACKLOG_RETRY_NS);
+        let next = [self.engine.next_timeout(), held, backlog]
+            .into_iter()
+            .flatten()
+            .min();
         next.map(|t| std::time::Duration::from_nanos(t.saturating_sub(now)))
     }
 
@@ -1099,10 +1113,37 @@ impl Endpoint {
         sent
     }
 
+    /// Retry the datagrams that wait for full same-host lanes; true when
+    /// any left.
+    fn retry_ring_backlog(&mut self) -> bool {
+        let Some(rings) = self.rings.as_mut().filter(|r| r.has_backlog()) else {
+            return false;
+        };
+        let written = rings.stats.sent;
+        let mut by_udp = false;
+        let (sockets, stats) = (&self.sockets, &mut self.stats);
+        rings.retry_backlog(|r| match r {
+            // Lost, it costs the sleeper a wake-up at its next timer.
+            Retried::Doorbell(to) => {
+                let _ = sys::send_with_tos(&sockets[0], to, sys::DEFAULT_TOS, &[]);
+            }
+            // Lost like any datagram the network drops (see `emit`).
+            Retried::ByUdp(to, tos, bytes) => {
+                by_udp = true;
+                if sys::send_parts(&sockets[0], to, tos, &[bytes]).is_ok() {
+                    stats.sent[0] += 1;
+                }
+            }
+        });
+        let moved = by_udp || rings.stats.sent != written;
+        hold_ring_backlog(&mut self.rings, &mut self.engine);
+        moved
+    }
+
     /// Send everything the engine has ready (and held datagrams now due);
     /// stop at the first EAGAIN.
     fn flush(&mut self, now: u64) -> bool {
-        let mut sent = false;
+        let mut sent = self.retry_ring_backlog();
         while self.held.front().is_some_and(|h| h.at <= now) {
             let Some(mut h) = self.held.pop_front() else {
                 break;
@@ -1186,7 +1227,7 @@ impl Endpoint {
             let (parts, n) = datagram_parts(head, payload, tail);
             match send_datagram(&self.sockets, &mut self.rings, socket, to, tos, &parts[..n]) {
                 Ok(Carrier::Udp) => self.stats.sent[socket] += 1,
-                Ok(Carrier::Ring) => {}
+                Ok(Carrier::Ring) => hold_ring_backlog(&mut self.rings, &mut self.engine),
                 Err(e) if e.kind() == ErrorKind::WouldBlock => {
                     copy_bytes(&mut self.tx_buf[hole], payload);
                     self.stalled.push_back(Outgoing {
@@ -1269,6 +1310,7 @@ impl Endpoint {
                 if batch.send_one_by_one(&gso.pending, &[0]).is_err() {
                     batch.stall(&gso.pending, &[0]);
                 }
+                hold_ring_backlog(rings, engine);
                 break;
             }
             // A payload the engine no longer has (never within one flush)
@@ -1283,7 +1325,9 @@ impl Endpoint {
             }
             group_by_socket(gso, sockets.len());
             let all_out = batch.send(&gso.pending, &gso.order);
-            if !batch.gso_on {
+            let gso_on = batch.gso_on;
+            hold_ring_backlog(rings, engine);
+            if !gso_on {
                 stats.gso_disabled = true;
                 // Slots of stalled packets stay valid: flush_gather uses
                 // only the first, and runs once nothing is stalled.
@@ -1479,6 +1523,17 @@ fn emit(
     true
 }
 
+/// Tell the engine which peers' same-host lanes are full, so it holds
+/// their data (and no more of it piles up in the backlog), and which have
+/// room again.
+fn hold_ring_backlog(rings: &mut Option<HostRings>, engine: &mut Engine) {
+    if let Some(r) = rings.as_mut() {
+        while let Some((to, held)) = r.take_backlog_change() {
+            engine.hold_data_for(to, held);
+        }
+    }
+}
+
 /// How a datagram left.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Carrier {
@@ -1487,8 +1542,9 @@ enum Carrier {
 }
 
 /// Send the datagram made of `parts` to `to`: into our lane of its mailbox
-/// when it is on our rings (ringing its doorbell when it sleeps; a full
-/// lane is EAGAIN), else over UDP from socket `socket`.
+/// when it is on our rings (ringing its doorbell when it sleeps; for a full
+/// lane it waits in the rings' backlog), else over UDP from socket
+/// `socket`.
 fn send_datagram(
     sockets: &[UdpSocket],
     rings: &mut Option<HostRings>,
@@ -1507,7 +1563,8 @@ fn send_datagram(
                 let _ = sys::send_with_tos(&sockets[0], to, sys::DEFAULT_TOS, &[]);
                 return Ok(Carrier::Ring);
             }
-            Pushed::Full => return Err(ErrorKind::WouldBlock.into()),
+            // Waits for a full lane (held up alone, see `hold_ring_backlog`).
+            Pushed::Queued => return Ok(Carrier::Ring),
         }
     }
     sys::send_parts(&sockets[socket], to, tos, parts).map(|()| Carrier::Udp)

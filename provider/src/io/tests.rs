@@ -1258,7 +1258,7 @@ fn same_host_rings_carry_every_datagram_intact() {
 }
 
 #[test]
-fn a_full_lane_holds_the_sender_back_like_a_full_socket() {
+fn a_full_lane_holds_its_sender_back_without_losing_a_datagram() {
     let cfg = Config {
         host_ring: true,
         ..ack_config()
@@ -1271,6 +1271,45 @@ fn a_full_lane_holds_the_sender_back_like_a_full_socket() {
     assert!(a.stats().ring_full > 0, "{:?}", a.stats());
     complete_burst(&mut a, &mut b, &bufs, 1000);
     assert_eq!(sent(&a), 0);
+}
+
+#[test]
+fn a_receiver_that_does_not_take_holds_up_only_what_goes_to_it() {
+    let cfg = Config {
+        host_ring: true,
+        ..ack_config()
+    };
+    let (mut a, mut b) = pair(&cfg);
+    let mut c = Endpoint::bind(&cfg, LOOPBACK.parse().unwrap()).unwrap();
+    exchange(&mut a, &mut b, &[64]);
+    exchange(&mut a, &mut c, &[64]);
+    // b stops taking: more than its lane holds goes its way.
+    let count = 3 * host_ring::DEPTH;
+    let bufs = send_burst(&mut a, &mut b, count, 1000);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while a.stats().ring_full == 0 {
+        assert!(Instant::now() < deadline, "b's lane never filled");
+        a.progress();
+    }
+    // A message to c still gets through while b takes nothing.
+    let (op, buf) = recv_op(5000, 7);
+    c.recv(op).unwrap();
+    a.send(send_op(c.local_addr(), pattern(9, 5000), 999))
+        .unwrap();
+    loop {
+        assert!(Instant::now() < deadline, "held up behind b's full lane");
+        a.progress();
+        c.progress();
+        if let Some(done) = c.poll_completion() {
+            assert_eq!((done.context, done.error), (7, None));
+            break;
+        }
+    }
+    assert!(*buf.0.lock().unwrap() == pattern(9, 5000));
+    // b's messages, held meanwhile, all arrive intact once it takes.
+    complete_burst(&mut a, &mut b, &bufs, 1000);
+    let sa = a.stats();
+    assert_eq!((sent(&a), sa.ring_backlog_dropped), (0, 0), "{sa:?}");
 }
 
 #[test]
