@@ -90,6 +90,8 @@ const MAX_TIMER_WAITS: u32 = 16;
 /// How soon a caller that sleeps looks again at datagrams waiting for a
 /// full same-host lane (its receiver frees slots without telling).
 const RING_BACKLOG_RETRY_NS: u64 = 100_000;
+/// The same for datagrams a full socket refused (it drains at link speed).
+const STALL_RETRY_NS: u64 = 20_000;
 /// Room in front of the engine's packet for the relay header.
 const HEADROOM: usize = RelayHeader::LEN;
 /// Attempts at finding free consecutive ports for the pool before taking
@@ -684,12 +686,13 @@ impl Endpoint {
 
     /// How long a caller may sleep before the engine needs a progress call
     /// even without input: zero when a transmit is pending, the time to the
-    /// next timer otherwise (at most [`RING_BACKLOG_RETRY_NS`] while
-    /// datagrams wait for a full same-host lane, which rings no bell when
-    /// it empties), `None` when nothing is armed.
+    /// next timer otherwise, `None` when nothing is armed. Datagrams that
+    /// wait for room are retried like timers: at most [`STALL_RETRY_NS`]
+    /// after the kernel refused one, [`RING_BACKLOG_RETRY_NS`] while some
+    /// wait for a full same-host lane (neither says when it has room, and
+    /// a zero budget would make every blocking wait spin until then).
     pub fn idle_budget(&self) -> Option<std::time::Duration> {
-        if !self.stalled.is_empty()
-            || self.input_waiting()
+        if self.input_waiting()
             || self.acks_deferred
             || self.sends_deferred
             || self.engine.has_trailer_acks()
@@ -705,7 +708,8 @@ impl Endpoint {
             .as_ref()
             .filter(|r| r.has_backlog())
             .map(|_| now + RING_BACKLOG_RETRY_NS);
-        let next = [self.engine.next_timeout(), held, backlog]
+        let stalled = (!self.stalled.is_empty()).then_some(now + STALL_RETRY_NS);
+        let next = [self.engine.next_timeout(), held, backlog, stalled]
             .into_iter()
             .flatten()
             .min();
@@ -1332,6 +1336,12 @@ impl Endpoint {
                 // Slots of stalled packets stay valid: flush_gather uses
                 // only the first, and runs once nothing is stalled.
                 self.gso = None;
+                // What the engine has left leaves now, unsegmented: no
+                // sleeper's budget would say it waits.
+                if all_out {
+                    let now = engine_time(epoch_ns);
+                    return self.flush_gather(now) || sent;
+                }
                 return sent;
             }
             if !all_out || taken < gso.batch {

@@ -572,6 +572,36 @@ fn gso_refused_by_the_kernel_falls_back_without_losing_a_packet() {
     assert_eq!(a.stats().gso_fallbacks, 1);
 }
 
+#[test]
+fn the_call_that_finds_gso_refused_sends_everything_it_could() {
+    let cfg = Config {
+        cc: crate::cms::CcAlgorithm::None,
+        ..config(1)
+    };
+    let (mut a, b) = pair(&cfg);
+    for s in &a.sockets {
+        sys::disable_checksums(s).unwrap();
+    }
+    // Messages queued behind a one-packet window, which then opens: more
+    // packets than one batch are ready for the next call.
+    a.engine.set_window(1);
+    for i in 0..4 {
+        a.send(send_op(b.local_addr(), pattern(i, 128 << 10), i))
+            .unwrap();
+    }
+    a.engine.set_window(4 * GSO_BATCH);
+    a.engine.hold_data_for(b.local_addr(), true);
+    a.engine.hold_data_for(b.local_addr(), false);
+    a.progress();
+    let sa = a.stats();
+    assert!(sa.gso_disabled, "{sa:?}");
+    assert!(sa.sent[0] > GSO_BATCH as u64, "{sa:?}");
+    assert!(
+        !a.engine.has_queued_data(),
+        "packets left for a later call: {sa:?}"
+    );
+}
+
 /// Progress `b` for the application until a completion is waiting.
 fn progress_app_until_completion(b: &mut Endpoint) {
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -1290,6 +1320,16 @@ fn a_receiver_that_does_not_take_holds_up_only_what_goes_to_it() {
     while a.stats().ring_full == 0 {
         assert!(Instant::now() < deadline, "b's lane never filled");
         a.progress();
+    }
+    // A blocking wait on a may sleep meanwhile (briefly: nothing tells it
+    // when b takes), rather than spin.
+    loop {
+        assert!(Instant::now() < deadline, "no sleep while b's lane is full");
+        a.progress();
+        if let Some(budget) = a.idle_budget().filter(|b| !b.is_zero()) {
+            assert!(budget <= Duration::from_micros(100), "{budget:?}");
+            break;
+        }
     }
     // A message to c still gets through while b takes nothing.
     let (op, buf) = recv_op(5000, 7);
