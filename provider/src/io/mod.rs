@@ -1852,15 +1852,24 @@ fn bind_pool(config: &Config, addr: SocketAddr, n: usize) -> Result<Vec<UdpSocke
     } else {
         open_socket(config, addr)?
     };
-    let mut base = first.local_addr()?.port() as usize + 1;
+    // Right after the endpoint's port, unless the application named it:
+    // launchers that number ports give the next one to the next rank.
+    let mut base = (addr.port() == 0)
+        .then(|| first.local_addr().map(|a| a.port() as usize + 1))
+        .transpose()?;
     let mut sockets = vec![first];
     for _ in 0..POOL_BIND_ATTEMPTS {
-        if bind_consecutive(config, addr, base, n - 1, &mut sockets)? {
+        let start = match base.take() {
+            Some(start) => start,
+            // Where the kernel picks: the probe goes before the binding.
+            None => open_socket(config, SocketAddr::new(addr.ip(), 0))?
+                .local_addr()?
+                .port() as usize,
+        };
+        if bind_consecutive(config, addr, start, n - 1, &mut sockets)? {
             return Ok(sockets);
         }
         sockets.truncate(1);
-        let probe = open_socket(config, SocketAddr::new(addr.ip(), 0))?;
-        base = probe.local_addr()?.port() as usize;
     }
     while sockets.len() < n {
         sockets.push(open_socket(config, SocketAddr::new(addr.ip(), 0))?);

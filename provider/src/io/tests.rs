@@ -135,6 +135,23 @@ fn pool_binds_consecutive_ports_and_sprays_data_only() {
     assert_eq!(b.engine_stats().unknown_pdc, 0);
 }
 
+#[test]
+fn a_pool_leaves_the_ports_after_a_named_one_to_the_next_rank() {
+    // Launchers give rank r the port base + r.
+    let free = UdpSocket::bind(LOOPBACK).unwrap();
+    let named = free.local_addr().unwrap();
+    drop(free);
+    let a = Endpoint::bind(&config(4), named).unwrap();
+    assert_eq!(a.local_addr(), named);
+    assert_eq!(a.entropy_addrs().len(), 4);
+    let next = SocketAddr::new(named.ip(), named.port() + 1);
+    assert!(
+        !a.entropy_addrs().contains(&next),
+        "{:?}",
+        a.entropy_addrs()
+    );
+}
+
 /// The default load balancer over loopback is one path: one socket, every
 /// packet from it, and no pool to bind; asking for spraying brings the pool
 /// back.
