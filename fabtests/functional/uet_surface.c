@@ -793,6 +793,110 @@ static struct fi_cq_err_entry wait_entry(int i, void *ctx, int want_err)
 	}
 }
 
+/* Read B's next entry (success or error) while progressing A; 0 when B has
+ * none yet. */
+static int read_b(struct fi_cq_tagged_entry *e, struct fi_cq_err_entry *err)
+{
+	ssize_t n;
+
+	(void)fi_cq_read(E.cq[0], NULL, 0);
+	n = fi_cq_read(E.cq[1], e, 1);
+	if (n == -FI_EAGAIN)
+		return 0;
+	if (n == -FI_EAVAIL) {
+		memset(err, 0, sizeof *err);
+		CHECK(fi_cq_readerr(E.cq[1], err, 0) == 1, "readerr");
+		return -1;
+	}
+	CHECK(n == 1, "read %zd", n);
+	return 1;
+}
+
+/* fi_cancel of an FI_MULTI_RECV buffer while a message is still landing in
+ * it (a rendezvous send being pulled into its piece): the cancel entry
+ * comes, but the buffer is released (FI_MULTI_RECV) only with the last of
+ * its entries, once the message is all there, and every entry carries the
+ * buffer's context. */
+static void t_multi_recv_cancel_landing(void)
+{
+	static char out[1 << 20], big[2 << 20];
+	struct iovec iov = { big, sizeof big };
+	struct fi_msg msg = { .msg_iov = &iov, .iov_count = 1, .addr = FI_ADDR_UNSPEC };
+	uint64_t mark = 0x77, got = 0;
+	int mctx, sctx, tctx, pctx, rctx, msgs = 0, cancels = 0, releases = 0, sends = 0;
+	struct fi_cq_tagged_entry e;
+	struct fi_cq_err_entry err;
+	double end;
+	size_t i;
+
+	want_caps = FI_MULTI_RECV;
+	two_eps(FI_WAIT_UNSPEC);
+	for (i = 0; i < sizeof out; i++)
+		out[i] = (char)(i * 7 + 1);
+	send_msg(0, 1, out, sizeof out, &sctx, 0);
+	CHECK_RC(fi_tsend(E.ep[0], &mark, sizeof mark, NULL, E.addr[1], 0x77, &tctx));
+	/* Messages match in the sender's order: once B can peek at the tagged
+	 * one, the large one waits there unexpected. */
+	end = now_s() + WAIT_MS / 1000.0;
+	for (;;) {
+		struct fi_msg_tagged peek = {
+			.addr = FI_ADDR_UNSPEC, .tag = 0x77, .context = &pctx,
+		};
+		int r;
+
+		CHECK(now_s() < end, "the tagged message never became visible");
+		CHECK_RC(fi_trecvmsg(E.ep[1], &peek, FI_PEEK));
+		while ((r = read_b(&e, &err)) == 0)
+			CHECK(now_s() < end, "no answer to FI_PEEK");
+		if (r == 1)
+			break;
+		CHECK(err.err == FI_ENOMSG, "peek error %d", err.err);
+	}
+	msg.context = &mctx;
+	CHECK_RC(fi_recvmsg(E.ep[1], &msg, FI_MULTI_RECV));
+	CHECK_RC((int)fi_cancel(&E.ep[1]->fid, &mctx));
+	end = now_s() + WAIT_MS / 1000.0;
+	while (msgs + cancels < 2) {
+		int r = read_b(&e, &err);
+		uint64_t flags = r == 1 ? e.flags : err.flags;
+
+		CHECK(now_s() < end, "message %d, cancel %d entries", msgs, cancels);
+		if (r == 0)
+			continue;
+		if (r == 1) {
+			CHECK(e.op_context == &mctx, "message entry context %p, want %p",
+			      e.op_context, (void *)&mctx);
+			CHECK(e.len == sizeof out && e.buf == big, "message len %zu at %p",
+			      e.len, e.buf);
+			msgs++;
+		} else {
+			CHECK(err.err == FI_ECANCELED && err.op_context == &mctx,
+			      "error %d context %p", err.err, err.op_context);
+			cancels++;
+		}
+		if (flags & FI_MULTI_RECV) {
+			releases++;
+			CHECK(memcmp(big, out, sizeof out) == 0,
+			      "buffer released before its message landed");
+		}
+	}
+	CHECK(msgs == 1 && cancels == 1 && releases == 1,
+	      "%d message, %d cancel, %d release entries", msgs, cancels, releases);
+	CHECK(memcmp(big, out, sizeof out) == 0, "message data");
+	CHECK_RC(fi_trecv(E.ep[1], &got, sizeof got, NULL, FI_ADDR_UNSPEC, 0x77, 0, &rctx));
+	(void)wait_entry(1, &rctx, 0);
+	CHECK(got == mark, "tagged data");
+	end = now_s() + WAIT_MS / 1000.0;
+	while (sends < 2) {
+		CHECK(now_s() < end, "send completions");
+		(void)fi_cq_read(E.cq[1], NULL, 0);
+		if (fi_cq_read(E.cq[0], &e, 1) == 1) {
+			CHECK(e.op_context == &sctx || e.op_context == &tctx, "send context");
+			sends++;
+		}
+	}
+}
+
 static const uint64_t RMA_RW = FI_REMOTE_READ | FI_REMOTE_WRITE;
 
 /* Target address of byte `off` of a region at `buf`. */
@@ -1529,6 +1633,7 @@ static const struct test { const char *name; void (*fn)(void); } tests[] = {
 	{ "threads", t_threads },
 	{ "auto_progress", t_auto_progress },
 	{ "multi_recv", t_multi_recv },
+	{ "multi_recv_cancel_landing", t_multi_recv_cancel_landing },
 	{ "source_err", t_source_err },
 	{ "rma_offset_keys", t_rma_offset_keys },
 	{ "rma_virt_prov_key", t_rma_virt_prov_key },

@@ -173,6 +173,8 @@ pub(crate) struct MultiState {
     pub(crate) outstanding: usize,
     /// The last message took the rest of the buffer: it is no longer posted.
     pub(crate) whole_taken: bool,
+    /// fi_cancel took the rest of the buffer off the posted queue.
+    pub(crate) cancelled: bool,
 }
 
 /// An FI_MULTI_RECV buffer: each message gets the next piece; once the room

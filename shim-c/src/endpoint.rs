@@ -268,7 +268,18 @@ impl EpInner {
             // Only tokens are pending; skip the lookup for plain contexts.
             let pending = match c.context & TOKEN_BASE {
                 0 => None,
-                _ => st.pending.remove(&c.context),
+                _ => match st.pending.remove(&c.context) {
+                    Some(p) => Some(p),
+                    None => {
+                        // Reporting it would hand the application a context
+                        // it never gave us.
+                        crate::log::warn(
+                            FI_LOG_CQ,
+                            &format!("dropped a completion of unknown token {:#x}", c.context),
+                        );
+                        continue;
+                    }
+                },
             };
             if let Some(p) = pending {
                 c.context = p.context;
@@ -277,12 +288,18 @@ impl EpInner {
                     k.completed(c.error.is_none());
                 }
                 if let Some(m) = &p.multi {
-                    // The buffer stays posted until its last message
-                    // completes after it was used up, or it is cancelled.
+                    // The buffer is the application's again once it is used
+                    // up or cancelled and no message is still landing in it;
+                    // the entry of the last of these carries FI_MULTI_RECV
+                    // (fi_cq(3)). A cancel is no message: it only ends the
+                    // posting.
                     let mut ms = m.lock();
-                    ms.outstanding = ms.outstanding.saturating_sub(1);
-                    let released = c.error == Some(uet::CompletionError::Canceled)
-                        || (ms.whole_taken && ms.outstanding == 0);
+                    if c.error == Some(uet::CompletionError::Canceled) {
+                        ms.cancelled = true;
+                    } else {
+                        ms.outstanding = ms.outstanding.saturating_sub(1);
+                    }
+                    let released = ms.outstanding == 0 && (ms.whole_taken || ms.cancelled);
                     drop(ms);
                     if released {
                         flags |= FI_MULTI_RECV as u64;
@@ -925,13 +942,17 @@ extern "C" fn ep_cancel(f: fid_t, context: *mut c_void) -> isize {
     guard(|| match from_fid(f) {
         Some(ep) => {
             let mut st = ep.inner.state.lock();
-            // A counted receive reached the engine under a token.
-            let token = st
+            // A counted receive reached the engine under a token. Several
+            // tokens may stand for one context (a multi-receive buffer
+            // cancelled earlier whose last message still lands, reposted
+            // with the same context): try each.
+            let tokens: Vec<u64> = st
                 .pending
                 .iter()
-                .find(|(_, p)| p.context == context as u64)
-                .map(|(t, _)| *t);
-            if token.is_some_and(|t| st.ep.cancel(t)) || st.ep.cancel(context as u64) {
+                .filter(|(_, p)| p.context == context as u64)
+                .map(|(t, _)| *t)
+                .collect();
+            if tokens.into_iter().any(|t| st.ep.cancel(t)) || st.ep.cancel(context as u64) {
                 0
             } else {
                 -(FI_ENOENT as isize)
