@@ -985,6 +985,18 @@ static void rma_basic(int mr_mode)
 		CHECK_RC(fi_readmsg(E.ep[0], &msg, 0));
 		(void)wait_entry(0, &ctx[5], 0);
 		CHECK(memcmp(dst, src, 16) == 0, "readmsg");
+		/* FI_INJECT: the source is free at once, the write still
+		 * completes (only fi_inject_write makes no entry). */
+		memset(dst, 0x6b, 16);
+		iov.iov_base = dst;
+		rma.addr = target_addr(target, 7100);
+		msg.context = &ctx[4];
+		CHECK_RC(fi_writemsg(E.ep[0], &msg, FI_INJECT));
+		memset(dst, 0, 16);
+		c = wait_entry(0, &ctx[4], 0);
+		CHECK(c.flags == (FI_RMA | FI_WRITE), "injected writemsg flags 0x%llx",
+		      (unsigned long long)c.flags);
+		CHECK(target[7100] == 0x6b && target[7115] == 0x6b, "injected writemsg data");
 	}
 
 	/* refused: unknown key, past the end, no write permission, read past end */
@@ -1159,6 +1171,23 @@ static void t_atomic_ops(void)
 		(void)wait_entry(0, &ctx, 0);
 		CHECK(dold == -2.0 && dvals[1] == 4.0, "MAX");
 		(void)olds;
+	}
+	/* atomicmsg with FI_INJECT: the operand is free at once, the atomic
+	 * still completes (only fi_inject_atomic makes no entry). */
+	{
+		struct fi_ioc ioc = { &ux, 1 };
+		struct fi_rma_ioc rioc = { target_addr(uvals, 4), 1, fi_mr_key(umr) };
+		struct fi_msg_atomic msg = { .msg_iov = &ioc, .iov_count = 1, .addr = E.addr[1],
+			.rma_iov = &rioc, .rma_iov_count = 1, .datatype = FI_UINT32,
+			.op = FI_SUM, .context = &ctx };
+
+		ux = 40;
+		CHECK_RC(fi_atomicmsg(E.ep[0], &msg, FI_INJECT));
+		ux = 0;
+		c = wait_entry(0, &ctx, 0);
+		CHECK(c.flags == (FI_ATOMIC | FI_WRITE), "injected atomicmsg flags 0x%llx",
+		      (unsigned long long)c.flags);
+		CHECK(uvals[1] == 42, "injected atomicmsg: %u", uvals[1]);
 	}
 	/* unsupported combination and bad key */
 	CHECK(fi_atomic(E.ep[0], &dx, 1, NULL, E.addr[1], 0, fi_mr_key(dmr), FI_DOUBLE, FI_BAND, &ctx) == -FI_EOPNOTSUPP,

@@ -264,8 +264,10 @@ extern "C" fn at_writemsg(ep: Ep, msg: *const fi_msg_atomic, flags: u64) -> isiz
             m.datatype,
             m.op,
             m.context,
+            // FI_INJECT (in `flags`): the operand is copied anyway; the
+            // atomic still completes, unlike fi_inject_atomic.
             Some(flags),
-            flags & FI_INJECT as u64 != 0,
+            false,
         ),
         Err(e) => -(e as isize),
     }

@@ -147,6 +147,7 @@ pub(crate) struct Rma {
     pub(crate) data: Option<u64>,
     pub(crate) context: *mut c_void,
     pub(crate) flags: Option<u64>,
+    /// fi_inject_write / fi_inject_writedata: no completion at all.
     pub(crate) inject: bool,
 }
 
@@ -164,6 +165,7 @@ pub(crate) struct Atomic {
     pub(crate) key: u64,
     pub(crate) context: *mut c_void,
     pub(crate) flags: Option<u64>,
+    /// fi_inject_atomic: no completion at all.
     pub(crate) inject: bool,
 }
 
@@ -342,7 +344,12 @@ impl EpInner {
         }
         let flags = r.flags.unwrap_or(st.tx_op_flags);
         let inject_size = self.domain.config.inject_size;
-        if r.inject && (len > inject_size || !r.write) {
+        if r.inject && !r.write {
+            return Err(FI_EINVAL);
+        }
+        // FI_INJECT means nothing to a read (fi_rma(3): writes only).
+        let injecting = r.inject || (r.write && flags & FI_INJECT as u64 != 0);
+        if injecting && len > inject_size {
             return Err(FI_EINVAL);
         }
         let dest = Self::peer(&st, r.dest)?;
@@ -362,7 +369,7 @@ impl EpInner {
         let kind = if r.write {
             // Writes complete on the target's answer; a copy keeps the
             // source free for injects and small writes.
-            let payload = if r.inject || len <= inject_size {
+            let payload = if injecting || len <= inject_size {
                 Payload::Owned(r.buf.copy_into(st.ep.payload_buffer()))
             } else {
                 Payload::Borrowed(Box::new(r.buf))

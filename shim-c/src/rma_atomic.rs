@@ -192,7 +192,8 @@ extern "C" fn rma_writemsg(ep: Ep, msg: *const fi_msg_rma, flags: u64) -> isize 
     };
     let buf = msg_buffer(&m, &r);
     let data = (flags & FI_REMOTE_CQ_DATA as u64 != 0).then_some(m.data);
-    let inject = flags & FI_INJECT as u64 != 0;
+    // FI_INJECT (in `flags`) frees the source buffer at once; unlike
+    // fi_inject_write, the write still completes.
     post(
         ep,
         true,
@@ -203,7 +204,7 @@ extern "C" fn rma_writemsg(ep: Ep, msg: *const fi_msg_rma, flags: u64) -> isize 
         data,
         m.context,
         Some(flags),
-        inject,
+        false,
     )
 }
 
