@@ -645,6 +645,12 @@ static void t_getinfo(void)
 	CHECK(info->tx_attr->inject_size > 0, "inject_size 0");
 	CHECK((info->domain_attr->mr_mode & FI_MR_LOCAL) == 0,
 	      "mr_mode 0x%x requires FI_MR_LOCAL", info->domain_attr->mr_mode);
+	/* RMA: at least one target iovec per operation (fi_rma(3)). */
+	hints = base_hints();
+	hints->caps |= FI_RMA | FI_ATOMIC;
+	CHECK_RC(getinfo_rc(hints, NULL, NULL, 0, &info));
+	CHECK(info->tx_attr->rma_iov_limit >= 1, "rma_iov_limit %zu",
+	      info->tx_attr->rma_iov_limit);
 	t_getinfo_reject();
 	t_getinfo_node();
 }
@@ -677,6 +683,15 @@ static void t_getinfo_reject(void)
 		hints->caps |= FI_TRIGGER;
 		rc = getinfo_rc(hints, NULL, NULL, 0, NULL);
 		CHECK(rc == -FI_ENODATA, "FI_TRIGGER: rc %d (%s)", rc, fi_strerror(-rc));
+	}
+
+	/* uet takes exactly one target iovec per RMA or atomic. */
+	if (strict()) {
+		hints = base_hints();
+		hints->caps |= FI_RMA;
+		hints->tx_attr->rma_iov_limit = 2;
+		rc = getinfo_rc(hints, NULL, NULL, 0, NULL);
+		CHECK(rc == -FI_ENODATA, "rma_iov_limit 2: rc %d (%s)", rc, fi_strerror(-rc));
 	}
 
 	/* No provider here reports device memory support. */

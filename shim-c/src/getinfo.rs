@@ -59,6 +59,8 @@ const RX_OP_FLAGS: u64 = FI_COMPLETION as u64 | FI_MULTI_RECV as u64;
 pub(crate) const QUEUE_SIZE: usize = uet::Config::QUEUE_DEPTH;
 /// Most iovec entries per operation.
 pub(crate) const IOV_LIMIT: usize = 8;
+/// Target iovecs per RMA or atomic: exactly one (`rma_atomic.rs`).
+pub(crate) const RMA_IOV_LIMIT: usize = 1;
 pub(crate) const CQ_DATA_SIZE: usize = 8;
 
 /// The application's hints, flattened (absent attribute structs read as 0).
@@ -98,6 +100,8 @@ pub(crate) struct Dir {
     pub inject_size: usize,
     pub size: usize,
     pub iov_limit: usize,
+    /// Transmit only (0 on the receive side).
+    pub rma_iov_limit: usize,
 }
 
 /// What getinfo reports.
@@ -219,6 +223,9 @@ pub(crate) fn negotiate(
             return Err(fail("queue size or iov_limit"));
         }
     }
+    if h.tx.rma_iov_limit > RMA_IOV_LIMIT {
+        return Err(fail("rma_iov_limit"));
+    }
     if h.tx.inject_size > config.inject_size {
         return Err(fail("inject_size"));
     }
@@ -264,6 +271,7 @@ pub(crate) fn negotiate(
         inject_size: config.inject_size,
         size: QUEUE_SIZE,
         iov_limit: IOV_LIMIT,
+        rma_iov_limit: RMA_IOV_LIMIT,
     };
     let rx = Dir {
         caps: dir_caps(&h.rx, rx_own),
@@ -273,6 +281,7 @@ pub(crate) fn negotiate(
         inject_size: 0,
         size: QUEUE_SIZE,
         iov_limit: IOV_LIMIT,
+        rma_iov_limit: 0,
     };
     Ok(Offer {
         caps,
@@ -387,6 +396,7 @@ unsafe fn read_hints(hints: *const fi_info) -> Hints {
                 inject_size: t.inject_size,
                 size: t.size,
                 iov_limit: t.iov_limit,
+                rma_iov_limit: t.rma_iov_limit,
             };
         }
         if let Some(r) = i.rx_attr.as_ref() {
@@ -398,6 +408,7 @@ unsafe fn read_hints(hints: *const fi_info) -> Hints {
                 inject_size: 0,
                 size: r.size,
                 iov_limit: r.iov_limit,
+                rma_iov_limit: 0,
             };
         }
     }
@@ -465,7 +476,7 @@ fn build_info(o: &Offer) -> *mut fi_info {
         tx.inject_size = o.tx.inject_size;
         tx.size = o.tx.size;
         tx.iov_limit = o.tx.iov_limit;
-        tx.rma_iov_limit = 0;
+        tx.rma_iov_limit = o.tx.rma_iov_limit;
 
         rx.caps = o.rx.caps;
         rx.mode = 0;
@@ -706,6 +717,17 @@ mod tests {
         let h = Hints {
             tx: Dir {
                 inject_size: 1 << 20,
+                ..Dir::default()
+            },
+            ..Hints::default()
+        };
+        assert_eq!(offer(&Target::default(), &h), Err(FI_ENODATA));
+        // One target iovec per RMA: reported, and more refused.
+        let o = offer(&Target::default(), &Hints::default()).unwrap();
+        assert_eq!(o.tx.rma_iov_limit, 1);
+        let h = Hints {
+            tx: Dir {
+                rma_iov_limit: 2,
                 ..Dir::default()
             },
             ..Hints::default()
