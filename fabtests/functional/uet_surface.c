@@ -21,6 +21,9 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 
 #include <rdma/fabric.h>
 #include <rdma/fi_cm.h>
@@ -719,6 +722,82 @@ static void t_multi_recv(void)
 		CHECK(!(e.flags & FI_MULTI_RECV), "released early");
 	}
 	CHECK_RC((int)fi_cancel(&E.ep[1]->fid, &mctx));
+}
+
+/* Operations that asked for no completion (FI_SELECTIVE_COMPLETION without
+ * FI_COMPLETION, the inject calls) still report failure (fi_cq(3)): sends
+ * and writes to a peer that never answers end in FI_EIO entries. Those
+ * without a context of their own carry the endpoint's (fi_endpoint(3)). */
+static void t_unsignalled_errors(void)
+{
+	static char buf[100];
+	struct iovec iov = { buf, sizeof buf };
+	struct fi_msg msg = { .msg_iov = &iov, .iov_count = 1 };
+	struct fi_rma_iov rma = { 0, sizeof buf, 7 };
+	struct fi_msg_rma wmsg = { .msg_iov = &iov, .iov_count = 1, .rma_iov = &rma,
+		.rma_iov_count = 1 };
+	struct sockaddr_storage dead_name;
+	socklen_t dead_len = sizeof dead_name;
+	int epctx, c_send, c_sendmsg, c_write, c_writemsg, sock, i;
+	void *want[6] = { &c_send, &c_sendmsg, &c_write, &c_writemsg, &epctx, &epctx };
+	int got[6] = { 0 };
+	fi_addr_t dead;
+	double end;
+
+	/* Few retries: the peer is given up on soon. */
+	setenv("FI_UET_MAX_RETRIES", "3", 1);
+	want_caps = FI_RMA;
+	open_domain();
+	unsetenv("FI_UET_MAX_RETRIES");
+	CHECK_RC(fi_endpoint(E.domain, E.info, &E.ep[0], &epctx));
+	CHECK_RC(fi_ep_bind(E.ep[0], &E.av->fid, 0));
+	E.cq[0] = open_cq(FI_WAIT_NONE);
+	CHECK_RC(fi_ep_bind(E.ep[0], &E.cq[0]->fid,
+			    FI_TRANSMIT | FI_RECV | FI_SELECTIVE_COMPLETION));
+	CHECK_RC(fi_enable(E.ep[0]));
+	/* A port nobody listens on. */
+	{
+		char name[64];
+		size_t len = sizeof name;
+
+		CHECK_RC(fi_getname(&E.ep[0]->fid, name, &len));
+		sock = socket(AF_INET, SOCK_DGRAM, 0);
+		CHECK(sock >= 0, "socket");
+		memcpy(&dead_name, name, len);
+		((struct sockaddr_in *)&dead_name)->sin_port = 0;
+		CHECK(bind(sock, (struct sockaddr *)&dead_name, sizeof(struct sockaddr_in)) == 0 &&
+		      getsockname(sock, (struct sockaddr *)&dead_name, &dead_len) == 0, "bind");
+		close(sock);
+	}
+	CHECK(fi_av_insert(E.av, &dead_name, 1, &dead, 0, NULL) == 1, "av_insert");
+	msg.addr = wmsg.addr = dead;
+	CHECK_RC(fi_send(E.ep[0], buf, sizeof buf, NULL, dead, &c_send));
+	msg.context = &c_sendmsg;
+	CHECK_RC(fi_sendmsg(E.ep[0], &msg, FI_COMPLETION));
+	CHECK_RC(fi_write(E.ep[0], buf, sizeof buf, NULL, dead, 0, 7, &c_write));
+	CHECK_RC(fi_inject(E.ep[0], buf, sizeof buf, dead));
+	CHECK_RC(fi_inject_write(E.ep[0], buf, sizeof buf, dead, 0, 7));
+	wmsg.context = &c_writemsg;
+	CHECK_RC(fi_writemsg(E.ep[0], &wmsg, 0));
+	end = now_s() + WAIT_MS / 1000.0;
+	for (i = 0; i < 6;) {
+		struct fi_cq_tagged_entry e;
+		struct fi_cq_err_entry err = { 0 };
+		ssize_t n = fi_cq_read(E.cq[0], &e, 1);
+		int k;
+
+		CHECK(now_s() < end, "%d of 6 error entries", i);
+		CHECK(n == -FI_EAGAIN || n == -FI_EAVAIL, "read %zd: a success entry", n);
+		if (n == -FI_EAGAIN)
+			continue;
+		CHECK(fi_cq_readerr(E.cq[0], &err, 0) == 1, "readerr");
+		CHECK(err.err == FI_EIO, "error %d (%s)", err.err, fi_strerror(err.err));
+		for (k = 0; k < 6 && !(want[k] == err.op_context && !got[k]); k++)
+			;
+		CHECK(k < 6, "unexpected error context %p", err.op_context);
+		got[k] = 1;
+		i++;
+	}
 }
 
 /* FI_SOURCE_ERR: a message from a sender missing from the AV is an error
@@ -1664,6 +1743,7 @@ static const struct test { const char *name; void (*fn)(void); } tests[] = {
 	{ "multi_recv", t_multi_recv },
 	{ "multi_recv_cancel_landing", t_multi_recv_cancel_landing },
 	{ "source_err", t_source_err },
+	{ "unsignalled_errors", t_unsignalled_errors },
 	{ "rma_offset_keys", t_rma_offset_keys },
 	{ "rma_virt_prov_key", t_rma_virt_prov_key },
 	{ "rma_counters", t_rma_counters },

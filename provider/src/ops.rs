@@ -142,7 +142,8 @@ pub struct SendOp {
     pub context: Context,
     pub level: CompletionLevel,
     /// Generate a completion entry. False for fi_inject and for operations
-    /// without FI_COMPLETION on an endpoint bound with FI_SELECTIVE_COMPLETION.
+    /// without FI_COMPLETION on an endpoint bound with FI_SELECTIVE_COMPLETION:
+    /// those report only failure (fi_cq(3)).
     pub signal: bool,
 }
 

@@ -6,7 +6,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::{pattern, send, Shared};
-use uet::{CompletionError, CompletionKind, Config, Endpoint, ProbeFlags, RecvOp};
+use uet::{
+    CompletionError, CompletionKind, CompletionLevel, Config, Endpoint, ProbeFlags, RecvOp, SendOp,
+};
 
 fn pair() -> (Endpoint, Endpoint) {
     let cfg = Config::default();
@@ -273,6 +275,95 @@ fn silent_peer_fails_the_send() {
         .unwrap();
     drive(&mut a, &mut b, 2);
     assert_eq!(*buf.0.lock().unwrap(), pattern(2, 10));
+}
+
+/// Sends that asked for no completion (fi_inject, FI_SELECTIVE_COMPLETION
+/// without FI_COMPLETION) stay silent when they succeed, even if the peer
+/// dies afterwards, but report failure like any other (fi_cq(3)), at every
+/// completion level.
+#[test]
+fn unsignalled_sends_report_failure_only() {
+    let cfg = Config {
+        rto_min_us: 200,
+        rto_max_us: 2000,
+        max_retries: 5,
+        ..Config::default()
+    };
+    let levels = [
+        CompletionLevel::Inject,
+        CompletionLevel::Transmit,
+        CompletionLevel::Delivery,
+    ];
+    let unsignalled = |dest, level, context| SendOp {
+        level,
+        signal: false,
+        ..send(dest, pattern(context, 100), None, context)
+    };
+    let mut a = Endpoint::bind(&cfg, "127.0.0.1:0".parse().unwrap()).unwrap();
+    let mut b = Endpoint::bind(&cfg, "127.0.0.1:0".parse().unwrap()).unwrap();
+    let b_addr = b.local_addr();
+    for (i, &level) in levels.iter().enumerate() {
+        b.recv(shared_recv(100, None, i as u64).0).unwrap();
+        a.send(unsignalled(b_addr, level, 20 + i as u64)).unwrap();
+    }
+    // Delivered after them: once it completes, the peer has acknowledged
+    // them too.
+    b.recv(shared_recv(100, None, 3).0).unwrap();
+    a.send(SendOp {
+        level: CompletionLevel::Delivery,
+        ..send(b_addr, pattern(9, 100), None, 29)
+    })
+    .unwrap();
+    let cs = drive(&mut a, &mut b, 5);
+    let mut sent: Vec<_> = cs
+        .iter()
+        .filter(|c| c.kind == CompletionKind::Send)
+        .map(|c| (c.context, c.error))
+        .collect();
+    sent.sort_by_key(|(ctx, _)| *ctx);
+    assert_eq!(sent, vec![(29, None)], "only the signalled send completes");
+    drop(b);
+    // The peer is gone: a later send fails, and only that one.
+    a.send(send(b_addr, pattern(10, 100), None, 30)).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut failed = Vec::new();
+    while !failed.iter().any(|&(ctx, _)| ctx == 30) {
+        assert!(
+            Instant::now() < deadline,
+            "send to a dead peer never failed"
+        );
+        a.progress();
+        while let Some(c) = a.poll_completion() {
+            failed.push((c.context, c.error));
+        }
+    }
+    assert_eq!(failed, vec![(30, Some(CompletionError::PeerUnreachable))]);
+
+    // To a port nobody listens on, every unsignalled send fails.
+    let dead = std::net::UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    for (i, &level) in levels.iter().enumerate() {
+        a.send(unsignalled(dead, level, 40 + i as u64)).unwrap();
+    }
+    let mut failed = Vec::new();
+    while failed.len() < levels.len() {
+        assert!(
+            Instant::now() < deadline,
+            "unsignalled sends to a dead peer never failed: {failed:?}"
+        );
+        a.progress();
+        while let Some(c) = a.poll_completion() {
+            failed.push((c.context, c.error));
+        }
+    }
+    failed.sort_by_key(|(ctx, _)| *ctx);
+    let unreachable = Some(CompletionError::PeerUnreachable);
+    assert_eq!(
+        failed,
+        vec![(40, unreachable), (41, unreachable), (42, unreachable)]
+    );
 }
 
 /// A receiver that dies in the middle of a transfer: the survivor's sends

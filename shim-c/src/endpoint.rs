@@ -120,6 +120,9 @@ pub(crate) struct EpInner {
     app_progress: AtomicU64,
     /// `app_progress` as the idle-progress thread last saw it.
     watched_progress: AtomicU64,
+    /// fi_endpoint's context: the op_context of errors of operations that
+    /// have none of their own (the inject calls; fi_endpoint(3)).
+    ep_context: u64,
 }
 
 /// A send as the data-operation entry points describe it.
@@ -361,11 +364,12 @@ impl EpInner {
         } else {
             st.read_cntr.is_some()
         };
-        let context = if counted {
-            st.token(r.context as u64, signal)
+        let own = if r.inject {
+            self.ep_context
         } else {
             r.context as u64
         };
+        let context = if counted { st.token(own, signal) } else { own };
         let kind = if r.write {
             // Writes complete on the target's answer; a copy keeps the
             // source free for injects and small writes.
@@ -417,11 +421,12 @@ impl EpInner {
         } else {
             st.write_cntr.is_some()
         };
-        let context = if counted {
-            st.token(a.context as u64, signal)
+        let own = if a.inject {
+            self.ep_context
         } else {
             a.context as u64
         };
+        let context = if counted { st.token(own, signal) } else { own };
         let op = RmaOp {
             dest,
             kind: RmaKind::Atomic {
@@ -514,11 +519,12 @@ impl EpInner {
             && st.tx_cq.is_some()
             && (!st.tx_selective || flags & FI_COMPLETION as u64 != 0);
         let counted = st.tx_cntr.is_some();
-        let context = if counted {
-            st.token(tx.context as u64, signal)
+        let own = if tx.inject {
+            self.ep_context
         } else {
             tx.context as u64
         };
+        let context = if counted { st.token(own, signal) } else { own };
         let op = SendOp {
             dest,
             payload,
@@ -772,6 +778,7 @@ fn create(
         caps,
         app_progress: AtomicU64::new(0),
         watched_progress: AtomicU64::new(0),
+        ep_context: context as u64,
     };
     let obj = Box::new(Ep {
         fid: fid_ep {

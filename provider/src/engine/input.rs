@@ -681,8 +681,10 @@ impl Engine {
         }
         if !m.completed {
             m.completed = true;
-            self.completions
-                .push_back(Completion::send(m.context, m.tagged, m.len() as usize));
+            if m.signal {
+                self.completions
+                    .push_back(Completion::send(m.context, m.tagged, m.len() as usize));
+            }
         }
         if Self::retire_message(peer, &mut self.spares, r.message_id) {
             self.sends_outstanding -= 1;
@@ -1031,7 +1033,9 @@ impl Engine {
         };
         if due && !m.completed {
             m.completed = true;
-            completions.push_back(Completion::send(m.context, m.tagged, m.len() as usize));
+            if m.signal {
+                completions.push_back(Completion::send(m.context, m.tagged, m.len() as usize));
+            }
         }
         Self::retirable(m)
     }

@@ -34,7 +34,7 @@ impl Engine {
         let len = op.payload.len();
         let p = self.admit_send(op.dest, len)?;
         let mut payload = op.payload;
-        let mut completed = !op.signal;
+        let mut completed = false;
         if op.level == CompletionLevel::Inject {
             // The source buffer is free once this call returns.
             if let Payload::Borrowed(b) = &payload {
@@ -46,9 +46,18 @@ impl Engine {
             if op.signal {
                 self.completions
                     .push_back(Completion::send(op.context, op.tag.is_some(), len));
+                completed = true;
             }
-            completed = true;
         }
+        // A send that reports only failure (fi_cq(3): errors are due even
+        // when no completion was asked for) is done with once every packet
+        // is acknowledged, whatever level it named; until then a failure
+        // of the peer reports it.
+        let level = if op.signal {
+            op.level
+        } else {
+            CompletionLevel::Transmit
+        };
         let peer = &mut self.peers[p];
         peer.tx_active_at = now;
         let id = peer.next_msg_id;
@@ -66,7 +75,7 @@ impl Engine {
                 cq_data: op.cq_data,
                 payload,
                 context: op.context,
-                level: op.level,
+                level,
                 signal: op.signal,
                 next_offset: 0,
                 started: false,

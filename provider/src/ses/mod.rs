@@ -41,7 +41,9 @@ pub struct TxMessage {
     pub started: bool,
     /// Packets sent and not yet acknowledged.
     pub unacked_packets: u32,
-    /// The application already got its completion.
+    /// Nothing is left to report: the application got its completion, or
+    /// (without `signal`) the message was acknowledged, or it is the
+    /// engine's own. Until then a failure of the peer reports an error.
     pub completed: bool,
     /// The peer's SES response arrived (delivery complete).
     pub delivered: bool,
