@@ -976,6 +976,74 @@ static void t_multi_recv_cancel_landing(void)
 	}
 }
 
+/* FI_PEEK|FI_CLAIM on B for `tag` until the message is there; the peek's
+ * entry is checked and consumed. */
+static void peek_claim(uint64_t tag, void *ctx)
+{
+	double end = now_s() + WAIT_MS / 1000.0;
+
+	for (;;) {
+		struct fi_msg_tagged peek = { .addr = FI_ADDR_UNSPEC, .tag = tag, .context = ctx };
+		struct fi_cq_tagged_entry e;
+		struct fi_cq_err_entry err;
+		int r;
+
+		CHECK(now_s() < end, "tag %llu never became visible", (unsigned long long)tag);
+		CHECK_RC(fi_trecvmsg(E.ep[1], &peek, FI_PEEK | FI_CLAIM));
+		while ((r = read_b(&e, &err)) == 0)
+			CHECK(now_s() < end, "no answer to FI_PEEK");
+		if (r == 1) {
+			CHECK(e.op_context == ctx && e.tag == tag, "peek entry");
+			return;
+		}
+		CHECK(err.err == FI_ENOMSG && err.op_context == ctx, "peek error %d", err.err);
+	}
+}
+
+/* The FI_RECV counter counts claimed receives (FI_CLAIM, FI_CLAIM|FI_DISCARD)
+ * like any receive, and peeks not at all. */
+static void t_cntr_claim(void)
+{
+	uint64_t out[2] = { 0x1111, 0x2222 }, in = 0;
+	struct iovec iov = { &in, sizeof in };
+	struct fi_msg_tagged claim = { .msg_iov = &iov, .iov_count = 1, .addr = FI_ADDR_UNSPEC };
+	struct fi_context2 ctx[2];
+	int sctx[2], i;
+	struct fi_cq_tagged_entry e;
+
+	open_domain();
+	E.cntr[1] = open_cntr(FI_WAIT_UNSPEC);
+	for (i = 0; i < 2; i++) {
+		open_ep(i);
+		E.cq[i] = open_cq(FI_WAIT_NONE);
+		CHECK_RC(fi_ep_bind(E.ep[i], &E.cq[i]->fid, FI_TRANSMIT | FI_RECV));
+	}
+	CHECK_RC(fi_ep_bind(E.ep[1], &E.cntr[1]->fid, FI_RECV));
+	enable_both();
+	for (i = 0; i < 2; i++)
+		CHECK_RC(fi_tsend(E.ep[0], &out[i], sizeof out[i], NULL, E.addr[1], 5 + i, &sctx[i]));
+	peek_claim(5, &ctx[0]);
+	CHECK(fi_cntr_read(E.cntr[1]) == 0, "a peek was counted");
+	claim.tag = 5;
+	claim.context = &ctx[0];
+	CHECK_RC(fi_trecvmsg(E.ep[1], &claim, FI_CLAIM));
+	(void)wait_entry(1, &ctx[0], 0);
+	CHECK(in == out[0], "claimed data");
+	cntr_wait(E.cntr[1], 1);
+	peek_claim(6, &ctx[1]);
+	claim.tag = 6;
+	claim.context = &ctx[1];
+	CHECK_RC(fi_trecvmsg(E.ep[1], &claim, FI_CLAIM | FI_DISCARD));
+	(void)wait_entry(1, &ctx[1], 0);
+	cntr_wait(E.cntr[1], 2);
+	CHECK(fi_cntr_read(E.cntr[1]) == 2 && fi_cntr_readerr(E.cntr[1]) == 0,
+	      "counter %llu, errors %llu", (unsigned long long)fi_cntr_read(E.cntr[1]),
+	      (unsigned long long)fi_cntr_readerr(E.cntr[1]));
+	for (i = 0; i < 2; i++)
+		(void)wait_entry(0, &sctx[i], 0);
+	CHECK(fi_cq_read(E.cq[1], &e, 1) == -FI_EAGAIN, "extra receive entry");
+}
+
 static const uint64_t RMA_RW = FI_REMOTE_READ | FI_REMOTE_WRITE;
 
 /* Target address of byte `off` of a region at `buf`. */
@@ -1734,6 +1802,7 @@ static const struct test { const char *name; void (*fn)(void); } tests[] = {
 	{ "cntr_ops", t_cntr_ops },
 	{ "cntr_msg", t_cntr_msg },
 	{ "cntr_only", t_cntr_only },
+	{ "cntr_claim", t_cntr_claim },
 	{ "cntr_wait_thread", t_cntr_wait_thread },
 	{ "cq_sread", t_cq_sread },
 	{ "cq_getwait", t_cq_getwait },

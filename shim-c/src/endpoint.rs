@@ -3,6 +3,7 @@
 //! enabling, op flags, options, names and cancel live here; the data
 //! operations are in `msg.rs` and `tagged.rs`.
 
+use std::collections::hash_map::Entry as MapEntry;
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::os::fd::RawFd;
@@ -63,6 +64,11 @@ pub(crate) struct EpState {
     /// FI_OPT_MIN_MULTI_RECV: a multi-receive buffer with less room left
     /// than this is released.
     min_multi_recv: usize,
+    /// FI_CLAIM receives in flight on an endpoint with an FI_RECV counter,
+    /// by context: counted when they complete. They cannot go under a
+    /// token: the engine finds the claimed message by the context the
+    /// FI_PEEK|FI_CLAIM gave, which the claim repeats.
+    claims: HashMap<u64, usize>,
 }
 
 /// Default FI_OPT_MIN_MULTI_RECV.
@@ -272,7 +278,20 @@ impl EpInner {
             let context_token = c.context;
             // Only tokens are pending; skip the lookup for plain contexts.
             let pending = match c.context & TOKEN_BASE {
-                0 => None,
+                0 => {
+                    if c.kind == CompletionKind::Recv {
+                        if let MapEntry::Occupied(mut e) = st.claims.entry(c.context) {
+                            *e.get_mut() -= 1;
+                            if *e.get() == 0 {
+                                e.remove();
+                            }
+                            if let Some(k) = &cntr {
+                                k.completed(c.error.is_none());
+                            }
+                        }
+                    }
+                    None
+                }
                 _ => match st.pending.remove(&c.context) {
                     Some(p) => Some(p),
                     None => {
@@ -571,8 +590,9 @@ impl EpInner {
         let signal = st.rx_cq.is_some()
             && (probe.peek || probe.claim || !st.rx_selective || flags & FI_COMPLETION as u64 != 0);
         // Probes keep the application's context (FI_CLAIM finds its message
-        // by it) and are not counted.
+        // by it); claims are counted through `claims`, peeks not at all.
         let counted = (st.rx_cntr.is_some() && probe == ProbeFlags::default()) || multi;
+        let claim_counted = st.rx_cntr.is_some() && probe.claim && !probe.peek;
         let context = if counted {
             st.token(rx.context as u64, signal)
         } else {
@@ -600,6 +620,11 @@ impl EpInner {
         let r = st.ep.recv(op).map_err(|e| fi_errno(&e));
         if r.is_err() && counted {
             st.pending.remove(&context);
+        }
+        // Its completion, even one the engine queued in this call, is
+        // routed later under this lock: it finds the entry.
+        if r.is_ok() && claim_counted {
+            *st.claims.entry(context).or_default() += 1;
         }
         r
     }
@@ -771,6 +796,7 @@ fn create(
             remote_write_cntr: None,
             remote_read_cntr: None,
             min_multi_recv: DEFAULT_MIN_MULTI_RECV,
+            claims: HashMap::new(),
             pending: HashMap::new(),
             next_token: 0,
         }),
