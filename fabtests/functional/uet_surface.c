@@ -84,6 +84,8 @@ static struct env {
 	struct fid_av *av2;
 	struct fid_cq *cq2;
 	struct fid_ep *ep2;
+	/* A copy of info a test changes (freed at teardown). */
+	struct fi_info *info2;
 } E;
 
 /* Progress model the next open_domain asks for (reset by teardown). */
@@ -128,6 +130,8 @@ static void teardown(void)
 		fi_close(&E.fabric->fid);
 	if (E.info)
 		fi_freeinfo(E.info);
+	if (E.info2)
+		fi_freeinfo(E.info2);
 	memset(&E, 0, sizeof E);
 	want_progress = FI_PROGRESS_UNSPEC;
 	want_caps = 0;
@@ -1527,6 +1531,55 @@ static void xfer(struct fid_ep *s, struct fid_cq *scq, fi_addr_t to,
 	CHECK(memcmp(in, out, sizeof in) == 0, "transfer %d data", seed);
 }
 
+/* fi_close of an endpoint is final when it returns, even while the domain's
+ * progress thread holds it: its address can be bound again at once (its
+ * sockets are closed, so nothing of it writes into application memory
+ * any more). Each round the endpoint sends itself a message, and is closed
+ * as soon as the thread has placed it: the thread is then busy with it, or
+ * asleep holding it. */
+static void t_close_rebind(void)
+{
+	static char out[256], in[256];
+	fi_addr_t self = FI_ADDR_NOTAVAIL;
+	int round, rc, rctx, sctx;
+
+	want_progress = FI_PROGRESS_AUTO;
+	open_domain();
+	E.cq[1] = open_cq(FI_WAIT_UNSPEC);
+	for (round = 0; round < 10; round++) {
+		double end = now_s() + WAIT_MS / 1000.0;
+
+		rc = fi_endpoint(E.domain, round ? E.info2 : E.info, &E.ep[1], NULL);
+		CHECK(rc == 0, "round %d: binding the address just closed: %s", round,
+		      fi_strerror(-rc));
+		CHECK_RC(fi_ep_bind(E.ep[1], &E.av->fid, 0));
+		CHECK_RC(fi_ep_bind(E.ep[1], &E.cq[1]->fid, FI_TRANSMIT | FI_RECV));
+		CHECK_RC(fi_enable(E.ep[1]));
+		if (!round) {
+			char name[64];
+			size_t len = sizeof name;
+
+			CHECK_RC(fi_getname(&E.ep[1]->fid, name, &len));
+			CHECK(fi_av_insert(E.av, name, 1, &self, 0, NULL) == 1, "av_insert");
+			E.info2 = fi_dupinfo(E.info);
+			CHECK(E.info2, "fi_dupinfo");
+			free(E.info2->src_addr);
+			E.info2->src_addr = malloc(len);
+			CHECK(E.info2->src_addr, "malloc");
+			memcpy(E.info2->src_addr, name, len);
+			E.info2->src_addrlen = len;
+		}
+		memset(out, 'a' + round, sizeof out);
+		memset(in, 0, sizeof in);
+		CHECK_RC(fi_recv(E.ep[1], in, sizeof in, NULL, FI_ADDR_UNSPEC, &rctx));
+		CHECK_RC(fi_send(E.ep[1], out, sizeof out, NULL, self, &sctx));
+		while (__atomic_load_n(&in[sizeof in - 1], __ATOMIC_ACQUIRE) != 'a' + round)
+			CHECK(now_s() < end, "round %d: the progress thread placed nothing", round);
+		CHECK_RC(fi_close(&E.ep[1]->fid));
+		E.ep[1] = NULL;
+	}
+}
+
 /* fi_close in an order the man pages refuse answers -FI_EBUSY and leaves
  * the object usable (CQ, counter, AV, EQ bound to an open endpoint; domain
  * with open children; fabric with an open domain or EQ). Endpoints close
@@ -1821,6 +1874,7 @@ static const struct test { const char *name; void (*fn)(void); } tests[] = {
 	{ "rma_event", t_rma_event },
 	{ "mr_endpoint", t_mr_endpoint },
 	{ "close_busy", t_close_busy },
+	{ "close_rebind", t_close_rebind },
 	{ "domains", t_domains },
 	{ "av_remove_inflight", t_av_remove_inflight },
 	{ "completion_levels", t_completion_levels },

@@ -12,7 +12,7 @@ use std::ptr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use parking_lot::Mutex;
+use parking_lot::{Condvar, Mutex};
 use uet::{
     CompletionKind, CompletionLevel, Config, MsgBuffer, Payload, ProbeFlags, RecvOp, RmaKind,
     RmaOp, SendOp,
@@ -33,11 +33,11 @@ use crate::{msg, rma_atomic, tagged};
 
 /// What an endpoint is bound to, and its mutable state.
 pub(crate) struct EpState {
-    ep: uet::Endpoint,
+    /// `None` once fi_close ran: the provider endpoint (sockets, engine,
+    /// the application's buffers it holds) is dropped inside fi_close, even
+    /// when a progress thread or a wait still holds this state.
+    ep: Option<uet::Endpoint>,
     enabled: bool,
-    /// fi_close ran: a progress thread that still holds the endpoint must
-    /// not touch the application's buffers any more.
-    closed: bool,
     av: Option<Arc<AvInner>>,
     tx_cq: Option<Arc<CqInner>>,
     rx_cq: Option<Arc<CqInner>>,
@@ -89,7 +89,6 @@ impl EpState {
     /// Drop every binding (at close).
     fn unbind(&mut self) {
         self.enabled = false;
-        self.closed = true;
         self.av = None;
         self.tx_cq = None;
         self.rx_cq = None;
@@ -100,6 +99,11 @@ impl EpState {
         self.read_cntr = None;
         self.remote_write_cntr = None;
         self.remote_read_cntr = None;
+    }
+
+    /// The provider endpoint, until fi_close.
+    fn endpoint(&mut self) -> FiResult<&mut uet::Endpoint> {
+        self.ep.as_mut().ok_or(FI_EOPBADSTATE)
     }
 
     fn token(&mut self, context: u64, signal: bool) -> u64 {
@@ -129,6 +133,22 @@ pub(crate) struct EpInner {
     /// fi_endpoint's context: the op_context of errors of operations that
     /// have none of their own (the inject calls; fi_endpoint(3)).
     ep_context: u64,
+    /// Blocking waits asleep on this endpoint's sockets, by the eventfd
+    /// that wakes each. A poll(2) keeps the sockets it sleeps on open (their
+    /// port bound) until it returns, however soon they are closed, so
+    /// fi_close wakes these and waits for them first.
+    sleepers: Mutex<Vec<RawFd>>,
+    sleepers_left: Condvar,
+}
+
+/// What [`EpInner::begin_sleep`] allows.
+pub(crate) enum Sleep {
+    /// Sleep on these sockets.
+    On(Vec<RawFd>),
+    /// Input waits already: progress instead.
+    InputWaiting,
+    /// Closed: nothing to sleep on.
+    Closed,
 }
 
 /// A send as the data-operation entry points describe it.
@@ -235,15 +255,15 @@ impl EpInner {
     }
 
     fn progress_locked(&self, st: &mut EpState, app: bool) {
-        if st.closed {
+        let Some(ep) = st.ep.as_mut() else {
             return;
-        }
+        };
         if app {
-            st.ep.progress_app();
+            ep.progress_app();
         } else {
-            st.ep.progress();
+            ep.progress();
         }
-        while let Some(mut c) = st.ep.poll_completion() {
+        while let Some(mut c) = st.ep.as_mut().and_then(|ep| ep.poll_completion()) {
             let (cq, cntr) = match c.kind {
                 CompletionKind::Send => (st.tx_cq.as_ref(), st.tx_cntr.as_ref()),
                 CompletionKind::Recv => (st.rx_cq.as_ref(), st.rx_cntr.as_ref()),
@@ -393,7 +413,7 @@ impl EpInner {
             // Writes complete on the target's answer; a copy keeps the
             // source free for injects and small writes.
             let payload = if injecting || len <= inject_size {
-                Payload::Owned(r.buf.copy_into(st.ep.payload_buffer()))
+                Payload::Owned(r.buf.copy_into(st.endpoint()?.payload_buffer()))
             } else {
                 Payload::Borrowed(Box::new(r.buf))
             };
@@ -414,7 +434,7 @@ impl EpInner {
             context,
             signal: signal || counted,
         };
-        let res = st.ep.rma(op).map_err(|e| fi_errno(&e));
+        let res = st.endpoint()?.rma(op).map_err(|e| fi_errno(&e));
         if res.is_err() && counted {
             st.pending.remove(&context);
         }
@@ -460,42 +480,83 @@ impl EpInner {
             context,
             signal: signal || counted,
         };
-        let res = st.ep.rma(op).map_err(|e| fi_errno(&e));
+        let res = st.endpoint()?.rma(op).map_err(|e| fi_errno(&e));
         if res.is_err() && counted {
             st.pending.remove(&context);
         }
         res
     }
 
-    /// Sockets a blocking wait sleeps on.
+    /// Sockets a blocking wait sleeps on (none once closed).
     pub(crate) fn wait_fds(&self) -> Vec<RawFd> {
-        self.state.lock().ep.wait_fds()
+        self.state
+            .lock()
+            .ep
+            .as_ref()
+            .map_or_else(Vec::new, |e| e.wait_fds())
     }
 
     /// How long a blocking wait may sleep before this endpoint needs progress.
     pub(crate) fn idle_budget(&self) -> Option<std::time::Duration> {
-        self.state.lock().ep.idle_budget()
+        self.state.lock().ep.as_ref().and_then(|e| e.idle_budget())
     }
 
-    /// Before a blocking wait sleeps on [`wait_fds`](Self::wait_fds): false
-    /// when input waits already (same-host rings); true obliges a later
-    /// [`end_sleep`](Self::end_sleep).
-    pub(crate) fn begin_sleep(&self) -> bool {
-        self.state.lock().ep.begin_sleep()
+    /// A blocking wait, woken through the eventfd `wake_fd`, is about to
+    /// sleep on this endpoint's sockets: which they are, unless input waits
+    /// already (same-host rings) or the endpoint is closed. [`Sleep::On`]
+    /// obliges a later [`end_sleep`](Self::end_sleep).
+    pub(crate) fn begin_sleep(&self, wake_fd: RawFd) -> Sleep {
+        let st = self.state.lock();
+        let Some(e) = st.ep.as_ref() else {
+            return Sleep::Closed;
+        };
+        if !e.begin_sleep() {
+            return Sleep::InputWaiting;
+        }
+        self.sleepers.lock().push(wake_fd);
+        Sleep::On(e.wait_fds())
     }
 
-    pub(crate) fn end_sleep(&self) {
-        self.state.lock().ep.end_sleep()
+    pub(crate) fn end_sleep(&self, wake_fd: RawFd) {
+        if let Some(e) = &self.state.lock().ep {
+            e.end_sleep();
+        }
+        let mut sleepers = self.sleepers.lock();
+        if let Some(i) = sleepers.iter().position(|&fd| fd == wake_fd) {
+            sleepers.swap_remove(i);
+        }
+        if sleepers.is_empty() {
+            self.sleepers_left.notify_all();
+        }
+    }
+
+    /// Wake the blocking waits asleep on this endpoint's sockets and wait
+    /// until they are all awake (fi_close, after taking the endpoint away,
+    /// so no new one starts).
+    fn wake_sleepers(&self) {
+        let mut sleepers = self.sleepers.lock();
+        for &fd in sleepers.iter() {
+            crate::wait::wake_event_fd(fd);
+        }
+        while !sleepers.is_empty() {
+            self.sleepers_left.wait(&mut sleepers);
+        }
     }
 
     /// Input waits that the descriptors do not show (fi_trywait).
     pub(crate) fn input_waiting(&self) -> bool {
-        self.state.lock().ep.input_waiting()
+        self.state
+            .lock()
+            .ep
+            .as_ref()
+            .is_some_and(|e| e.input_waiting())
     }
 
     /// The application sleeps on these descriptors itself (FI_GETWAIT).
     pub(crate) fn wake_on_every_arrival(&self) {
-        self.state.lock().ep.wake_on_every_arrival()
+        if let Some(e) = &self.state.lock().ep {
+            e.wake_on_every_arrival();
+        }
     }
 
     fn peer(st: &EpState, fi_addr: fi_addr_t) -> FiResult<SocketAddr> {
@@ -530,9 +591,9 @@ impl EpInner {
         };
         let copy = injecting || level == CompletionLevel::Inject || len <= inject_size;
         let payload = if copy {
-            Payload::Owned(tx.buf.copy_into(st.ep.payload_buffer()))
+            Payload::Owned(tx.buf.copy_into(st.endpoint()?.payload_buffer()))
         } else {
-            Payload::Borrowed(st.ep.boxed_buffer(tx.buf))
+            Payload::Borrowed(st.endpoint()?.boxed_buffer(tx.buf))
         };
         let signal = !tx.inject
             && st.tx_cq.is_some()
@@ -554,9 +615,9 @@ impl EpInner {
             signal: signal || counted,
         };
         if tx.flags.is_some_and(|f| f & FI_MORE as u64 != 0) {
-            st.ep.expect_more_sends();
+            st.endpoint()?.expect_more_sends();
         }
-        let r = st.ep.send(op).map_err(|e| fi_errno(&e));
+        let r = st.endpoint()?.send(op).map_err(|e| fi_errno(&e));
         if r.is_err() && counted {
             st.pending.remove(&context);
         }
@@ -605,7 +666,7 @@ impl EpInner {
             }
             Box::new(m)
         } else {
-            st.ep.boxed_buffer(rx.buf)
+            st.endpoint()?.boxed_buffer(rx.buf)
         };
         let op = RecvOp {
             src,
@@ -617,7 +678,7 @@ impl EpInner {
             signal: signal || counted,
             probe,
         };
-        let r = st.ep.recv(op).map_err(|e| fi_errno(&e));
+        let r = st.endpoint()?.recv(op).map_err(|e| fi_errno(&e));
         if r.is_err() && counted {
             st.pending.remove(&context);
         }
@@ -686,9 +747,10 @@ fn from_fid<'a>(p: *const fid) -> Option<&'a Ep> {
 }
 
 impl EpInner {
-    /// Run `f` on the provider endpoint (for the statistics extension).
-    pub(crate) fn with_endpoint<R>(&self, f: impl FnOnce(&uet::Endpoint) -> R) -> R {
-        f(&self.state.lock().ep)
+    /// Run `f` on the provider endpoint (for the statistics extension);
+    /// `None` once closed.
+    pub(crate) fn with_endpoint<R>(&self, f: impl FnOnce(&uet::Endpoint) -> R) -> Option<R> {
+        self.state.lock().ep.as_ref().map(f)
     }
 
     /// The address an fi_addr_t names in the bound AV.
@@ -778,9 +840,8 @@ fn create(
     let caps = if info.caps == 0 { CAPS } else { info.caps };
     let inner = EpInner {
         state: Mutex::new(EpState {
-            ep: endpoint,
+            ep: Some(endpoint),
             enabled: false,
-            closed: false,
             av: None,
             tx_cq: None,
             rx_cq: None,
@@ -805,6 +866,8 @@ fn create(
         app_progress: AtomicU64::new(0),
         watched_progress: AtomicU64::new(0),
         ep_context: context as u64,
+        sleepers: Mutex::default(),
+        sleepers_left: Condvar::new(),
     };
     let obj = Box::new(Ep {
         fid: fid_ep {
@@ -842,11 +905,22 @@ extern "C" fn ep_close(f: *mut fid) -> c_int {
         // only weak references, so the socket closes here.
         match unsafe { object::take::<Ep>(f, &FI_OPS) } {
             Some(b) => {
-                // Release the bound objects now, even if a progress thread
-                // still holds the endpoint for a moment: their close must
-                // not see it as a user. Pending operations are dropped with
-                // the engine, without completions (fi_endpoint(3)).
-                b.inner.state.lock().unbind();
+                // Release the bound objects and the provider endpoint now,
+                // even if a progress thread or a wait still holds this
+                // state: their close must not see it as a user, and once
+                // fi_close returns nothing may touch the application's
+                // buffers or hold the address. Pending operations are
+                // dropped with the engine, without completions
+                // (fi_endpoint(3)).
+                let provider_ep = {
+                    let mut st = b.inner.state.lock();
+                    st.unbind();
+                    st.ep.take()
+                };
+                b.inner.wake_sleepers();
+                // Its drop flushes and lingers a moment answering peers:
+                // not under the lock, which a progress thread may want.
+                drop(provider_ep);
                 drop(b);
                 0
             }
@@ -992,7 +1066,10 @@ extern "C" fn ep_cancel(f: fid_t, context: *mut c_void) -> isize {
                 .filter(|(_, p)| p.context == context as u64)
                 .map(|(t, _)| *t)
                 .collect();
-            if tokens.into_iter().any(|t| st.ep.cancel(t)) || st.ep.cancel(context as u64) {
+            let Some(e) = st.ep.as_mut() else {
+                return -(FI_ENOENT as isize);
+            };
+            if tokens.into_iter().any(|t| e.cancel(t)) || e.cancel(context as u64) {
                 0
             } else {
                 -(FI_ENOENT as isize)
@@ -1068,7 +1145,10 @@ extern "C" fn ep_getname(f: fid_t, out: *mut c_void, addrlen: *mut usize) -> c_i
         if addrlen.is_null() {
             return -(FI_EINVAL as c_int);
         }
-        let bytes = addr::to_bytes(&ep.inner.state.lock().ep.local_addr());
+        let Some(local) = ep.inner.state.lock().ep.as_ref().map(|e| e.local_addr()) else {
+            return -(FI_EOPBADSTATE as c_int);
+        };
+        let bytes = addr::to_bytes(&local);
         // SAFETY: addrlen is valid (checked); out is NULL or holds *addrlen bytes.
         unsafe {
             let room = *addrlen;
@@ -1098,12 +1178,15 @@ extern "C" fn ep_setname(f: fid_t, a: *mut c_void, addrlen: usize) -> c_int {
         if st.enabled {
             return -(FI_EOPBADSTATE as c_int);
         }
+        let Some(ordered) = st.ep.as_ref().map(|e| e.ordered()) else {
+            return -(FI_EOPBADSTATE as c_int);
+        };
         let mut config = ep.inner.domain.config.clone();
-        config.ordered = st.ep.ordered();
+        config.ordered = ordered;
         match uet::Endpoint::bind(&config, new) {
             Ok(mut e) => {
                 e.set_memory_regions(ep.inner.domain.regions.clone());
-                st.ep = e;
+                st.ep = Some(e);
                 0
             }
             Err(e) => -(fi_errno(&e) as c_int),

@@ -48,7 +48,9 @@ extern "C" fn ep_stats(ep: *mut fid_ep, out: *mut fi_uet_ep_stats) -> c_int {
             if out.is_null() {
                 return Err(FI_EINVAL);
             }
-            let s = inner.with_endpoint(|e| e.engine_stats());
+            let s = inner
+                .with_endpoint(|e| e.engine_stats())
+                .ok_or(FI_EOPBADSTATE)?;
             let v = fi_uet_ep_stats {
                 packets_sent: s.packets_sent,
                 packets_received: s.packets_received,
@@ -86,6 +88,7 @@ extern "C" fn peer_stats(ep: *mut fid_ep, peer: fi_addr_t, out: *mut fi_uet_peer
             let addr = inner.peer_addr(peer)?;
             let ps = inner
                 .with_endpoint(|e| e.peer_stats(addr))
+                .ok_or(FI_EOPBADSTATE)?
                 .ok_or(FI_ENODATA)?;
             let c = ps.cc;
             let v = fi_uet_peer_stats {
@@ -137,6 +140,7 @@ extern "C" fn entropy_stats(
             let addr = inner.peer_addr(peer)?;
             let paths = inner
                 .with_endpoint(|e| e.peer_stats(addr))
+                .ok_or(FI_EOPBADSTATE)?
                 .ok_or(FI_ENODATA)?
                 .entropies;
             // SAFETY: count is non-null and points to the caller's size_t.

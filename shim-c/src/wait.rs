@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 
 use crate::bindings::*;
-use crate::endpoint::EpInner;
+use crate::endpoint::{EpInner, Sleep};
 use crate::errors::FiResult;
 
 /// Longest single sleep: bounds the delay of events nothing wakes us for
@@ -62,9 +62,7 @@ impl Waker {
         if self.sleepers.load(Ordering::Acquire) == 0 && !self.exported.load(Ordering::Acquire) {
             return;
         }
-        let one: u64 = 1;
-        // SAFETY: event_fd is our open eventfd; we write 8 bytes from a u64.
-        unsafe { libc::write(self.event_fd, (&one as *const u64).cast(), 8) };
+        wake_event_fd(self.event_fd);
     }
 
     /// Consume pending wake-ups.
@@ -117,6 +115,14 @@ impl Drop for Waker {
             }
         }
     }
+}
+
+/// Make the eventfd `fd` of a [`Waker`] readable. The caller knows it open:
+/// its waker is asleep in [`sleep`], or is its own.
+pub(crate) fn wake_event_fd(fd: RawFd) {
+    let one: u64 = 1;
+    // SAFETY: fd is an open eventfd (see above); we write 8 bytes from a u64.
+    unsafe { libc::write(fd, (&one as *const u64).cast(), 8) };
 }
 
 fn add_to_epoll(epoll: RawFd, fd: RawFd) -> FiResult<()> {
@@ -176,17 +182,13 @@ pub(crate) fn sleep(eps: &[Arc<EpInner>], waker: &Waker, deadline: Option<Instan
         events: libc::POLLIN,
         revents: 0,
     }];
-    // Endpoints whose same-host senders ring the doorbell while we sleep.
+    // Endpoints whose sockets we sleep on (and whose same-host senders
+    // ring the doorbell meanwhile).
     let mut sleeping: Vec<&Arc<EpInner>> = Vec::with_capacity(eps.len());
     for ep in eps {
         if let Some(b) = ep.idle_budget() {
             budget = budget.min(b);
         }
-        fds.extend(ep.wait_fds().into_iter().map(|fd| libc::pollfd {
-            fd,
-            events: libc::POLLIN,
-            revents: 0,
-        }));
     }
     // Round up so a timer due in 0.3 ms does not turn into a busy loop.
     let ms = budget.as_micros().div_ceil(1000).min(c_int::MAX as u128) as c_int;
@@ -194,21 +196,30 @@ pub(crate) fn sleep(eps: &[Arc<EpInner>], waker: &Waker, deadline: Option<Instan
         return;
     }
     for ep in eps {
-        if !ep.begin_sleep() {
-            // Input waits already: progress instead.
-            for ep in &sleeping {
-                ep.end_sleep();
+        match ep.begin_sleep(waker.event_fd) {
+            Sleep::On(ep_fds) => {
+                fds.extend(ep_fds.into_iter().map(|fd| libc::pollfd {
+                    fd,
+                    events: libc::POLLIN,
+                    revents: 0,
+                }));
+                sleeping.push(ep);
             }
-            return;
+            Sleep::InputWaiting => {
+                for ep in &sleeping {
+                    ep.end_sleep(waker.event_fd);
+                }
+                return;
+            }
+            Sleep::Closed => {}
         }
-        sleeping.push(ep);
     }
     waker.sleepers.fetch_add(1, Ordering::AcqRel);
     // SAFETY: fds is a live array of fds.len() pollfd structs.
     unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
     waker.sleepers.fetch_sub(1, Ordering::AcqRel);
     for ep in sleeping {
-        ep.end_sleep();
+        ep.end_sleep(waker.event_fd);
     }
     if fds[0].revents != 0 {
         waker.drain();
