@@ -521,6 +521,74 @@ static void t_cq_getwait(void)
 	CHECK_RC(fi_trywait(E.fabric, fids, 1));
 }
 
+static struct fi_cq_err_entry wait_entry(int i, void *ctx, int want_err);
+
+/* Poll the FI_GETWAIT fd `fd` of B's CQ (E.cq[1]) until it is readable,
+ * progressing only A (E.cq[0]): nothing else reads B's socket. */
+static void wait_fd_readable(int fd, const char *what)
+{
+	double end = now_s() + WAIT_MS / 1000.0;
+
+	for (;;) {
+		struct pollfd p = { .fd = fd, .events = POLLIN };
+		int rc;
+
+		CHECK(now_s() < end, "%s: the wait fd never became readable", what);
+		(void)fi_cq_read(E.cq[0], NULL, 0);
+		rc = poll(&p, 1, 1);
+		CHECK(rc >= 0, "poll: %s", strerror(errno));
+		if (rc > 0)
+			return;
+	}
+}
+
+/* The FI_GETWAIT fd watches the endpoints bound now, not those bound when
+ * it was handed out: one bound afterwards, and one whose sockets took the
+ * descriptor numbers of a closed one. */
+static void t_cq_getwait_rebound(void)
+{
+	char out[32] = "wake me", in[32];
+	struct fid *fids[1];
+	int fd = -1, round, rctx, sctx;
+
+	/* No idle progress: only the application reads B's socket. */
+	setenv("FI_UET_IDLE_PROGRESS_US", "0", 1);
+	open_domain();
+	unsetenv("FI_UET_IDLE_PROGRESS_US");
+	E.cq[0] = open_cq(FI_WAIT_NONE);
+	E.cq[1] = open_cq(FI_WAIT_FD);
+	CHECK_RC(fi_control(&E.cq[1]->fid, FI_GETWAIT, &fd));
+	fids[0] = &E.cq[1]->fid;
+	open_ep(0);
+	CHECK_RC(fi_ep_bind(E.ep[0], &E.cq[0]->fid, FI_TRANSMIT | FI_RECV));
+	for (round = 0; round < 2; round++) {
+		char name[64];
+		size_t len = sizeof name;
+		fi_addr_t b;
+
+		if (round) {
+			CHECK_RC(fi_close(&E.ep[1]->fid));
+			E.ep[1] = NULL;
+		}
+		open_ep(1);
+		CHECK_RC(fi_ep_bind(E.ep[1], &E.cq[1]->fid, FI_TRANSMIT | FI_RECV));
+		CHECK_RC(fi_enable(E.ep[1]));
+		if (!round)
+			CHECK_RC(fi_enable(E.ep[0]));
+		CHECK_RC(fi_getname(&E.ep[1]->fid, name, &len));
+		CHECK(fi_av_insert(E.av, name, 1, &b, 0, NULL) == 1, "av_insert");
+		memset(in, 0, sizeof in);
+		CHECK_RC(fi_recv(E.ep[1], in, sizeof in, NULL, FI_ADDR_UNSPEC, &rctx));
+		CHECK_RC(fi_trywait(E.fabric, fids, 1));
+		CHECK_RC(fi_send(E.ep[0], out, sizeof out, NULL, b, &sctx));
+		wait_fd_readable(fd, round ? "endpoint opened after a close"
+				     : "endpoint bound after FI_GETWAIT");
+		(void)sread_one(E.cq[1], &rctx);
+		CHECK(strcmp(in, out) == 0, "round %d data", round);
+		(void)wait_entry(0, &sctx, 0);
+	}
+}
+
 /* EQ with FI_WAIT_FD: sread sleeps until another thread's fi_eq_write. */
 struct eq_writer { struct fid_eq *eq; };
 
@@ -1859,6 +1927,7 @@ static const struct test { const char *name; void (*fn)(void); } tests[] = {
 	{ "cntr_wait_thread", t_cntr_wait_thread },
 	{ "cq_sread", t_cq_sread },
 	{ "cq_getwait", t_cq_getwait },
+	{ "cq_getwait_rebound", t_cq_getwait_rebound },
 	{ "eq_wait", t_eq_wait },
 	{ "threads", t_threads },
 	{ "auto_progress", t_auto_progress },

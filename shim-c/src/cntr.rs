@@ -55,6 +55,8 @@ impl CntrInner {
 
     pub(crate) fn attach(&self, ep: &Arc<EpInner>) {
         wait::attach(&self.eps, ep);
+        // On failure fi_trywait tries again (and reports it).
+        let _ = self.waker.sync(&wait::live(&self.eps));
     }
 
     fn progress(&self) -> Vec<Arc<EpInner>> {
@@ -97,6 +99,7 @@ impl CntrInner {
 
     /// 0 when nothing is pending a wait could miss (fi_trywait).
     pub(crate) fn trywait(&self) -> FiResult<()> {
+        self.waker.sync(&wait::live(&self.eps))?;
         // Drain first: a wake-up after this point stays pending on the fd.
         self.waker.drain();
         self.progress();

@@ -69,10 +69,13 @@ impl CqInner {
     /// Remember an endpoint to progress when this CQ is read.
     pub(crate) fn attach(&self, ep: &Arc<EpInner>) {
         wait::attach(&self.eps, ep);
+        // On failure fi_trywait tries again (and reports it).
+        let _ = self.waker.sync(&wait::live(&self.eps));
     }
 
     /// fi_trywait: -FI_EAGAIN when entries are waiting (progressing first).
     pub(crate) fn trywait(&self) -> FiResult<()> {
+        self.waker.sync(&wait::live(&self.eps))?;
         // Drain first: a wake-up after this point stays pending on the fd.
         self.waker.drain();
         self.progress();

@@ -46,6 +46,8 @@ pub(crate) struct EpState {
     _eq: Option<Arc<EqInner>>,
     tx_op_flags: u64,
     rx_op_flags: u64,
+    /// Names the provider endpoint's sockets (see [`EpInner::wait_set`]).
+    socket_set: u64,
     /// Counters bumped by local sends and receives (FI_SEND / FI_RECV).
     tx_cntr: Option<Arc<CntrInner>>,
     rx_cntr: Option<Arc<CntrInner>>,
@@ -69,6 +71,13 @@ pub(crate) struct EpState {
     /// token: the engine finds the claimed message by the context the
     /// FI_PEEK|FI_CLAIM gave, which the claim repeats.
     claims: HashMap<u64, usize>,
+}
+
+/// The next [`EpState::socket_set`].
+static NEXT_SOCKET_SET: AtomicU64 = AtomicU64::new(0);
+
+fn new_socket_set() -> u64 {
+    NEXT_SOCKET_SET.fetch_add(1, Ordering::Relaxed)
 }
 
 /// Default FI_OPT_MIN_MULTI_RECV.
@@ -487,13 +496,12 @@ impl EpInner {
         res
     }
 
-    /// Sockets a blocking wait sleeps on (none once closed).
-    pub(crate) fn wait_fds(&self) -> Vec<RawFd> {
-        self.state
-            .lock()
-            .ep
-            .as_ref()
-            .map_or_else(Vec::new, |e| e.wait_fds())
+    /// The sockets an FI_GETWAIT descriptor watches, with the socket set
+    /// they belong to (it changes when fi_setname binds new ones); `None`
+    /// once closed.
+    pub(crate) fn wait_set(&self) -> Option<(u64, Vec<RawFd>)> {
+        let st = self.state.lock();
+        st.ep.as_ref().map(|e| (st.socket_set, e.wait_fds()))
     }
 
     /// How long a blocking wait may sleep before this endpoint needs progress.
@@ -841,6 +849,7 @@ fn create(
     let inner = EpInner {
         state: Mutex::new(EpState {
             ep: Some(endpoint),
+            socket_set: new_socket_set(),
             enabled: false,
             av: None,
             tx_cq: None,
@@ -1187,6 +1196,7 @@ extern "C" fn ep_setname(f: fid_t, a: *mut c_void, addrlen: usize) -> c_int {
             Ok(mut e) => {
                 e.set_memory_regions(ep.inner.domain.regions.clone());
                 st.ep = Some(e);
+                st.socket_set = new_socket_set();
                 0
             }
             Err(e) => -(fi_errno(&e) as c_int),

@@ -9,7 +9,8 @@
 //!
 //! FI_GETWAIT hands out an epoll descriptor holding the same sockets and the
 //! eventfd: it becomes readable when there is input to progress or the
-//! object was signalled. fi_trywait progresses and answers -FI_EAGAIN when
+//! object was signalled. Binding an endpoint and fi_trywait bring its set
+//! up to the endpoints bound at that moment. fi_trywait progresses and answers -FI_EAGAIN when
 //! entries are already there, so an application never sleeps on them.
 
 use std::os::fd::RawFd;
@@ -37,8 +38,10 @@ pub(crate) struct Waker {
     /// Set once FI_GETWAIT handed the descriptor out: wake on every event.
     exported: AtomicBool,
     epoll_fd: Mutex<Option<RawFd>>,
-    /// Sockets already in the epoll set.
-    registered: Mutex<Vec<RawFd>>,
+    /// Sockets in the epoll set, each with the socket set it belongs to
+    /// ([`EpInner::wait_set`]): a closed endpoint's descriptor numbers come
+    /// back for other sockets, which the number alone would hide.
+    registered: Mutex<Vec<(u64, RawFd)>>,
 }
 
 impl Waker {
@@ -73,8 +76,8 @@ impl Waker {
         unsafe { libc::read(self.event_fd, (&mut v as *mut u64).cast(), 8) };
     }
 
-    /// The FI_GETWAIT descriptor: an epoll set over the eventfd and `eps`'
-    /// sockets (kept up to date on every call).
+    /// The FI_GETWAIT descriptor: an epoll set over the eventfd and `eps'`
+    /// sockets (kept up to date by [`sync`](Self::sync)).
     pub(crate) fn epoll_fd(&self, eps: &[Arc<EpInner>]) -> FiResult<RawFd> {
         let mut slot = self.epoll_fd.lock();
         let ep_fd = match *slot {
@@ -91,17 +94,52 @@ impl Waker {
             }
         };
         self.exported.store(true, Ordering::Release);
+        self.update(ep_fd, eps)?;
+        Ok(ep_fd)
+    }
+
+    /// Once FI_GETWAIT handed the descriptor out, make its epoll set watch
+    /// the sockets of `eps` (the endpoints bound now) and no others: for
+    /// fi_trywait, which the application calls before it sleeps on the
+    /// descriptor, and for a binding.
+    pub(crate) fn sync(&self, eps: &[Arc<EpInner>]) -> FiResult<()> {
+        let slot = self.epoll_fd.lock();
+        match *slot {
+            Some(fd) => self.update(fd, eps),
+            None => Ok(()),
+        }
+    }
+
+    fn update(&self, epoll: RawFd, eps: &[Arc<EpInner>]) -> FiResult<()> {
+        let sets: Vec<_> = eps
+            .iter()
+            .filter_map(|ep| ep.wait_set().map(|(set, fds)| (ep, set, fds)))
+            .collect();
         let mut reg = self.registered.lock();
-        for ep in eps {
-            ep.wake_on_every_arrival();
-            for s in ep.wait_fds() {
-                if !reg.contains(&s) {
-                    add_to_epoll(ep_fd, s)?;
-                    reg.push(s);
+        // Gone ones first: a number of theirs may be among the new ones.
+        reg.retain(|&(set, fd)| {
+            let live = sets
+                .iter()
+                .any(|(_, s, fds)| *s == set && fds.contains(&fd));
+            if !live {
+                remove_from_epoll(epoll, fd);
+            }
+            live
+        });
+        for (ep, set, fds) in sets {
+            let mut added = false;
+            for fd in fds {
+                if !reg.contains(&(set, fd)) {
+                    add_to_epoll(epoll, fd)?;
+                    reg.push((set, fd));
+                    added = true;
                 }
             }
+            if added {
+                ep.wake_on_every_arrival();
+            }
         }
-        Ok(ep_fd)
+        Ok(())
     }
 }
 
@@ -136,6 +174,13 @@ fn add_to_epoll(epoll: RawFd, fd: RawFd) -> FiResult<()> {
         return Err(FI_EINVAL);
     }
     Ok(())
+}
+
+/// Take `fd` out of an epoll set; a closed descriptor is out already.
+fn remove_from_epoll(epoll: RawFd, fd: RawFd) {
+    // SAFETY: epoll is open; the event argument may be NULL for DEL; an
+    // error (the descriptor closed or renumbered) leaves nothing to undo.
+    unsafe { libc::epoll_ctl(epoll, libc::EPOLL_CTL_DEL, fd, std::ptr::null_mut()) };
 }
 
 /// Live endpoints among `eps` (dropping dead ones).
