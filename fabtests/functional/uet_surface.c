@@ -939,9 +939,47 @@ static struct fi_cq_err_entry wait_entry(int i, void *ctx, int want_err)
 		out.op_context = e.op_context;
 		out.flags = e.flags;
 		out.len = e.len;
+		out.buf = e.buf;
 		out.data = e.data;
 		return out;
 	}
+}
+
+/* FI_MULTI_RECV among the endpoint's receive op flags makes plain fi_recv
+ * buffers multi-receive buffers; tagged receives, which cannot be, are
+ * left alone by it. */
+static void t_multi_recv_op_flag(void)
+{
+	static char big[1000], out[2][100];
+	uint64_t tagged = 0, mark = 0x99;
+	int mctx, tctx, sctx[3], i;
+
+	want_caps = FI_MULTI_RECV;
+	open_domain();
+	E.info->rx_attr->op_flags |= FI_MULTI_RECV;
+	for (i = 0; i < 2; i++) {
+		open_ep(i);
+		E.cq[i] = open_cq(FI_WAIT_UNSPEC);
+		CHECK_RC(fi_ep_bind(E.ep[i], &E.cq[i]->fid, FI_TRANSMIT | FI_RECV));
+	}
+	enable_both();
+	CHECK_RC(fi_trecv(E.ep[1], &tagged, sizeof tagged, NULL, FI_ADDR_UNSPEC, 9, 0, &tctx));
+	CHECK_RC(fi_recv(E.ep[1], big, sizeof big, NULL, FI_ADDR_UNSPEC, &mctx));
+	CHECK_RC(fi_tsend(E.ep[0], &mark, sizeof mark, NULL, E.addr[1], 9, &sctx[2]));
+	(void)wait_entry(1, &tctx, 0);
+	CHECK(tagged == mark, "tagged data");
+	for (i = 0; i < 2; i++) {
+		memset(out[i], 'k' + i, sizeof out[i]);
+		send_msg(0, 1, out[i], sizeof out[i], &sctx[i], 0);
+	}
+	for (i = 0; i < 2; i++) {
+		struct fi_cq_err_entry e = wait_entry(1, &mctx, 0);
+
+		CHECK(e.len == 100 && e.buf == big + 100 * i, "piece %d: len %zu at %p", i,
+		      e.len, e.buf);
+		CHECK(memcmp(big + 100 * i, out[i], 100) == 0, "piece %d data", i);
+	}
+	CHECK_RC((int)fi_cancel(&E.ep[1]->fid, &mctx));
 }
 
 /* Read B's next entry (success or error) while progressing A; 0 when B has
@@ -1933,6 +1971,7 @@ static const struct test { const char *name; void (*fn)(void); } tests[] = {
 	{ "auto_progress", t_auto_progress },
 	{ "multi_recv", t_multi_recv },
 	{ "multi_recv_cancel_landing", t_multi_recv_cancel_landing },
+	{ "multi_recv_op_flag", t_multi_recv_op_flag },
 	{ "source_err", t_source_err },
 	{ "unsignalled_errors", t_unsignalled_errors },
 	{ "rma_offset_keys", t_rma_offset_keys },

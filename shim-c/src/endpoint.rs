@@ -637,7 +637,12 @@ impl EpInner {
         if !st.enabled {
             return Err(FI_EOPBADSTATE);
         }
-        let flags = rx.flags.unwrap_or(st.rx_op_flags);
+        let mut flags = rx.flags.unwrap_or(st.rx_op_flags);
+        if rx.tagged && rx.flags.is_none() {
+            // The endpoint's default FI_MULTI_RECV is for untagged
+            // receives: only an explicit one makes a tagged receive wrong.
+            flags &= !(FI_MULTI_RECV as u64);
+        }
         let multi = flags & FI_MULTI_RECV as u64 != 0;
         if multi && (rx.tagged || self.caps & FI_MULTI_RECV as u64 == 0) {
             return Err(FI_EINVAL);
