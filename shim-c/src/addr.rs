@@ -125,6 +125,27 @@ pub(crate) unsafe fn from_raw(p: *const c_void, len: usize) -> Option<SocketAddr
     from_bytes(b).map(|(a, _)| a)
 }
 
+/// Decode an address given without a length (fi_av_straddr): as long as
+/// its family says, never past it.
+///
+/// # Safety
+/// `p` must be NULL or point to a readable address family field and, when
+/// that says AF_INET or AF_INET6, to a whole `sockaddr_in` / `sockaddr_in6`.
+pub(crate) unsafe fn from_raw_sized_by_family(p: *const c_void) -> Option<SocketAddr> {
+    if p.is_null() {
+        return None;
+    }
+    // SAFETY: the family field is readable (caller); it may be unaligned.
+    let family = unsafe { p.cast::<libc::sa_family_t>().read_unaligned() };
+    let len = match i32::from(family) {
+        libc::AF_INET => size_of::<libc::sockaddr_in>(),
+        libc::AF_INET6 => size_of::<libc::sockaddr_in6>(),
+        _ => return None,
+    };
+    // SAFETY: the caller guarantees a whole address of this family.
+    unsafe { from_raw(p, len) }
+}
+
 /// Copy a C string argument; `None` for NULL.
 ///
 /// # Safety

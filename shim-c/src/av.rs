@@ -372,9 +372,10 @@ extern "C" fn av_straddr(
         if len.is_null() || a.is_null() {
             return ptr::null();
         }
-        // SAFETY: `a` is an address in this provider's format, at most
-        // sockaddr_in6 long (read bounded by MAX_ADDRLEN and its family).
-        let text = match unsafe { addr::from_raw(a, std::mem::size_of::<libc::sockaddr_in6>()) } {
+        // SAFETY: `a` is an address in this provider's format (a
+        // sockaddr_in or sockaddr_in6, fi_av(3)), read as far as its
+        // family says: a sockaddr_in is shorter than a sockaddr_in6.
+        let text = match unsafe { addr::from_raw_sized_by_family(a) } {
             Some(s) => addr::straddr(&s),
             None => "fi_addr_format_unknown".to_string(),
         };
@@ -421,6 +422,33 @@ mod tests {
             t.lookup_addr(&"127.0.0.1:3".parse().unwrap()),
             FI_ADDR_NOTAVAIL
         );
+    }
+
+    #[test]
+    fn straddr_reads_only_the_address_its_family_names() {
+        // Each address in an allocation of exactly its own size.
+        let v4 = Box::new(libc::sockaddr_in {
+            sin_family: libc::AF_INET as libc::sa_family_t,
+            sin_port: 4793u16.to_be(),
+            sin_addr: libc::in_addr {
+                s_addr: u32::from_ne_bytes([10, 1, 2, 3]),
+            },
+            sin_zero: [0; 8],
+        });
+        let unknown = Box::new(0xffffu16);
+        let mut buf = [0 as c_char; 64];
+        let text = |a: *const c_void, buf: &mut [c_char; 64]| {
+            let mut len = buf.len();
+            av_straddr(ptr::null_mut(), a, buf.as_mut_ptr(), &mut len);
+            // SAFETY: av_straddr NUL-terminated buf.
+            unsafe { std::ffi::CStr::from_ptr(buf.as_ptr()) }
+                .to_string_lossy()
+                .into_owned()
+        };
+        let v4_text = text(&*v4 as *const libc::sockaddr_in as *const c_void, &mut buf);
+        assert!(v4_text.contains("10.1.2.3:4793"), "{v4_text}");
+        let unknown_text = text(&*unknown as *const u16 as *const c_void, &mut buf);
+        assert_eq!(unknown_text, "fi_addr_format_unknown");
     }
 
     #[test]
