@@ -366,6 +366,53 @@ fn unsignalled_sends_report_failure_only() {
     );
 }
 
+/// A multi-receive buffer that gives each message a piece of its own.
+struct Pieces {
+    room: usize,
+}
+
+impl uet::MsgBuffer for Pieces {
+    fn len(&self) -> usize {
+        self.room
+    }
+    fn read_at(&self, _: usize, _: &mut [u8]) {}
+    fn write_at(&mut self, _: usize, _: &[u8]) {}
+    fn split_front(&mut self, len: usize) -> Option<Box<dyn uet::MsgBuffer>> {
+        if len >= self.room {
+            return None;
+        }
+        self.room -= len;
+        Some(Box::new(vec![0u8; len]))
+    }
+}
+
+/// A multi-receive buffer posted while the posted queue is full takes the
+/// messages waiting for it and is accepted: refused after taking them, its
+/// owner would never expect their completions.
+#[test]
+fn multi_receive_buffer_that_took_messages_is_accepted_on_a_full_queue() {
+    let (mut a, mut b) = pair();
+    let dest = b.local_addr();
+    for i in 0..2 {
+        a.send(send(dest, pattern(i, 100), None, i)).unwrap();
+    }
+    // Both sends complete once the receiver holds them (unexpected).
+    drive(&mut a, &mut b, 2);
+    for i in 0..Config::QUEUE_DEPTH {
+        b.recv(common::recv(8, Some(1), 1000 + i as u64)).unwrap();
+    }
+    let multi = RecvOp {
+        buffer: Box::new(Pieces { room: 1000 }),
+        ..common::recv(0, None, 77)
+    };
+    assert!(b.recv(multi).is_ok(), "refused after taking messages");
+    let got: Vec<_> = drive(&mut a, &mut b, 2)
+        .iter()
+        .map(|c| (c.context, c.len, c.error))
+        .collect();
+    assert_eq!(got, vec![(77, 100, None), (77, 100, None)]);
+}
+
 /// A receiver that dies in the middle of a transfer: the survivor's sends
 /// fail with FI_EIO-class errors once the retries run out (the bound is in
 /// provider/README.md), and a new endpoint at the same address is then

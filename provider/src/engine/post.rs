@@ -97,6 +97,7 @@ impl Engine {
             return self.probe(op);
         }
         let mut op = op;
+        let mut took_messages = false;
         while !self.unexpected.is_empty() {
             let found = self.unexpected.iter().position(|u| u.matches(&op));
             let Some(u) = found.and_then(|i| self.unexpected.remove(i)) else {
@@ -109,14 +110,20 @@ impl Engine {
                 .get(&u.msg_id)
                 .map(|m| m.header.len);
             match len.and_then(|l| op.carve(l)) {
-                Some(piece) => self.bind_receive(u.peer, u.msg_id, piece),
+                Some(piece) => {
+                    self.bind_receive(u.peer, u.msg_id, piece);
+                    took_messages = true;
+                }
                 None => {
                     self.bind_receive(u.peer, u.msg_id, op);
                     return Ok(());
                 }
             }
         }
-        if self.posted.len() >= Config::QUEUE_DEPTH {
+        // A buffer that took messages already is in, full queue or not:
+        // refusing it now would leave them in a buffer its owner thinks
+        // was never posted.
+        if !took_messages && self.posted.len() >= Config::QUEUE_DEPTH {
             return Err(Error::Again);
         }
         self.posted.push(op);
