@@ -28,7 +28,13 @@ fn main() {
         ..Default::default()
     })
     .expect("fabric");
-    let addrs = RelaySettings::loopback_hosts(hosts, 100);
+    let addrs = match RelaySettings::loopback_hosts(hosts, 100) {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("relay_load: {e}");
+            return;
+        }
+    };
     let mut relay = Relay::bind(
         fabric,
         RelaySettings {

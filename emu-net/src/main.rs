@@ -20,7 +20,8 @@ use emu_net::{Fabric, FabricConfig};
 
 const USAGE: &str = "usage:
   uet-emu relay --config FILE [--listen 127.0.0.1:4790] [--first-host 2] [--duration S] [--report FILE]
-      Run the switch model as a UDP relay; host i is 127.0.0.(first-host + i).
+      Run the switch model as a UDP relay; host i is 127.0.0.(first-host + i),
+      carrying on into 127.0.1.0 and up past 127.0.0.255.
       FILE is a scenario (its [fabric] table) or a bare fabric description.
   uet-emu run SCENARIO --out DIR [--variant NAME] [--matrix PATH] [--provider-path DIR]
               [--plot SCRIPT] [--max-lag-us N] [--first-host N]
@@ -109,7 +110,10 @@ fn relay(args: &Args) -> ExitCode {
         .opt("--first-host")
         .and_then(|v| v.parse().ok())
         .unwrap_or(2);
-    let hosts = RelaySettings::loopback_hosts(fabric.hosts.len(), first);
+    let hosts = match RelaySettings::loopback_hosts(fabric.hosts.len(), first) {
+        Ok(h) => h,
+        Err(e) => return fail(e),
+    };
     let mut relay = match Relay::bind(
         fabric,
         RelaySettings {

@@ -1,8 +1,8 @@
 //! The rootless front-end: a UDP relay on loopback that runs the switch
 //! model in real time between provider endpoints.
 //!
-//! Each host process binds its own loopback address (`127.0.0.<N>`, the
-//! provider's `FI_UET_SRC_ADDR`) and sends every datagram to the relay
+//! Each host process binds its own loopback address (`127.0.0.<N>` and on
+//! into 127.0.0.0/8, the provider's `FI_UET_SRC_ADDR`) and sends every datagram to the relay
 //! wrapped in a [`RelayHeader`] naming its destination. The relay maps the
 //! datagram's source IP to a host of the topology and the header's address to
 //! the destination host, injects the UET bytes into the model at the kernel's
@@ -18,7 +18,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::IoSliceMut;
-use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
 use std::os::fd::{AsFd, AsRawFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -52,11 +52,20 @@ pub struct RelaySettings {
 }
 
 impl RelaySettings {
-    /// Host `i` at `127.0.0.<first + i>`.
-    pub fn loopback_hosts(n: usize, first: u8) -> Vec<IpAddr> {
-        (0..n)
-            .map(|i| IpAddr::from([127, 0, 0, first.saturating_add(i as u8)]))
-            .collect()
+    /// Host `i` at the loopback address `first + i` places after
+    /// `127.0.0.0`, carrying into the higher octets (`127.0.1.0` follows
+    /// `127.0.0.255`): Linux answers on the whole of 127.0.0.0/8, and a
+    /// fabric may have thousands of hosts, each needing its own address.
+    pub fn loopback_hosts(n: usize, first: u8) -> Result<Vec<IpAddr>, RelayError> {
+        let base = u32::from(Ipv4Addr::new(127, 0, 0, first));
+        // 127.255.255.255 is loopback's broadcast address.
+        let room = (u32::from(Ipv4Addr::new(127, 255, 255, 254)) - base) as usize + 1;
+        if n > room {
+            return Err(RelayError::TooManyHosts { hosts: n, first });
+        }
+        Ok((0..n)
+            .map(|i| IpAddr::V4(Ipv4Addr::from(base + i as u32)))
+            .collect())
     }
 }
 
@@ -146,6 +155,10 @@ pub enum RelayError {
     Sys(#[from] nix::Error),
     #[error("relay needs one address per host: {hosts} hosts, {addrs} addresses")]
     Hosts { hosts: usize, addrs: usize },
+    #[error("hosts {a} and {b} share the address {addr}")]
+    SharedAddress { a: usize, b: usize, addr: IpAddr },
+    #[error("{hosts} hosts do not fit in 127.0.0.0/8 from 127.0.0.{first}")]
+    TooManyHosts { hosts: usize, first: u8 },
 }
 
 /// Move the calling thread to SCHED_FIFO priority 20 with `chrt` (no
@@ -172,6 +185,18 @@ impl Relay {
                 addrs: settings.hosts.len(),
             });
         }
+        let mut hosts = HashMap::new();
+        for (i, a) in settings.hosts.iter().enumerate() {
+            // One address per host: the source address is all the relay
+            // has to tell hosts apart.
+            if let Some(j) = hosts.insert(*a, i) {
+                return Err(RelayError::SharedAddress {
+                    a: j,
+                    b: i,
+                    addr: *a,
+                });
+            }
+        }
         let s = socket2::Socket::new(
             socket2::Domain::for_address(settings.listen),
             socket2::Type::DGRAM,
@@ -195,12 +220,6 @@ impl Relay {
         if settings.listen.is_ipv4() {
             socket::setsockopt(&socket, sockopt::IpRecvTos, &true)?;
         }
-        let hosts = settings
-            .hosts
-            .iter()
-            .enumerate()
-            .map(|(i, a)| (*a, i))
-            .collect();
         Ok(Relay {
             socket,
             fabric,

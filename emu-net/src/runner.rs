@@ -30,7 +30,8 @@ pub struct RunOptions {
     pub matrix: PathBuf,
     /// FI_PROVIDER_PATH for the hosts (None: inherit).
     pub provider_path: Option<PathBuf>,
-    /// Host i binds 127.0.0.(first_host + i).
+    /// Host i binds 127.0.0.(first_host + i), carrying on into
+    /// 127.0.1.0 and up ([`RelaySettings::loopback_hosts`]).
     pub first_host: u8,
     /// Scheduling-lag limit of the relay's verdict.
     pub max_lag_us: u64,
@@ -141,7 +142,8 @@ pub struct VariantResult {
     pub mtu: usize,
     pub payload_efficiency: f64,
     pub go_realtime_ns: u64,
-    /// Host i is 127.0.0.(first_host + i).
+    /// Host i is 127.0.0.(first_host + i), carrying on into 127.0.1.0 and
+    /// up ([`RelaySettings::loopback_hosts`]).
     pub first_host: u8,
     pub summary: Summary,
     pub flows: Vec<FlowResult>,
@@ -373,7 +375,7 @@ fn run_variant(
         trimming,
     } = VariantSetup::new(scenario, v, RELAY_RTO_FLOOR_US)?;
     let n = fabric.hosts.len();
-    let hosts = RelaySettings::loopback_hosts(n, opts.first_host);
+    let hosts = RelaySettings::loopback_hosts(n, opts.first_host).map_err(|e| e.to_string())?;
     let mut relay = Relay::bind(
         fabric,
         RelaySettings {
@@ -1045,7 +1047,7 @@ mod tests {
             fabric,
             RelaySettings {
                 listen: "127.0.0.1:0".parse().unwrap(),
-                hosts: RelaySettings::loopback_hosts(2, 60),
+                hosts: RelaySettings::loopback_hosts(2, 60).unwrap(),
                 max_lag_ns: 1,
                 sockbuf: 1 << 16,
                 realtime: false,

@@ -43,8 +43,8 @@ pub struct SimOptions {
     pub out: PathBuf,
     /// Only this variant (all when None).
     pub variant: Option<String>,
-    /// Host i is named 127.0.0.(first_host + i), as in relay runs; nothing
-    /// binds these addresses.
+    /// Host i is named 127.0.0.(first_host + i) (and on into 127.0.1.0),
+    /// as in relay runs; nothing binds these addresses.
     pub first_host: u8,
     /// Print a progress line this often (wall clock); None: quiet.
     pub progress: Option<Duration>,
@@ -231,7 +231,7 @@ fn sim_variant(
         return Err(format!("a flow names host {} of {n}", f.src.max(f.dst)));
     }
     let config = engine_config(&env, mtu)?;
-    let ips = RelaySettings::loopback_hosts(n, opts.first_host);
+    let ips = RelaySettings::loopback_hosts(n, opts.first_host).map_err(|e| e.to_string())?;
     let host_of: HashMap<IpAddr, usize> = ips.iter().enumerate().map(|(i, a)| (*a, i)).collect();
     let dir = opts.out.join(&v.name);
     let work = dir.join("work");

@@ -34,7 +34,7 @@ fn fabric(hosts: usize, buffer: u64) -> Fabric {
 }
 
 fn start(hosts: usize, first: u8, buffer: u64) -> (Relay, Vec<IpAddr>) {
-    let addrs = RelaySettings::loopback_hosts(hosts, first);
+    let addrs = RelaySettings::loopback_hosts(hosts, first).unwrap();
     let relay = Relay::bind(
         fabric(hosts, buffer),
         RelaySettings {
@@ -225,4 +225,31 @@ fn unknown_hosts_and_garbage_are_counted_not_forwarded() {
     assert_eq!(report.relay.unknown_destination, 1);
     assert_eq!(report.relay.malformed, 1);
     assert_eq!(report.relay.delivered, 1);
+}
+
+#[test]
+fn hundreds_of_hosts_get_an_address_each() {
+    let addrs = RelaySettings::loopback_hosts(300, 2).unwrap();
+    let distinct: std::collections::HashSet<_> = addrs.iter().collect();
+    assert_eq!(distinct.len(), 300);
+    // The fourth octet carries into the third past 127.0.0.255.
+    assert_eq!(addrs[253], IpAddr::from([127, 0, 0, 255]));
+    assert_eq!(addrs[254], IpAddr::from([127, 0, 1, 0]));
+    assert_eq!(addrs[299], IpAddr::from([127, 0, 1, 45]));
+    // Past 127.255.255.254 (loopback's broadcast is next): an error.
+    assert!(RelaySettings::loopback_hosts(1 << 24, 2).is_err());
+    // Two hosts on one address cannot be told apart by the relay.
+    let mut shared = addrs[..2].to_vec();
+    shared[1] = shared[0];
+    let err = Relay::bind(
+        fabric(2, 100_000),
+        RelaySettings {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            hosts: shared,
+            max_lag_ns: 200_000,
+            sockbuf: 1 << 16,
+            realtime: false,
+        },
+    );
+    assert!(err.is_err());
 }

@@ -178,6 +178,40 @@ fn bad_provider_settings_fail_the_variant_with_the_reason() {
     assert!(failed[0].1.contains("FI_UET_WINDOW"), "{failed:?}");
 }
 
+/// A fabric of 300 hosts: hosts past the 254th address of 127.0.0.x get
+/// addresses of their own (127.0.1.x), so each flow reaches its host.
+#[test]
+fn hosts_past_the_last_octet_each_get_their_flows() {
+    let text = r#"
+name = "virtual-300"
+timeout_s = 0.05
+[fabric.topology]
+kind = "single"
+hosts = 300
+link_gbps = 10.0
+link_delay_ns = 1000
+[env]
+FI_UET_MTU = "4096"
+[[flows]]
+src = 0
+dst = 253
+bytes = 65536
+[[flows]]
+src = 1
+dst = 299
+bytes = 65536
+[[flows]]
+src = 299
+dst = 254
+bytes = 65536
+"#;
+    let (rs, failed) = sim(text, "h300");
+    assert!(failed.is_empty(), "{failed:?}");
+    let flows = &rs[0].flows;
+    assert_eq!(flows.len(), 3);
+    assert!(flows.iter().all(|f| f.recv_done_ns > f.start_ns));
+}
+
 /// Every shipped scenario, every variant, in virtual time: each completes,
 /// each byte arrives intact (the receivers check), and the table holds a
 /// line per variant.

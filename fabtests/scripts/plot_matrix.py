@@ -75,9 +75,11 @@ def cwnd(r, out):
                 per_peer[row["peer"]][0].append(t)
                 per_peer[row["peer"]][1].append(w)
         for peer, (t, w) in per_peer.items():
-            # Host i is 127.0.0.(first_host + i).
+            # Host i is 127.0.0.(first_host + i), carrying on into 127.0.1.0.
             try:
-                dst = "h%d" % (int(peer.split(":")[0].split(".")[-1]) - r.get("first_host", 2))
+                a, b, c, d = (int(x) for x in peer.split(":")[0].split("."))
+                index = (b << 16) + (c << 8) + d - r.get("first_host", 2)
+                dst = "h%d" % index
             except ValueError:
                 dst = peer
             lines.append(("h%s->%s" % (host, dst), t, w))
