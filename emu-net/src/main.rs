@@ -81,9 +81,8 @@ fn load_fabric(path: &str) -> Result<FabricConfig, String> {
         if text.contains("[fabric") {
             let mut fabric = s.fabric;
             // Size BDP and buffers for the packets the hosts will send.
-            if let Some(mtu) = s.env.get("FI_UET_MTU").and_then(|m| m.parse().ok()) {
-                fabric.switch.mtu = mtu;
-            }
+            fabric.switch.mtu =
+                runner::host_mtu(&s.env, fabric.switch.mtu).map_err(|e| format!("{path}: {e}"))?;
             return Ok(fabric);
         }
     }

@@ -317,6 +317,31 @@ pub(crate) fn each_variant(
     Ok((out, failed))
 }
 
+/// The hosts' packet size (UET bytes): `FI_UET_MTU` when it names one,
+/// else ("auto": unset or 0) the fabric's `switch.mtu`, the size a UET
+/// fabric carries. Checked against the provider's own limits, so a value
+/// the hosts would refuse fails here with the provider's reason.
+pub fn host_mtu(env: &BTreeMap<String, String>, switch_mtu: usize) -> Result<usize, String> {
+    match explicit_mtu(env)? {
+        0 => {
+            let mut c = uet::Config::default();
+            c.set_text("mtu", &switch_mtu.to_string())
+                .map_err(|e| format!("[fabric.switch] mtu = {switch_mtu} as the hosts' {e}"))?;
+            Ok(c.mtu)
+        }
+        mtu => Ok(mtu),
+    }
+}
+
+/// `FI_UET_MTU` as the provider reads it; 0 when unset or "auto" (0).
+fn explicit_mtu(env: &BTreeMap<String, String>) -> Result<usize, String> {
+    let mut c = uet::Config::default();
+    if let Some(m) = env.get("FI_UET_MTU") {
+        c.set_text("mtu", m).map_err(|e| e.to_string())?;
+    }
+    Ok(c.mtu)
+}
+
 /// What one variant runs on, for either front-end: the fabric with the
 /// variant's trimming and the hosts' packet size, and the hosts'
 /// environment (scenario, variant, then [`host_defaults`]).
@@ -340,13 +365,13 @@ impl VariantSetup {
         }
         let mut env = scenario.env.clone();
         env.extend(v.env.clone());
-        let mtu = match env.get("FI_UET_MTU") {
-            Some(m) => m
-                .trim()
-                .parse()
-                .map_err(|_| format!("FI_UET_MTU = {m:?} is not a packet size"))?,
-            None => fabric_cfg.switch.mtu,
-        };
+        let mtu = host_mtu(&env, fabric_cfg.switch.mtu)?;
+        // Hosts are told the size the fabric was built for: left to its own
+        // "auto" (unset or 0), the provider picks 65000 bytes on loopback,
+        // and every such packet would be trimmed in a 4 KiB fabric.
+        if explicit_mtu(&env)? == 0 {
+            env.insert("FI_UET_MTU".into(), mtu.to_string());
+        }
         fabric_cfg.switch.mtu = mtu;
         let trimming = fabric_cfg.switch.trimming;
         let fabric = Fabric::new(fabric_cfg).map_err(|e| e.to_string())?;
@@ -1067,6 +1092,41 @@ mod tests {
         assert_eq!(s.ideal_makespan_ns, 100.0);
         assert_eq!(s.trims, 3);
         assert!(!s.crossed_relay);
+    }
+
+    /// The variant's fabric and hosts' environment for a scenario with
+    /// `switch.mtu` = 9000 and `FI_UET_MTU` = `mtu` (None: unset).
+    fn mtu_setup(mtu: Option<&str>) -> Result<VariantSetup, String> {
+        let mut scenario = Scenario::default();
+        scenario.fabric.switch.mtu = 9000;
+        if let Some(m) = mtu {
+            scenario.env.insert("FI_UET_MTU".into(), m.into());
+        }
+        VariantSetup::new(&scenario, &Variant::default(), RELAY_RTO_FLOOR_US)
+    }
+
+    #[test]
+    fn hosts_send_the_packets_the_fabric_is_built_for() {
+        // Unset or "0" (auto): the fabric's size, told to the hosts, whose
+        // own auto would be 65000 bytes on loopback.
+        for auto in [None, Some("0")] {
+            let s = mtu_setup(auto).unwrap();
+            assert_eq!(
+                (s.mtu, s.fabric.config.switch.mtu),
+                (9000, 9000),
+                "{auto:?}"
+            );
+            assert_eq!(s.env["FI_UET_MTU"], "9000", "{auto:?}");
+        }
+        // A size of its own: the fabric follows it, the value stays.
+        let s = mtu_setup(Some("8192")).unwrap();
+        assert_eq!((s.mtu, s.fabric.config.switch.mtu), (8192, 8192));
+        assert_eq!(s.env["FI_UET_MTU"], "8192");
+        // One the provider refuses fails here, naming it.
+        for bad in ["100", "70000", "big"] {
+            let e = mtu_setup(Some(bad)).err().unwrap();
+            assert!(e.contains("FI_UET_MTU"), "{bad}: {e}");
+        }
     }
 
     #[test]
