@@ -11,8 +11,8 @@
 //! queue of bounded size with RED ECN marking at dequeue, a strict-priority
 //! control queue (ACK, NACK, control, trimmed headers), a line rate and a
 //! propagation delay. A data packet that finds its data queue full is trimmed
-//! to its UET headers and moved to the control queue, or dropped when
-//! trimming is off. Switches choose among equal-cost next hops by hashing the
+//! to its UET headers (one no longer than them is only marked trimmed) and
+//! moved to the control queue, or dropped when trimming is off. Switches choose among equal-cost next hops by hashing the
 //! 5-tuple with a per-switch salt, so the UDP source port (the sender's
 //! entropy) picks the spine.
 
@@ -855,11 +855,11 @@ impl Fabric {
             Class::Data if port.data_bytes + len <= port.buffer_bytes => false,
             Class::Data => {
                 // Full data queue: trim at a switch (when on and the bytes
-                // are UET), otherwise drop.
-                let can_trim = port.is_switch
-                    && trimming
-                    && Prologue::parse(&packet.data).is_ok()
-                    && packet.data.len() > TRIM_KEEP;
+                // are UET), otherwise drop. A packet with nothing past its
+                // headers (a zero-byte send, a read request) is marked
+                // trimmed uncut, so its receiver NACKs it at once as it
+                // would a cut one instead of waiting for a timeout.
+                let can_trim = port.is_switch && trimming && Prologue::parse(&packet.data).is_ok();
                 if !can_trim {
                     port.counters.drops_full += 1;
                     port.bucket.drops += 1;
@@ -1212,6 +1212,34 @@ mod tests {
         };
         assert!(f.ports[down].counters.max_queue_bytes <= 40_000);
         assert_eq!(f.ports[down].counters.trims, t.trims);
+    }
+
+    #[test]
+    fn header_only_packets_are_trimmed_not_dropped() {
+        // Zero-byte sends and read requests are all header: a full data
+        // queue marks them trimmed, uncut, and gives them control priority.
+        let mut f = single(
+            5,
+            SwitchConfig {
+                buffer_bytes: Some(2_000),
+                control_buffer_bytes: Some(100_000),
+                ..Default::default()
+            },
+        );
+        burst(&mut f, &[0, 1, 2, 3], 4, 50, TRIM_KEEP);
+        let out = drain(&mut f);
+        let t = f.totals().clone();
+        assert_eq!(t.drops, 0);
+        assert!(t.trims > 0);
+        assert_eq!(out.len(), 200, "every packet arrives");
+        let trimmed: Vec<_> = out
+            .iter()
+            .filter(|d| ip::trim_of(d.packet.tos) == Some(ip::Trim::LastHop))
+            .collect();
+        assert_eq!(trimmed.len() as u64, t.trims);
+        for d in &trimmed {
+            assert_eq!(d.packet.data, data_bytes(TRIM_KEEP, 0), "nothing cut");
+        }
     }
 
     #[test]
