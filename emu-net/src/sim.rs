@@ -105,6 +105,23 @@ pub fn engine_config(env: &BTreeMap<String, String>, mtu: usize) -> Result<Confi
             .set_text(&name.to_ascii_lowercase(), v)
             .map_err(|e| e.to_string())?;
     }
+    // Fault injection lives in the provider's socket layer, which virtual
+    // time does not run: refused rather than silently left out.
+    for (name, per_mille) in [
+        ("FI_UET_FAULT_DROP", config.fault_drop),
+        ("FI_UET_FAULT_DUP", config.fault_dup),
+        ("FI_UET_FAULT_REORDER", config.fault_reorder),
+        ("FI_UET_FAULT_TRIM", config.fault_trim),
+        ("FI_UET_FAULT_ECN", config.fault_ecn),
+    ] {
+        if per_mille != 0 {
+            return Err(format!(
+                "{name}: fault injection happens in the provider's socket layer, which \
+                 virtual time does not run (use uet-emu run, or a [[fabric.events]] \
+                 loss for losses in the fabric)"
+            ));
+        }
+    }
     if config.mtu == 0 {
         config.mtu = mtu;
     }

@@ -178,6 +178,26 @@ fn bad_provider_settings_fail_the_variant_with_the_reason() {
     assert!(failed[0].1.contains("FI_UET_WINDOW"), "{failed:?}");
 }
 
+#[test]
+fn socket_fault_injection_is_refused_not_ignored() {
+    for fault in ["DROP", "DUP", "REORDER", "TRIM", "ECN"] {
+        let name = format!("FI_UET_FAULT_{fault}");
+        let text = INCAST.replace(
+            "FI_UET_MTU = \"4096\"",
+            &format!("FI_UET_MTU = \"4096\"\n{name} = \"10\""),
+        );
+        let (rs, failed) = sim(&text, &format!("fault-{fault}"));
+        assert!(rs.is_empty(), "{name}");
+        assert!(failed[0].1.contains(&name), "{failed:?}");
+    }
+    // The seed and the delay alone inject nothing.
+    let text = INCAST.replace(
+        "FI_UET_MTU = \"4096\"",
+        "FI_UET_MTU = \"4096\"\nFI_UET_FAULT_SEED = \"5\"",
+    );
+    assert!(sim(&text, "fault-seed").1.is_empty());
+}
+
 /// A fabric of 300 hosts: hosts past the 254th address of 127.0.0.x get
 /// addresses of their own (127.0.1.x), so each flow reaches its host.
 #[test]
