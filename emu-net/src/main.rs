@@ -52,6 +52,20 @@ impl Args {
             .and_then(|i| self.0.get(i + 1))
             .map(String::as_str)
     }
+    /// Option `name` parsed as a `T`; None when absent, an error naming
+    /// the option when its value does not parse.
+    fn parsed<T: std::str::FromStr>(&self, name: &str) -> Result<Option<T>, String>
+    where
+        T::Err: std::fmt::Display,
+    {
+        self.opt(name)
+            .map(|v| v.parse::<T>().map_err(|e| format!("{name} {v:?}: {e}")))
+            .transpose()
+    }
+    /// Host i's address starts from 127.0.0.<--first-host> (default 2).
+    fn first_host(&self) -> Result<u8, String> {
+        Ok(self.parsed("--first-host")?.unwrap_or(2))
+    }
     fn positional(&self) -> Option<&str> {
         let mut skip = false;
         for a in &self.0 {
@@ -89,6 +103,21 @@ fn load_fabric(path: &str) -> Result<FabricConfig, String> {
     toml::from_str(&text).map_err(|e| format!("{path}: {e}"))
 }
 
+/// `--duration S` of the relay: None (run until killed) when absent.
+fn relay_duration(args: &Args) -> Result<Option<Duration>, String> {
+    let Some(s) = args.parsed::<f64>("--duration")? else {
+        return Ok(None);
+    };
+    if s.is_nan() || s < 0.0 {
+        return Err(format!(
+            "--duration {s}: need a number of seconds, 0 or more"
+        ));
+    }
+    Duration::try_from_secs_f64(s)
+        .map(Some)
+        .map_err(|_| format!("--duration {s}: too long (leave it out to run until killed)"))
+}
+
 fn relay(args: &Args) -> ExitCode {
     let Some(config) = args.opt("--config") else {
         return fail(USAGE);
@@ -105,10 +134,14 @@ fn relay(args: &Args) -> ExitCode {
         Ok(a) => a,
         Err(e) => return fail(format!("--listen: {e}")),
     };
-    let first: u8 = args
-        .opt("--first-host")
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(2);
+    let first = match args.first_host() {
+        Ok(f) => f,
+        Err(e) => return fail(e),
+    };
+    let duration = match relay_duration(args) {
+        Ok(d) => d,
+        Err(e) => return fail(e),
+    };
     let hosts = match RelaySettings::loopback_hosts(fabric.hosts.len(), first) {
         Ok(h) => h,
         Err(e) => return fail(e),
@@ -133,12 +166,11 @@ fn relay(args: &Args) -> ExitCode {
         hosts[hosts.len() - 1]
     );
     let stop = AtomicBool::new(false);
-    let duration = args.opt("--duration").and_then(|v| v.parse::<f64>().ok());
     std::thread::scope(|s| {
         if let Some(d) = duration {
             let stop = &stop;
             s.spawn(move || {
-                std::thread::sleep(Duration::from_secs_f64(d.max(0.0)));
+                std::thread::sleep(d);
                 stop.store(true, std::sync::atomic::Ordering::Relaxed);
             });
         }
@@ -247,13 +279,14 @@ fn sim(args: &Args) -> ExitCode {
         Ok(x) => x,
         Err(e) => return fail(e),
     };
+    let first_host = match args.first_host() {
+        Ok(f) => f,
+        Err(e) => return fail(e),
+    };
     let opts = SimOptions {
         out: out.clone(),
         variant: args.opt("--variant").map(str::to_string),
-        first_host: args
-            .opt("--first-host")
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(2),
+        first_host,
         progress: (!args.0.iter().any(|a| a == "--quiet")).then(|| Duration::from_secs(2)),
     };
     let (results, failed) = match sim::sim_all(&scenario, &opts) {
@@ -293,26 +326,28 @@ fn run(args: &Args) -> ExitCode {
                 ])
             })
     });
-    let slowdown = args
-        .opt("--slowdown")
-        .and_then(|v| v.parse().ok())
-        .filter(|k: &f64| k.is_finite() && *k >= 1.0)
-        .unwrap_or(1.0);
+    let slowdown = match args.parsed::<f64>("--slowdown") {
+        Ok(k) => k.unwrap_or(1.0),
+        Err(e) => return fail(e),
+    };
+    if !(slowdown.is_finite() && slowdown >= 1.0) {
+        return fail(format!(
+            "--slowdown {slowdown}: need a finite factor of 1 or more"
+        ));
+    }
+    let (first_host, max_lag_us) = match (args.first_host(), args.parsed("--max-lag-us")) {
+        (Ok(f), Ok(m)) => (f, m),
+        (Err(e), _) | (_, Err(e)) => return fail(e),
+    };
     let opts = RunOptions {
         out: out.clone(),
         variant: args.opt("--variant").map(str::to_string),
         matrix,
         provider_path,
-        first_host: args
-            .opt("--first-host")
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(2),
+        first_host,
         // Lag is judged against the scenario's own time scale: stretched K
         // times, a delivery K times later is the same error.
-        max_lag_us: args
-            .opt("--max-lag-us")
-            .and_then(|v| v.parse().ok())
-            .unwrap_or((100.0 * slowdown).round() as u64),
+        max_lag_us: max_lag_us.unwrap_or((100.0 * slowdown).round() as u64),
         realtime: true,
         slowdown,
     };

@@ -296,6 +296,7 @@ pub(crate) fn each_variant(
     mut one: impl FnMut(&Variant, &[FlowSpec]) -> Result<VariantResult, String>,
 ) -> Result<(Vec<VariantResult>, Vec<(String, String)>), String> {
     let flows = scenario.expand().map_err(|e| e.to_string())?;
+    scenario.timeout().map_err(|e| e.to_string())?;
     let mut out = Vec::new();
     let mut failed = Vec::new();
     for v in scenario.runs() {
@@ -406,7 +407,7 @@ fn run_variant(
         RelaySettings {
             listen: "127.0.0.1:0".parse().map_err(|e| format!("{e}"))?,
             hosts: hosts.clone(),
-            max_lag_ns: opts.max_lag_us * 1000,
+            max_lag_ns: opts.max_lag_us.saturating_mul(1000),
             sockbuf: 16 << 20,
             realtime: opts.realtime,
         },
@@ -441,7 +442,10 @@ fn run_variant(
     fs::write(&flows_file, text).map_err(|e| e.to_string())?;
 
     let stop = AtomicBool::new(false);
-    let timeout = Duration::from_secs_f64(scenario.timeout_s.max(1.0));
+    let timeout = scenario
+        .timeout()
+        .map_err(|e| e.to_string())?
+        .max(Duration::from_secs(1));
     let outcome: Result<(u64, Vec<HostSched>), String> = std::thread::scope(|s| {
         let relay_thread = s.spawn(|| relay.run_from(&stop, &origin));
         let result = drive_hosts(

@@ -26,6 +26,7 @@
 //! ```
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
@@ -119,11 +120,27 @@ pub enum ScenarioError {
     Flow { flow: usize, why: String },
     #[error("no flows")]
     Empty,
+    #[error("timeout_s = {0}: need a number of seconds above 0 and at most {MAX_TIMEOUT_S:e}")]
+    Timeout(f64),
 }
+
+/// Longest `timeout_s`, seconds (some 31 years): host processes turn it
+/// into a 64-bit nanosecond deadline on the realtime clock.
+pub const MAX_TIMEOUT_S: f64 = 1e9;
 
 impl Scenario {
     pub fn from_toml(text: &str) -> Result<Scenario, ScenarioError> {
         Ok(toml::from_str(text)?)
+    }
+
+    /// `timeout_s` as a duration; an error for NaN, infinity, zero or
+    /// less, and past [`MAX_TIMEOUT_S`].
+    pub fn timeout(&self) -> Result<Duration, ScenarioError> {
+        let s = self.timeout_s;
+        if !(s > 0.0 && s <= MAX_TIMEOUT_S) {
+            return Err(ScenarioError::Timeout(s));
+        }
+        Duration::try_from_secs_f64(s).map_err(|_| ScenarioError::Timeout(s))
     }
 
     /// The patterns' flows, in pattern order, followed by the explicit
@@ -231,6 +248,19 @@ impl Scenario {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn timeout_is_a_positive_bounded_number_of_seconds() {
+        let with = |t: &str| Scenario::from_toml(&format!("timeout_s = {t}")).unwrap();
+        assert_eq!(with("2.5").timeout().unwrap(), Duration::from_millis(2500));
+        assert_eq!(
+            with("1e9").timeout().unwrap(),
+            Duration::from_secs(1_000_000_000)
+        );
+        for bad in ["1e20", "inf", "nan", "0", "-1"] {
+            assert!(with(bad).timeout().is_err(), "{bad}");
+        }
+    }
 
     #[test]
     fn patterns_expand_with_dependencies() {

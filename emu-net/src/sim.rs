@@ -336,7 +336,11 @@ fn sim_variant(
         recv_done: vec![None; flows.len()],
     };
     let mut remaining = 2 * flows.len();
-    let limit_ns = (scenario.timeout_s.max(0.001) * 1e9) as u64;
+    let limit_ns = scenario
+        .timeout()
+        .map_err(|e| e.to_string())?
+        .max(Duration::from_millis(1))
+        .as_nanos() as u64;
     let mut pairs = PairBytes::default();
     let mut counters = RelayCounters::default();
     let mut buf = vec![0u8; 65_536];

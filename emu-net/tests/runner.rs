@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use emu_net::runner::{run, table, RunOptions};
+use emu_net::runner::{run, run_all, table, RunOptions};
 use emu_net::scenario::Scenario;
 
 const SCENARIO: &str = r#"
@@ -71,4 +71,24 @@ fn incast_scenario_runs_through_the_relay() {
     assert!(out.join("trim/flows.csv").exists());
     assert!(table(&results).contains("trim"));
     let _ = std::fs::remove_dir_all(&out);
+}
+
+#[test]
+fn out_of_range_timeouts_are_errors_not_panics() {
+    for timeout in ["1e20", "inf", "nan"] {
+        let text = SCENARIO.replace("timeout_s = 30", &format!("timeout_s = {timeout}"));
+        let scenario = Scenario::from_toml(&text).unwrap();
+        let opts = RunOptions {
+            out: std::env::temp_dir().join(format!("emu-runner-timeout-{}", std::process::id())),
+            variant: None,
+            matrix: PathBuf::from("/nonexistent/uet_matrix"),
+            provider_path: None,
+            first_host: 71,
+            max_lag_us: 100,
+            realtime: false,
+            slowdown: 1.0,
+        };
+        let e = run_all(&scenario, &opts).err().unwrap();
+        assert!(e.contains("timeout_s"), "{timeout}: {e}");
+    }
 }
