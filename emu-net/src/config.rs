@@ -138,6 +138,14 @@ pub struct LinkEvent {
     pub action: LinkAction,
 }
 
+impl LinkEvent {
+    /// `at_us` in ns; the cast saturates, so a time past u64::MAX ns is
+    /// u64::MAX (never), and a negative one 0.
+    pub fn at_ns(&self) -> u64 {
+        (self.at_us * 1000.0) as u64
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "action", rename_all = "kebab-case")]
 pub enum LinkAction {

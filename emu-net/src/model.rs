@@ -346,6 +346,8 @@ pub enum ModelError {
     UnknownLink { index: usize, a: String, b: String },
     #[error("switch settings: {0}")]
     Settings(String),
+    #[error("link event {index}: {why}")]
+    Event { index: usize, why: String },
 }
 
 impl Fabric {
@@ -360,6 +362,32 @@ impl Fabric {
         }
         if s.sample_ns == 0 {
             return Err(ModelError::Settings("sample_ns must be positive".into()));
+        }
+        if s.reroute_us
+            .is_some_and(|us| !(us.is_finite() && us >= 0.0))
+        {
+            return Err(ModelError::Settings(
+                "reroute_us must be a finite number of microseconds, 0 or more".into(),
+            ));
+        }
+        for (index, e) in config.events.iter().enumerate() {
+            let why = if !(e.at_us.is_finite() && e.at_us >= 0.0) {
+                "at_us must be a finite number of microseconds, 0 or more"
+            } else {
+                match e.action {
+                    LinkAction::Rate { factor } if !(factor.is_finite() && factor > 0.0) => {
+                        "a rate factor must be above 0 (a link at no rate is \"down\")"
+                    }
+                    LinkAction::Loss { loss } if !(0.0..=1.0).contains(&loss) => {
+                        "loss must be a probability, 0 to 1"
+                    }
+                    _ => continue,
+                }
+            };
+            return Err(ModelError::Event {
+                index,
+                why: why.into(),
+            });
         }
         let mut f = Fabric {
             nodes: Vec::new(),
@@ -399,8 +427,7 @@ impl Fabric {
                     b: b.clone(),
                 });
             }
-            let time = (e.at_us.max(0.0) * 1000.0) as u64;
-            f.push(time, EventKind::Link { index });
+            f.push(e.at_ns(), EventKind::Link { index });
         }
         Ok(f)
     }
@@ -669,8 +696,10 @@ impl Fabric {
     /// time): a run's "20 ms in" counts from when its traffic starts.
     pub fn schedule_link_events(&mut self, origin_ns: u64) {
         for index in 0..self.config.events.len() {
-            let at = (self.config.events[index].at_us.max(0.0) * 1000.0) as u64;
-            self.push(origin_ns + at, EventKind::Link { index });
+            // Saturating: an event far enough out to pass u64::MAX ns is
+            // never, not at once.
+            let at = origin_ns.saturating_add(self.config.events[index].at_ns());
+            self.push(at, EventKind::Link { index });
         }
     }
 
@@ -759,7 +788,8 @@ impl Fabric {
         if e.action == LinkAction::Down {
             if let Some(us) = self.config.switch.reroute_us {
                 let ports = self.link_ports(&e.link[0], &e.link[1]);
-                let at = now + (us.max(0.0) * 1000.0) as u64;
+                // The float-to-int cast saturates, and so does the sum.
+                let at = now.saturating_add((us.max(0.0) * 1000.0) as u64);
                 self.push(at, EventKind::Reroute { ports });
             }
         }
@@ -1547,6 +1577,68 @@ mod tests {
         let mut cfg = leaf_spine(2, 2, 2, 0);
         cfg.topology.oversubscription = 2.0;
         assert_eq!(cfg.topology.uplink_gbps(), 0.5);
+    }
+
+    #[test]
+    fn far_future_link_events_stay_in_the_future() {
+        // 1e20 us is past u64::MAX ns: never, not a wrapped-round "now".
+        let mut cfg = leaf_spine(2, 2, 1, 8);
+        cfg.switch.reroute_us = Some(1e20);
+        cfg.events = vec![
+            LinkEvent {
+                at_us: 1e20,
+                link: ["leaf0".into(), "spine0".into()],
+                action: LinkAction::Down,
+            },
+            LinkEvent {
+                at_us: 1.0,
+                link: ["leaf0".into(), "spine1".into()],
+                action: LinkAction::Down,
+            },
+        ];
+        let mut f = Fabric::new(cfg).unwrap();
+        f.hold_link_events();
+        f.schedule_link_events(5_000);
+        // The near event, then its reroute, which is as far out as the far
+        // event: neither may come before the near one.
+        assert_eq!(f.next_event_time(), Some(6_000));
+        f.advance(6_000);
+        assert!(f.next_event_time().is_some_and(|t| t > 6_000));
+        assert!(
+            f.ports.iter().filter(|p| !p.up).count() == 2,
+            "only spine1's link is down"
+        );
+    }
+
+    #[test]
+    fn link_events_out_of_range_are_errors() {
+        let with = |at_us: f64, action: LinkAction| {
+            let mut cfg = leaf_spine(2, 2, 1, 8);
+            cfg.events.push(LinkEvent {
+                at_us,
+                link: ["leaf0".into(), "spine0".into()],
+                action,
+            });
+            Fabric::new(cfg)
+        };
+        for at in [f64::NAN, f64::INFINITY, -1.0] {
+            assert!(matches!(
+                with(at, LinkAction::Down),
+                Err(ModelError::Event { .. })
+            ));
+        }
+        for factor in [0.0, -0.5, f64::NAN, f64::INFINITY] {
+            let e = with(1.0, LinkAction::Rate { factor });
+            assert!(matches!(e, Err(ModelError::Event { .. })), "{factor}");
+        }
+        for loss in [-0.1, 1.5, f64::NAN] {
+            let e = with(1.0, LinkAction::Loss { loss });
+            assert!(matches!(e, Err(ModelError::Event { .. })), "{loss}");
+        }
+        assert!(with(1e20, LinkAction::Rate { factor: 0.5 }).is_ok());
+        let mut cfg = leaf_spine(2, 2, 1, 8);
+        cfg.switch.reroute_us = Some(f64::NAN);
+        assert!(matches!(Fabric::new(cfg), Err(ModelError::Settings(_))));
     }
 
     #[test]
