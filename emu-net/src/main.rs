@@ -31,7 +31,8 @@ const USAGE: &str = "usage:
       --slowdown K stretches time K times (rates / K, delays and times x K;
       bytes unchanged) for a machine too busy for the written rates.
       --max-lag-us N: the relay kept up when 99% of its deliveries left
-      within N us of their model time (default 100 x the slowdown).
+      within N us of their model time and 99% of the datagrams it received
+      were read within N us of arriving (default 100 x the slowdown).
   uet-emu sim SCENARIO --out DIR [--variant NAME] [--plot SCRIPT] [--first-host N] [--quiet]
       The same scenario in virtual time: every host is the provider's engine
       (no processes or sockets), the model between them, one simulated clock.

@@ -549,6 +549,7 @@ fn sim_variant(
         duration_ns: now,
         lag_p50_ns: 0,
         lag_p99_ns: 0,
+        ingress_lag_p99_ns: 0,
         relay: counters,
         fabric: fabric.totals().clone(),
         base_rtt_ns: fabric.max_base_rtt_ns(),
