@@ -207,6 +207,35 @@ pub struct Sample {
     pub drops: u64,
 }
 
+/// Most time-series samples a port keeps, and all ports together: past
+/// either every port's buckets double in width (`switch.sample_ns`), so a
+/// relay left running or a sim of thousands of hosts keeps a coarser
+/// series instead of an ever longer one. 2^16 buckets of the default
+/// 100 us are 6.5 s of traffic.
+pub const MAX_PORT_SAMPLES: usize = 1 << 16;
+pub const MAX_SAMPLES: usize = 1 << 22;
+
+impl Sample {
+    /// Fold `o` (another bucket's counts) into this one.
+    fn merge(&mut self, o: &Sample) {
+        self.max_queue_bytes = self.max_queue_bytes.max(o.max_queue_bytes);
+        self.tx_bytes += o.tx_bytes;
+        self.marks += o.marks;
+        self.trims += o.trims;
+        self.drops += o.drops;
+    }
+}
+
+/// Append `s` to `series` in buckets `width` wide, merged into the last
+/// sample when it falls in the same bucket.
+fn push_merged(series: &mut Vec<Sample>, mut s: Sample, width: u64) {
+    s.t_ns -= s.t_ns % width;
+    match series.last_mut() {
+        Some(last) if last.t_ns == s.t_ns => last.merge(&s),
+        _ => series.push(s),
+    }
+}
+
 #[derive(Clone, Debug)]
 pub struct Port {
     /// Node the port belongs to and the node at the far end.
@@ -251,17 +280,39 @@ impl Port {
         self.control_bytes
     }
 
-    /// Move the time-series bucket forward to the one holding `now`.
-    fn roll(&mut self, now: u64, width: u64) {
+    /// Move the time-series bucket forward to the one holding `now`; true
+    /// when that closed a bucket into the series.
+    fn roll(&mut self, now: u64, width: u64) -> bool {
         let start = now - now % width;
         if start != self.bucket.t_ns {
             let done = std::mem::take(&mut self.bucket);
-            if done.tx_bytes + done.marks + done.trims + done.drops > 0 || done.max_queue_bytes > 0
-            {
+            let pushed = done.tx_bytes + done.marks + done.trims + done.drops > 0
+                || done.max_queue_bytes > 0;
+            if pushed {
                 self.series.push(done);
             }
             self.bucket.t_ns = start;
             self.bucket.max_queue_bytes = self.data_bytes;
+            return pushed;
+        }
+        false
+    }
+
+    /// Re-bucket the series (and the open bucket) into buckets `width`
+    /// wide, a multiple of the old width.
+    fn coarsen(&mut self, width: u64) {
+        for s in std::mem::take(&mut self.series) {
+            push_merged(&mut self.series, s, width);
+        }
+        self.bucket.t_ns -= self.bucket.t_ns % width;
+        if self
+            .series
+            .last()
+            .is_some_and(|l| l.t_ns == self.bucket.t_ns)
+        {
+            if let Some(l) = self.series.pop() {
+                self.bucket.merge(&l);
+            }
         }
     }
 
@@ -342,6 +393,11 @@ pub struct Fabric {
     rng: Rng,
     out: Vec<Delivery>,
     totals: FabricTotals,
+    /// Samples in all ports' series.
+    samples: usize,
+    /// The series outgrew [`MAX_PORT_SAMPLES`] or [`MAX_SAMPLES`]:
+    /// coarsen before returning to the caller.
+    coarsen_due: bool,
 }
 
 #[derive(Debug, thiserror::Error, PartialEq)]
@@ -405,6 +461,8 @@ impl Fabric {
             rng: Rng(mix(config.seed ^ 0x5eed)),
             out: Vec::new(),
             totals: FabricTotals::default(),
+            samples: 0,
+            coarsen_due: false,
             config: config.clone(),
         };
         f.build()?;
@@ -740,6 +798,7 @@ impl Fabric {
             self.totals.retransmissions += 1;
         }
         self.forward(node, packet);
+        self.coarsen_if_due();
     }
 
     /// Process everything due at or before `until` and return the packets
@@ -747,6 +806,7 @@ impl Fabric {
     pub fn advance(&mut self, until: u64) -> Vec<Delivery> {
         self.run_until(until);
         self.now = self.now.max(until);
+        self.coarsen_if_due();
         std::mem::take(&mut self.out)
     }
 
@@ -790,7 +850,6 @@ impl Fabric {
     fn apply_link_event(&mut self, index: usize) {
         let e = self.config.events[index].clone();
         let now = self.now;
-        let width = self.config.switch.sample_ns;
         if e.action == LinkAction::Down {
             if let Some(us) = self.config.switch.reroute_us {
                 let ports = self.link_ports(&e.link[0], &e.link[1]);
@@ -800,8 +859,8 @@ impl Fabric {
             }
         }
         for p in self.link_ports(&e.link[0], &e.link[1]) {
+            self.roll(p, now);
             let port = &mut self.ports[p];
-            port.roll(now, width);
             match e.action {
                 LinkAction::Down => {
                     port.up = false;
@@ -874,10 +933,9 @@ impl Fabric {
 
     fn enqueue(&mut self, p: usize, mut packet: Packet) {
         let now = self.now;
-        let width = self.config.switch.sample_ns;
         let trimming = self.config.switch.trimming;
+        self.roll(p, now);
         let port = &mut self.ports[p];
-        port.roll(now, width);
         if !port.up {
             port.counters.drops_down += 1;
             port.bucket.drops += 1;
@@ -941,11 +999,10 @@ impl Fabric {
     /// marking data packets by RED on the occupancy they leave behind.
     fn start_next(&mut self, p: usize) {
         let now = self.now;
-        let width = self.config.switch.sample_ns;
         let u = self.rng.unit();
         let lost = self.rng.unit();
+        self.roll(p, now);
         let port = &mut self.ports[p];
-        port.roll(now, width);
         let packet = if let Some(pk) = port.control.pop_front() {
             port.control_bytes -= pk.wire_len() as u64;
             pk
@@ -1003,8 +1060,33 @@ impl Fabric {
     pub fn finish(&mut self) {
         let now = self.now;
         let width = self.config.switch.sample_ns;
-        for port in &mut self.ports {
-            port.roll(now + width, width);
+        for p in 0..self.ports.len() {
+            self.roll(p, now + width);
+        }
+        self.coarsen_if_due();
+    }
+
+    /// Move port `p`'s time-series bucket to the one holding `now`.
+    fn roll(&mut self, p: usize, now: u64) {
+        let port = &mut self.ports[p];
+        if port.roll(now, self.config.switch.sample_ns) {
+            self.samples += 1;
+            self.coarsen_due |= port.series.len() > MAX_PORT_SAMPLES || self.samples > MAX_SAMPLES;
+        }
+    }
+
+    /// Double the sample width, as often as needed, until the series are
+    /// back within [`MAX_PORT_SAMPLES`] and [`MAX_SAMPLES`].
+    fn coarsen_if_due(&mut self) {
+        while self.coarsen_due {
+            let width = self.config.switch.sample_ns.saturating_mul(2);
+            self.config.switch.sample_ns = width;
+            for port in &mut self.ports {
+                port.coarsen(width);
+            }
+            self.samples = self.ports.iter().map(|p| p.series.len()).sum();
+            self.coarsen_due = self.samples > MAX_SAMPLES
+                || self.ports.iter().any(|p| p.series.len() > MAX_PORT_SAMPLES);
         }
     }
 }
@@ -1186,6 +1268,33 @@ mod tests {
         for len in [4096, 32] {
             let late = late_against_line_rate(10_000, len);
             assert!((0.0..2.0).contains(&late), "{len} B: {late} ns late");
+        }
+    }
+
+    #[test]
+    fn long_runs_keep_a_bounded_series_by_widening_its_buckets() {
+        let mut f = single(
+            2,
+            SwitchConfig {
+                sample_ns: 1000,
+                ..Default::default()
+            },
+        );
+        // A packet every us for 140 ms: 140 000 buckets of 1 us on each
+        // port.
+        let n = 140_000u64;
+        for i in 0..n {
+            f.send(i * 1000, 0, pkt(0, 40000, 1, data_bytes(100, 0), ECT0, i));
+        }
+        drain(&mut f);
+        f.finish();
+        // 1 us, then 2 us past 65536 samples, then 4 us.
+        assert_eq!(f.config.switch.sample_ns, 4000);
+        for port in f.ports.iter().filter(|p| p.counters.tx_packets > 0) {
+            assert!(port.series.len() <= 1 << 16);
+            assert!(port.series.iter().all(|s| s.t_ns % 4000 == 0));
+            let tx: u64 = port.series.iter().map(|s| s.tx_bytes).sum();
+            assert_eq!(tx, port.counters.tx_bytes, "nothing lost in merging");
         }
     }
 

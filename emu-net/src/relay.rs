@@ -539,10 +539,17 @@ impl Relay {
 /// bucket, whole data packets only (trimmed headers carry none): the
 /// throughput plot, for both front-ends.
 #[derive(Clone, Debug, Default)]
-pub struct PairBytes(BTreeMap<(usize, usize), BTreeMap<u64, u64>>);
+pub struct PairBytes {
+    pairs: BTreeMap<(usize, usize), BTreeMap<u64, u64>>,
+    /// Bucket width of what is recorded, ns.
+    width: u64,
+}
 
 impl PairBytes {
-    /// Count delivery `d` from host `src` in buckets of `bucket_ns`.
+    /// Count delivery `d` from host `src` in buckets of `bucket_ns`, the
+    /// fabric's current sample width: when the fabric has coarsened its
+    /// series (a multiple of the old width), the buckets so far merge
+    /// into the wider ones, so the pairs' series stay as long as a port's.
     pub fn record(&mut self, src: usize, d: &Delivery, bucket_ns: u64) {
         let tos = d.packet.tos;
         if uet::wire::ip::trim_of(tos).is_some()
@@ -550,9 +557,19 @@ impl PairBytes {
         {
             return;
         }
-        let bucket = d.time - d.time % bucket_ns.max(1);
+        let width = bucket_ns.max(1);
+        if width != self.width {
+            for buckets in self.pairs.values_mut() {
+                let old = std::mem::take(buckets);
+                for (t, n) in old {
+                    *buckets.entry(t - t % width).or_default() += n;
+                }
+            }
+            self.width = width;
+        }
+        let bucket = d.time - d.time % width;
         *self
-            .0
+            .pairs
             .entry((src, d.host))
             .or_default()
             .entry(bucket)
@@ -560,7 +577,7 @@ impl PairBytes {
     }
 
     pub fn series(&self) -> Vec<PairSeries> {
-        self.0
+        self.pairs
             .iter()
             .map(|(&(src, dst), b)| PairSeries {
                 src,
@@ -594,6 +611,39 @@ pub fn port_reports(f: &Fabric) -> Vec<PortReport> {
 mod tests {
     use super::*;
     use crate::config::FabricConfig;
+
+    #[test]
+    fn pair_buckets_follow_the_fabric_when_it_widens_them() {
+        let delivery = |time: u64| {
+            let mut data = vec![0u8; 100];
+            uet::wire::Prologue {
+                ptype: uet::wire::PacketType::RudRequest,
+                next: uet::wire::NextHeader::SesRequest,
+                flags: 0,
+            }
+            .emit(&mut data);
+            let addr: SocketAddr = "127.0.0.1:1".parse().unwrap();
+            Delivery {
+                time,
+                host: 1,
+                packet: Packet {
+                    src: addr,
+                    dst: addr,
+                    dst_host: 1,
+                    tos: 0,
+                    data,
+                    tag: 0,
+                },
+            }
+        };
+        let mut pairs = PairBytes::default();
+        for t in [500, 1500, 2500] {
+            pairs.record(0, &delivery(t), 1000);
+        }
+        pairs.record(0, &delivery(3500), 2000);
+        let s = pairs.series();
+        assert_eq!(s[0].bytes, vec![(0, 200), (2000, 200)]);
+    }
 
     #[test]
     fn reading_late_fails_the_verdict() {

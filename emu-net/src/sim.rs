@@ -349,13 +349,12 @@ fn sim_variant(
     let mut steps_at_now = 0u32;
     let wall = Instant::now();
     let mut last_progress = Instant::now();
-    let bucket_ns = fabric.config.switch.sample_ns;
 
     while remaining > 0 {
         for d in fabric.advance(now) {
             counters.delivered += 1;
             if let Some(&src) = host_of.get(&d.packet.src.ip()) {
-                pairs.record(src, &d, bucket_ns);
+                pairs.record(src, &d, fabric.config.switch.sample_ns);
             }
             let p = &d.packet;
             hosts[d.host]
@@ -554,7 +553,7 @@ fn sim_variant(
         fabric: fabric.totals().clone(),
         base_rtt_ns: fabric.max_base_rtt_ns(),
         bdp_bytes: fabric.bdp_bytes(),
-        sample_ns: bucket_ns,
+        sample_ns: fabric.config.switch.sample_ns,
         ports: port_reports(&fabric),
         pairs: pairs.series(),
     };
