@@ -12,9 +12,10 @@
 //! control queue (ACK, NACK, control, trimmed headers), a line rate and a
 //! propagation delay. A data packet that finds its data queue full is trimmed
 //! to its UET headers (one no longer than them is only marked trimmed) and
-//! moved to the control queue, or dropped when trimming is off. Switches choose among equal-cost next hops by hashing the
-//! 5-tuple with a per-switch salt, so the UDP source port (the sender's
-//! entropy) picks the spine.
+//! moved to the control queue, or dropped when trimming is off. Switches
+//! choose among equal-cost next hops by hashing the 5-tuple with a
+//! per-switch salt, so the UDP source port (the sender's entropy) picks the
+//! spine.
 
 use std::cmp::Ordering;
 use std::collections::{BinaryHeap, VecDeque};
