@@ -968,6 +968,27 @@ static void t_msg_sendmsg(void)
 	check_pattern(rbuf, LEN, 12, "fi_sendmsg data");
 }
 
+/* Contexts are the application's to choose: integers with the top bit set
+ * (no address has it) come back as given. */
+static void t_context_high_bit(void)
+{
+	enum { LEN = 64 };
+	uint8_t *sbuf = xalloc(LEN), *rbuf = xalloc(LEN);
+	void *sctx = (void *)(uintptr_t)(~(uintptr_t)0 - 1);
+	void *rctx = (void *)(uintptr_t)((uintptr_t)1 << (sizeof(void *) * 8 - 1));
+	struct comp c;
+
+	setup(NULL);
+	fill_pattern(sbuf, LEN, 31);
+	POST(fi_recv(E.ep[1].ep, rbuf, LEN, NULL, FI_ADDR_UNSPEC, rctx));
+	POST(fi_send(E.ep[0].ep, sbuf, LEN, NULL, E.ep[0].peer[1], sctx));
+	c = wait_ok(1, rctx);
+	CHECK(c.len == LEN, "len %zu", c.len);
+	c = wait_ok(0, sctx);
+	check_flags(&c, FI_SEND | FI_MSG, FI_RECV);
+	check_pattern(rbuf, LEN, 31, "high-bit context data");
+}
+
 /* FI_MORE: the provider may hold a send for the ones said to follow; the
  * burst still arrives whole once the sender reads its CQ. */
 static void t_send_more(void)
@@ -1898,6 +1919,7 @@ static const struct test tests[] = {
 	{ "msg_sizes", t_msg_sizes, 0, 0 },
 	{ "msg_iov", t_msg_iov, 0, 0 },
 	{ "msg_sendmsg_recvmsg", t_msg_sendmsg, 0, 0 },
+	{ "context_high_bit", t_context_high_bit, 0, 0 },
 	{ "send_more", t_send_more, 0, 0 },
 	{ "senddata", t_msg_senddata, 0, 0 },
 	{ "inject_and_injectdata", t_msg_inject, 0, 0 },

@@ -115,6 +115,19 @@ impl EpState {
         self.ep.as_mut().ok_or(FI_EOPBADSTATE)
     }
 
+    /// The context the engine carries for an operation of the application's
+    /// `own`: a token when a counter must see its completion, or when `own`
+    /// itself looks like a token (bit 63; an integer context, never an
+    /// address), so that it comes back as given. True with a token, which
+    /// a post that fails must take back.
+    fn engine_context(&mut self, own: u64, counted: bool, signal: bool) -> (u64, bool) {
+        if counted || own & TOKEN_BASE != 0 {
+            (self.token(own, signal), true)
+        } else {
+            (own, false)
+        }
+    }
+
     fn token(&mut self, context: u64, signal: bool) -> u64 {
         let t = TOKEN_BASE | self.next_token;
         self.next_token = (self.next_token + 1) & !TOKEN_BASE;
@@ -417,7 +430,7 @@ impl EpInner {
         } else {
             r.context as u64
         };
-        let context = if counted { st.token(own, signal) } else { own };
+        let (context, tokened) = st.engine_context(own, counted, signal);
         let kind = if r.write {
             // Writes complete on the target's answer; a copy keeps the
             // source free for injects and small writes.
@@ -441,10 +454,10 @@ impl EpInner {
             addr: r.addr,
             key: r.key,
             context,
-            signal: signal || counted,
+            signal: signal || tokened,
         };
         let res = st.endpoint()?.rma(op).map_err(|e| fi_errno(&e));
-        if res.is_err() && counted {
+        if res.is_err() && tokened {
             st.pending.remove(&context);
         }
         res
@@ -474,7 +487,7 @@ impl EpInner {
         } else {
             a.context as u64
         };
-        let context = if counted { st.token(own, signal) } else { own };
+        let (context, tokened) = st.engine_context(own, counted, signal);
         let op = RmaOp {
             dest,
             kind: RmaKind::Atomic {
@@ -487,10 +500,10 @@ impl EpInner {
             addr: a.addr,
             key: a.key,
             context,
-            signal: signal || counted,
+            signal: signal || tokened,
         };
         let res = st.endpoint()?.rma(op).map_err(|e| fi_errno(&e));
-        if res.is_err() && counted {
+        if res.is_err() && tokened {
             st.pending.remove(&context);
         }
         res
@@ -612,7 +625,7 @@ impl EpInner {
         } else {
             tx.context as u64
         };
-        let context = if counted { st.token(own, signal) } else { own };
+        let (context, tokened) = st.engine_context(own, counted, signal);
         let op = SendOp {
             dest,
             payload,
@@ -620,13 +633,13 @@ impl EpInner {
             cq_data: tx.data,
             context,
             level,
-            signal: signal || counted,
+            signal: signal || tokened,
         };
         if tx.flags.is_some_and(|f| f & FI_MORE as u64 != 0) {
             st.endpoint()?.expect_more_sends();
         }
         let r = st.endpoint()?.send(op).map_err(|e| fi_errno(&e));
-        if r.is_err() && counted {
+        if r.is_err() && tokened {
             st.pending.remove(&context);
         }
         r
@@ -667,10 +680,11 @@ impl EpInner {
         // by it); claims are counted through `claims`, peeks not at all.
         let counted = (st.rx_cntr.is_some() && probe == ProbeFlags::default()) || multi;
         let claim_counted = st.rx_cntr.is_some() && probe.claim && !probe.peek;
-        let context = if counted {
-            st.token(rx.context as u64, signal)
+        // Probes keep the application's context (see above), whatever it is.
+        let (context, tokened) = if probe == ProbeFlags::default() {
+            st.engine_context(rx.context as u64, counted, signal)
         } else {
-            rx.context as u64
+            (rx.context as u64, false)
         };
         let buffer: Box<dyn MsgBuffer> = if multi {
             let m = MultiBuffer::new(rx.buf, st.min_multi_recv);
@@ -688,11 +702,11 @@ impl EpInner {
             ignore: rx.ignore,
             buffer,
             context,
-            signal: signal || counted,
+            signal: signal || tokened,
             probe,
         };
         let r = st.endpoint()?.recv(op).map_err(|e| fi_errno(&e));
-        if r.is_err() && counted {
+        if r.is_err() && tokened {
             st.pending.remove(&context);
         }
         // Its completion, even one the engine queued in this call, is
