@@ -535,9 +535,11 @@ impl Relay {
     }
 }
 
-/// Payload bytes delivered per (source host, destination host) and time
-/// bucket, whole data packets only (trimmed headers carry none): the
-/// throughput plot, for both front-ends.
+/// Bytes of whole data packets delivered per (source host, destination
+/// host) and time bucket: the throughput plot, for both front-ends. The
+/// UET datagram counts whole (its headers and an ACK riding on it
+/// included), and so does each retransmission; trimmed headers do not
+/// count.
 #[derive(Clone, Debug, Default)]
 pub struct PairBytes {
     pairs: BTreeMap<(usize, usize), BTreeMap<u64, u64>>,
