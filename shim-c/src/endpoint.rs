@@ -1084,7 +1084,8 @@ extern "C" fn ep_cancel(f: fid_t, context: *mut c_void) -> isize {
     guard(|| match from_fid(f) {
         Some(ep) => {
             let mut st = ep.inner.state.lock();
-            // A counted receive reached the engine under a token. Several
+            // An operation the engine carries under a token (counted, or
+            // with a context that has bit 63 set) is found by it. Several
             // tokens may stand for one context (a multi-receive buffer
             // cancelled earlier whose last message still lands, reposted
             // with the same context): try each.

@@ -10,8 +10,9 @@
 //! FI_GETWAIT hands out an epoll descriptor holding the same sockets and the
 //! eventfd: it becomes readable when there is input to progress or the
 //! object was signalled. Binding an endpoint and fi_trywait bring its set
-//! up to the endpoints bound at that moment. fi_trywait progresses and answers -FI_EAGAIN when
-//! entries are already there, so an application never sleeps on them.
+//! up to the endpoints bound at that moment. fi_trywait progresses and
+//! answers -FI_EAGAIN when entries are already there, so an application
+//! never sleeps on them.
 
 use std::os::fd::RawFd;
 use std::os::raw::c_int;
