@@ -316,3 +316,66 @@ fn rma_between_messages_keeps_matching_order() {
         assert_eq!(&m[at..at + 64], &pattern(round, 64)[..]);
     }
 }
+
+/// A read that fails because the peer is declared dead gives its buffer
+/// back: data of that read still arriving afterwards (the peer's own
+/// context to us outlived ours to it) must not be written into it.
+#[test]
+fn read_data_after_the_read_failed_stays_out_of_the_buffer() {
+    let (mut pair, _mem) = Pair::new(5, true, false);
+    pair.eng[0] = Engine::new(
+        &Config {
+            mtu: 1500,
+            window: 64,
+            rto_min_us: 100,
+            rto_max_us: 2000,
+            max_retries: 3,
+            ..Config::default()
+        },
+        pair.addrs[0],
+        5,
+    );
+    let into = Shared(Arc::new(Mutex::new(vec![0u8; 6000])));
+    pair.read(into.clone(), BASE, KEY, 4);
+    let mut buf = vec![0u8; 65536];
+    // The read request reaches the target; nothing else of ours does.
+    while let Some(t) = pair.eng[0].poll_transmit(pair.now, &mut buf) {
+        pair.eng[1].handle_datagram(pair.now, pair.addrs[0], 0, &buf[..t.len]);
+    }
+    let mut data = Vec::new();
+    while let Some(t) = pair.eng[1].poll_transmit(pair.now, &mut buf) {
+        data.push(buf[..t.len].to_vec());
+    }
+    // The data packets (ACKs are short).
+    data.retain(|d| d.len() > 100);
+    assert!(data.len() >= 3, "the data takes several packets");
+    // The first data packet arrives; the rest is held up.
+    pair.eng[0].handle_datagram(pair.now, pair.addrs[1], 0, &data[0]);
+    // Our request is never acknowledged: the peer is declared dead.
+    for _ in 0..10_000 {
+        if pair.completion(0, CompletionKind::Read, 4).is_some() {
+            break;
+        }
+        pair.now = pair.eng[0].next_timeout().unwrap_or(pair.now + 1_000);
+        pair.eng[0].handle_timeout(pair.now);
+        while pair.eng[0].poll_transmit(pair.now, &mut buf).is_some() {}
+        while let Some(c) = pair.eng[0].poll_completion() {
+            pair.done[0].push(c);
+        }
+    }
+    let c = pair.completion(0, CompletionKind::Read, 4).unwrap();
+    assert_eq!(c.error, Some(CompletionError::PeerUnreachable));
+    // The buffer is the application's again.
+    let before = into.0.lock().unwrap().clone();
+    for d in &data[1..] {
+        pair.eng[0].handle_datagram(pair.now, pair.addrs[1], 0, d);
+    }
+    let changed = (into.0.lock().unwrap().iter())
+        .zip(&before)
+        .filter(|(a, b)| a != b)
+        .count();
+    assert_eq!(
+        changed, 0,
+        "read data written into a buffer whose read had failed"
+    );
+}

@@ -32,6 +32,8 @@ pub const ACCESS_DENIED: u8 = 0x01;
 pub(crate) struct PendingRead {
     /// Taken into the inbound state when the first data packet arrives.
     buffer: Option<Box<dyn MsgBuffer>>,
+    /// Message ID of the data that took `buffer`.
+    data_id: Option<u16>,
     context: Context,
     signal: bool,
     len: usize,
@@ -206,6 +208,7 @@ impl Engine {
                             base: buffer.base_addr(),
                             len: buffer.len(),
                             buffer: Some(buffer),
+                            data_id: None,
                             context: op.context,
                             signal: op.signal,
                             atomic: true,
@@ -236,6 +239,7 @@ impl Engine {
                     PendingRead {
                         base: buffer.base_addr(),
                         buffer: Some(buffer),
+                        data_id: None,
                         context: op.context,
                         signal: op.signal,
                         len,
@@ -525,15 +529,16 @@ impl Engine {
         let read_id = s.match_bits as u16;
         let expected = self.reads.get(&(p, read_id)).map(|r| r.len as u64);
         let len = s.request_length as u64;
+        let id = s.message_id;
         self.rma_inbound(p, s, len, |e| {
             // Data longer than the read asked for is not ours to place.
             let r = e.reads.get_mut(&(p, read_id))?;
             if expected != Some(len) {
                 return None;
             }
+            r.data_id = Some(id);
             r.buffer.take()
         });
-        let id = s.message_id;
         let Some(inb) = self.peers[p].inbound.get_mut(&id) else {
             return;
         };
@@ -592,6 +597,15 @@ impl Engine {
         ids.sort_unstable();
         for id in ids {
             if let Some(r) = self.reads.remove(&(p, id)) {
+                // The buffer goes back to the application: data still on
+                // its way (the peer's context to us may outlive ours to
+                // it) is dropped instead of written into it.
+                let landing = r.data_id.and_then(|d| self.peers[p].inbound.get_mut(&d));
+                if let Some(inb) = landing {
+                    if matches!(inb.state, InboundState::Rma(Some(_))) {
+                        inb.state = InboundState::Rma(None);
+                    }
+                }
                 self.complete_read(r, Some(CompletionError::PeerUnreachable));
             }
         }
