@@ -291,3 +291,30 @@ pub fn acquainted() -> ([SocketAddr; 2], Engine, Engine) {
     while b.poll_completion().is_some() {}
     (addrs, a, b)
 }
+
+/// A datagram of a hand-made peer: the packet `index` of the delivery
+/// context that starts at PSN `start` (SYN, so the receiver opens the
+/// context on whichever arrives first), with SES header `ses` and
+/// `payload`.
+pub fn raw_request(
+    start: u32,
+    index: u16,
+    ses: &uet::wire::SesRequestRepr,
+    payload: &[u8],
+) -> Vec<u8> {
+    use uet::wire::{NextHeader, RequestRepr, SesRequestRepr};
+    let mut d = vec![0u8; RequestRepr::LEN + SesRequestRepr::LEN + payload.len()];
+    RequestRepr {
+        ptype: PacketType::RudRequest,
+        next: NextHeader::SesRequest,
+        flags: uet::wire::prologue::flags::SYN,
+        clear_psn_offset: 0,
+        psn: start.wrapping_add(index as u32),
+        spdcid: 77,
+        dpdcid: index,
+    }
+    .emit(&mut d);
+    ses.emit(&mut d[RequestRepr::LEN..]);
+    d[RequestRepr::LEN + SesRequestRepr::LEN..].copy_from_slice(payload);
+    d
+}

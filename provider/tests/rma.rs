@@ -379,3 +379,77 @@ fn read_data_after_the_read_failed_stays_out_of_the_buffer() {
         "read data written into a buffer whose read had failed"
     );
 }
+
+/// A peer whose RMA request reuses the message ID of its own unexpected
+/// message, still incomplete, must not take that message away or write
+/// into it: the message stays for the receive that comes for it.
+#[test]
+fn rma_request_reusing_a_message_id_leaves_the_message_alone() {
+    use uet::wire::ses::flags as sflags;
+    use uet::wire::{SesOpcode, SesRequestRepr};
+    for opcode in [
+        SesOpcode::Read,
+        SesOpcode::Write,
+        SesOpcode::Atomic,
+        SesOpcode::FetchingAtomic,
+        SesOpcode::ReadResponse,
+    ] {
+        let (mut pair, mem) = Pair::new(6, true, true);
+        let peer: SocketAddr = "10.0.0.9:4793".parse().unwrap();
+        let start = 1000;
+        let data = pattern(3, 100);
+        // Its first 92 bytes.
+        let message = SesRequestRepr {
+            opcode: SesOpcode::Send as u8,
+            flags: sflags::SOM,
+            message_id: 0,
+            header_data: 92 << 32,
+            request_length: 100,
+            ..SesRequestRepr::default()
+        };
+        let d = common::raw_request(start, 0, &message, &data[..92]);
+        pair.eng[1].handle_datagram(0, peer, 0, &d);
+        // The same message ID again, as an RMA request of 8 bytes.
+        let rma = SesRequestRepr {
+            opcode: opcode as u8,
+            flags: sflags::SOM | sflags::EOM,
+            message_id: 0,
+            buffer_offset: if opcode == SesOpcode::ReadResponse {
+                0
+            } else {
+                BASE
+            },
+            match_bits: KEY,
+            job_id: 2 << 8 | 7, // FI_SUM on u64
+            header_data: 8 << 32,
+            request_length: if opcode == SesOpcode::Read { 0 } else { 8 },
+            ..SesRequestRepr::default()
+        };
+        let d = common::raw_request(start, 1, &rma, &[0xee; 8]);
+        pair.eng[1].handle_datagram(0, peer, 0, &d);
+        // The rest of the message.
+        let rest = SesRequestRepr {
+            flags: sflags::EOM,
+            buffer_offset: 92,
+            header_data: 8 << 32 | 92,
+            ..message
+        };
+        let d = common::raw_request(start, 2, &rest, &data[92..]);
+        pair.eng[1].handle_datagram(0, peer, 0, &d);
+        let into = Shared(Arc::new(Mutex::new(vec![0u8; 100])));
+        let mut r = recv(0, None, 9);
+        r.buffer = Box::new(into.clone());
+        pair.eng[1].post_recv(0, r).unwrap();
+        let mut done = Vec::new();
+        while let Some(c) = pair.eng[1].poll_completion() {
+            done.push(c);
+        }
+        let c = done.iter().find(|c| c.kind == CompletionKind::Recv);
+        assert!(
+            c.is_some_and(|c| c.context == 9 && c.len == 100 && c.error.is_none()),
+            "{opcode:?}: the receive got {c:?}"
+        );
+        assert_eq!(*into.0.lock().unwrap(), data, "{opcode:?}");
+        assert_eq!(*mem.0.lock().unwrap(), pattern(99, REGION), "{opcode:?}");
+    }
+}

@@ -298,6 +298,25 @@ impl Engine {
         // Only pulled data lands in place (see `Engine::landing`); writes
         // and atomics always bring their bytes.
         let bytes = payload.bytes().unwrap_or_default();
+        let rma = matches!(
+            s.opcode(),
+            Ok(SesOpcode::Write
+                | SesOpcode::Read
+                | SesOpcode::ReadResponse
+                | SesOpcode::Atomic
+                | SesOpcode::FetchingAtomic)
+        );
+        // A message ID names one operation: an RMA request under the ID of
+        // a message being received would complete or retire that message
+        // (its receive and staged bytes lost with it).
+        let clash = self.peers[p]
+            .inbound
+            .get(&s.message_id)
+            .is_some_and(|inb| !matches!(inb.state, InboundState::Rma(_)));
+        if rma && clash {
+            self.stats.malformed += 1;
+            return true;
+        }
         match s.opcode() {
             Ok(SesOpcode::Write) => self.on_write(p, s, bytes),
             Ok(SesOpcode::Read) => self.on_read_request(p, from, s, bytes),
