@@ -453,3 +453,95 @@ fn rma_request_reusing_a_message_id_leaves_the_message_alone() {
         assert_eq!(*mem.0.lock().unwrap(), pattern(99, REGION), "{opcode:?}");
     }
 }
+
+/// A read holds the message ID of its request until its data is in: a
+/// later operation that came round to that ID would otherwise be taken
+/// for it (here a write, whose response failed the read, and never
+/// completed itself).
+#[test]
+fn a_read_keeps_its_message_id_until_its_data_is_in() {
+    use uet::wire::{NextHeader, RequestRepr, SesOpcode, SesRequestRepr};
+    let (mut pair, _mem) = Pair::new(8, true, true);
+    let read_data = |d: &[u8]| {
+        RequestRepr::parse(d).is_ok_and(|r| r.next == NextHeader::SesRequest)
+            && SesRequestRepr::parse(&d[RequestRepr::LEN..])
+                .is_ok_and(|s| s.opcode() == Ok(SesOpcode::ReadResponse))
+    };
+    // Move everything but, while `hold`, the target's read data.
+    let step = |pair: &mut Pair, hold: bool| {
+        let mut buf = vec![0u8; 65536];
+        while let Some(t) = pair.eng[0].poll_transmit(pair.now, &mut buf) {
+            pair.eng[1].handle_datagram(pair.now, pair.addrs[0], 0, &buf[..t.len]);
+        }
+        while let Some(t) = pair.eng[1].poll_transmit(pair.now, &mut buf) {
+            if !(hold && read_data(&buf[..t.len])) {
+                pair.eng[0].handle_datagram(pair.now, pair.addrs[1], 0, &buf[..t.len]);
+            }
+        }
+        pair.now += 1_000;
+        for i in 0..2 {
+            if pair.eng[i].next_timeout().is_some_and(|t| t <= pair.now) {
+                pair.eng[i].handle_timeout(pair.now);
+            }
+            while let Some(c) = pair.eng[i].poll_completion() {
+                if c.kind != CompletionKind::Send && c.kind != CompletionKind::Recv {
+                    pair.done[i].push(c);
+                }
+            }
+        }
+    };
+    let first = Shared(Arc::new(Mutex::new(vec![0u8; 100])));
+    pair.read(first.clone(), BASE, KEY, 1);
+    // Messages go by while the read's data is held up: a full round of
+    // message IDs, unless the application is told to wait.
+    let mut sent = 0u64;
+    'stream: while sent < 65_535 {
+        for _ in 0..4096.min(65_535 - sent) {
+            let dest = pair.addrs[1];
+            let now = pair.now;
+            if pair.eng[0]
+                .post_send(now, send(dest, vec![1; 8], Some(2), 10 + sent))
+                .is_err()
+            {
+                break 'stream;
+            }
+            pair.eng[1]
+                .post_recv(now, recv(8, Some(2), 10 + sent))
+                .unwrap();
+            sent += 1;
+        }
+        for _ in 0..200 {
+            step(&mut pair, true);
+        }
+    }
+    for _ in 0..200 {
+        step(&mut pair, true);
+    }
+    let mut wrote = false;
+    for round in 0..5_000 {
+        if !wrote {
+            let op = RmaOp {
+                dest: pair.addrs[1],
+                kind: RmaKind::Write {
+                    payload: Payload::Owned(vec![9; 8]),
+                    cq_data: None,
+                },
+                addr: BASE + 8000,
+                key: KEY,
+                context: 2,
+                signal: true,
+            };
+            wrote = pair.eng[0].post_rma(pair.now, op).is_ok();
+        }
+        step(&mut pair, round < 100);
+        let done = |k, ctx| pair.completion(0, k, ctx).is_some();
+        if done(CompletionKind::Read, 1) && done(CompletionKind::Write, 2) {
+            break;
+        }
+    }
+    let read = pair.completion(0, CompletionKind::Read, 1);
+    assert!(read.is_some_and(|c| c.error.is_none()), "read: {read:?}");
+    assert_eq!(*first.0.lock().unwrap(), pattern(99, REGION)[..100]);
+    let write = pair.completion(0, CompletionKind::Write, 2);
+    assert!(write.is_some_and(|c| c.error.is_none()), "write: {write:?}");
+}

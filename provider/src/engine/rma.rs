@@ -225,11 +225,9 @@ impl Engine {
                         code: (code as u16) << 8 | datatype as u16,
                         fetch,
                     },
-                    if fetch {
-                        CompletionLevel::Transmit
-                    } else {
-                        CompletionLevel::Delivery
-                    },
+                    // A fetching one is held until its data is in, like a
+                    // read (see below).
+                    CompletionLevel::Delivery,
                     fetch,
                 )
             }
@@ -254,12 +252,18 @@ impl Engine {
                         key: op.key,
                         len: len as u64,
                     },
-                    // The read completes when its data is in, not on ACK.
-                    CompletionLevel::Transmit,
+                    // The read completes when its data is in, not on ACK;
+                    // its request is held until then (see below).
+                    CompletionLevel::Delivery,
                     true,
                 )
             }
         };
+        // The answer of a read or fetching atomic names the request's
+        // message ID: the request stays, holding the ID, until that answer
+        // is in ([`release_read`](Self::release_read)), so that no later
+        // message comes round to the ID and is taken for it.
+        let awaits_answer = self.reads.contains_key(&(p, id));
         let peer = &mut self.peers[p];
         peer.messages.insert(
             id,
@@ -270,7 +274,7 @@ impl Engine {
                 payload,
                 context: op.context,
                 level,
-                signal: op.signal,
+                signal: op.signal || awaits_answer,
                 next_offset: 0,
                 started: false,
                 unacked_packets: 0,
@@ -569,6 +573,20 @@ impl Engine {
         if let Some(r) = self.reads.remove(&(p, read_id)) {
             let error = (expected != Some(len)).then_some(CompletionError::AccessDenied);
             self.complete_read(r, error);
+            self.release_read(p, read_id);
+        }
+    }
+
+    /// Read (or fetching atomic) `id` to peer `p` was answered: its
+    /// request, held until now, goes once acknowledged, and its message
+    /// ID with it.
+    fn release_read(&mut self, p: usize, id: u16) {
+        let peer = &mut self.peers[p];
+        if let Some(m) = peer.messages.get_mut(&id) {
+            m.delivered = true;
+        }
+        if Self::retire_message(peer, &mut self.spares, id) {
+            self.sends_outstanding -= 1;
         }
     }
 
@@ -655,6 +673,7 @@ impl Engine {
         // (its data is the success answer).
         if let Some(read) = self.reads.remove(&(p, r.message_id)) {
             self.complete_read(read, Some(CompletionError::AccessDenied));
+            self.release_read(p, r.message_id);
             return true;
         }
         let peer = &mut self.peers[p];
