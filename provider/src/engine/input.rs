@@ -888,6 +888,12 @@ impl Engine {
             self.stats.unknown_pdc += 1;
             return;
         }
+        // An ACK for PSNs never sent is ignored whole: its received bytes
+        // and congestion feedback are as bogus as its PSN.
+        if !self.peers[p].tx.acks_only_sent(&ack) {
+            self.stats.malformed += 1;
+            return;
+        }
         self.stats.acks_received += 1;
         self.heard_from(p, now);
         if ack.flags & pflags::ACK_M != 0 {

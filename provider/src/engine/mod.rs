@@ -795,6 +795,62 @@ impl Engine {
 mod tests {
     use super::*;
 
+    /// Everything `e` has ready at `now`.
+    fn drain(e: &mut Engine, now: u64) -> Vec<Vec<u8>> {
+        let mut buf = vec![0u8; 65536];
+        let mut out = Vec::new();
+        while let Some(t) = e.poll_transmit(now, &mut buf) {
+            out.push(buf[..t.len].to_vec());
+        }
+        out
+    }
+
+    fn send_op(dest: SocketAddr, len: usize) -> SendOp {
+        SendOp {
+            dest,
+            payload: Payload::Owned(vec![7; len]),
+            tag: None,
+            cq_data: None,
+            context: 1,
+            level: CompletionLevel::Transmit,
+            signal: true,
+        }
+    }
+
+    /// An ACK that acknowledges a PSN never sent is ignored whole: it must
+    /// not name the receiver's context for a sender still in SYN, or the
+    /// real ACK that follows is refused and the send fails.
+    #[test]
+    fn an_ack_beyond_what_was_sent_names_no_context() {
+        let cfg = Config::default();
+        let (a, b): (SocketAddr, SocketAddr) = (
+            "10.0.0.1:4793".parse().unwrap(),
+            "10.0.0.2:4793".parse().unwrap(),
+        );
+        let mut tx = Engine::new(&cfg, a, 1);
+        let mut rx = Engine::new(&cfg, b, 2);
+        tx.post_send(0, send_op(b, 64)).unwrap();
+        let data = drain(&mut tx, 0);
+        assert_eq!(data.len(), 1);
+        let req = RequestRepr::parse(&data[0]).unwrap();
+        let bogus = AckRepr {
+            cack_psn: req.psn.wrapping_add(100),
+            spdcid: 777,
+            dpdcid: req.spdcid,
+            ..AckRepr::default()
+        };
+        let mut bytes = [0u8; AckRepr::LEN];
+        bogus.emit(&mut bytes);
+        tx.handle_datagram(1_000, b, 0, &bytes);
+        rx.handle_datagram(1_000, a, 0, &data[0]);
+        for d in drain(&mut rx, 1_000) {
+            tx.handle_datagram(2_000, b, 0, &d);
+        }
+        let done = tx.poll_completion().expect("the send completes");
+        assert!(done.error.is_none(), "{done:?}");
+        assert_eq!(tx.stats().unknown_pdc, 0);
+    }
+
     /// The per-peer figures documented in provider/README.md section 2.5.
     #[test]
     fn per_peer_state_stays_small() {

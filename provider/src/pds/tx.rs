@@ -350,6 +350,12 @@ impl TxPdc {
         }
     }
 
+    /// Whether the ACK's cumulative PSN is one this context sent: an ACK
+    /// beyond that is bogus.
+    pub fn acks_only_sent(&self, ack: &AckRepr) -> bool {
+        psn_lt(ack.cack_psn, self.next_psn())
+    }
+
     /// Apply an ACK: cumulative PSN plus SACK bitmap.
     pub fn on_ack(&mut self, ack: &AckRepr, now: u64) -> AckOutcome {
         let mut out = AckOutcome::default();
@@ -367,16 +373,17 @@ impl TxPdc {
             newly_acked: acked,
             ..AckOutcome::default()
         };
+        // An ACK for PSNs never sent is bogus: ignore it whole (it names
+        // no receiver context either).
+        if !self.acks_only_sent(ack) {
+            return;
+        }
+        let end = self.next_psn();
         if self.remote_id.is_none() {
             self.remote_id = Some(ack.spdcid);
         }
         self.last_ack_at = now;
         self.probes_unanswered = 0;
-        let end = self.next_psn();
-        // An ACK for PSNs never sent is bogus: ignore it whole.
-        if !psn_lt(ack.cack_psn, end) {
-            return;
-        }
         let trigger = ack.cack_psn.wrapping_add(ack.ack_psn_offset as i32 as u32);
         use crate::wire::prologue::flags::{ACK_P, ACK_RETX};
         let retx_echo = ack.flags & ACK_RETX != 0;
@@ -777,6 +784,8 @@ mod tests {
         tx.push(data(0), 0, 1000, 100, 0);
         assert!(tx.on_ack(&ack(500, 0), 5).newly_acked.is_empty());
         assert_eq!(tx.in_flight(), 1);
+        // Nor does it name the receiver's context.
+        assert_eq!(tx.remote_id, None);
     }
 
     #[test]
