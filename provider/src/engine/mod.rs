@@ -851,6 +851,109 @@ mod tests {
         assert_eq!(tx.stats().unknown_pdc, 0);
     }
 
+    fn recv_op(len: usize, context: u64) -> RecvOp {
+        RecvOp {
+            src: None,
+            tagged: false,
+            tag: 0,
+            ignore: 0,
+            buffer: Box::new(vec![0u8; len]),
+            context,
+            signal: true,
+            probe: ProbeFlags::default(),
+        }
+    }
+
+    /// Operations posted while the idle context's close is under way wait
+    /// for it, then open the next context, whose message IDs start at 0 at
+    /// the receiver: they must arrive as that context's first messages.
+    #[test]
+    fn a_send_posted_during_the_close_is_received() {
+        let cfg = Config {
+            pdc_idle_us: 100,
+            // The third message is a rendezvous send: pulled by its key.
+            rendezvous_bytes: 4096,
+            ..Config::default()
+        };
+        let (a, b): (SocketAddr, SocketAddr) = (
+            "10.0.0.1:4793".parse().unwrap(),
+            "10.0.0.2:4793".parse().unwrap(),
+        );
+        let mut tx = Engine::new(&cfg, a, 1);
+        let mut rx = Engine::new(&cfg, b, 2);
+        let mut now = 0;
+        // Both ways at once, each datagram 1 us on the wire.
+        let exchange = |tx: &mut Engine, rx: &mut Engine, now: &mut u64| loop {
+            let (out, back) = (drain(tx, *now), drain(rx, *now));
+            if out.is_empty() && back.is_empty() {
+                break;
+            }
+            *now += 1_000;
+            out.iter().for_each(|d| rx.handle_datagram(*now, a, 0, d));
+            back.iter().for_each(|d| tx.handle_datagram(*now, b, 0, d));
+        };
+        for k in 0..3 {
+            rx.post_recv(now, recv_op(8192, 10 + k)).unwrap();
+        }
+        tx.post_send(now, send_op(b, 64)).unwrap();
+        exchange(&mut tx, &mut rx, &mut now);
+        assert!(rx.poll_completion().is_some_and(|c| c.error.is_none()));
+        assert!(tx.poll_completion().is_some_and(|c| c.error.is_none()));
+        // Idle: the close leaves; the next send is posted before its answer.
+        now += 200_000;
+        tx.handle_timeout(now);
+        let close = drain(&mut tx, now);
+        assert_eq!(close.len(), 1);
+        assert_eq!(
+            Prologue::parse(&close[0]).unwrap().ptype,
+            PacketType::Control
+        );
+        tx.post_send(now, send_op(b, 64)).unwrap();
+        // A read too: it waits for its answer by message ID (the target
+        // has no memory to offer, so it is refused).
+        let read = RmaOp {
+            dest: b,
+            kind: RmaKind::Read {
+                buffer: Box::new(vec![0u8; 8]),
+            },
+            addr: 0,
+            key: 1,
+            context: 3,
+            signal: true,
+        };
+        tx.post_rma(now, read).unwrap();
+        tx.post_send(
+            now,
+            SendOp {
+                context: 4,
+                ..send_op(b, 8192)
+            },
+        )
+        .unwrap();
+        assert!(drain(&mut tx, now).is_empty(), "data waits for the close");
+        rx.handle_datagram(now + 1_000, a, 0, &close[0]);
+        now += 1_000;
+        exchange(&mut tx, &mut rx, &mut now);
+        assert_eq!(tx.stats().pdcs_closed, 1);
+        let got: Vec<_> = std::iter::from_fn(|| rx.poll_completion())
+            .map(|c| (c.context, c.len, c.error))
+            .collect();
+        assert_eq!(got, [(11, 64, None), (12, 8192, None)], "both are received");
+        let mut done: Vec<_> = std::iter::from_fn(|| tx.poll_completion())
+            .map(|c| (c.context, c.error))
+            .collect();
+        done.sort_by_key(|&(context, _)| context);
+        assert_eq!(
+            done,
+            [
+                (1, None),
+                (3, Some(CompletionError::AccessDenied)),
+                (4, None)
+            ],
+            "the sends and the refused read complete"
+        );
+    }
+
     /// The per-peer figures documented in provider/README.md section 2.5.
     #[test]
     fn per_peer_state_stays_small() {

@@ -419,6 +419,16 @@ impl Engine {
         }
     }
 
+    /// Pulls to peer `p` whose request was renumbered (`moved`: old and
+    /// new message ID) for a fresh context follow it.
+    pub(super) fn renumber_pull_requests(&mut self, p: usize, moved: &[(u16, u16)]) {
+        for (_, pull) in self.rdv.pulls.iter_mut().filter(|(&(q, _), _)| q == p) {
+            if let Some(&(_, new)) = moved.iter().find(|&&(old, _)| old == pull.request_id) {
+                pull.request_id = new;
+            }
+        }
+    }
+
     /// Queue a pull of `len` bytes at `addr` of the send named `key`,
     /// carrying `descriptor`; returns its message ID.
     fn queue_pull(

@@ -1,6 +1,7 @@
 //! Timers: delayed ACKs, retransmission timeouts, peer failure.
 
 use super::*;
+use crate::ses::RmaTx;
 
 impl Engine {
     // ----- timers -----------------------------------------------------------------------
@@ -176,14 +177,61 @@ impl Engine {
         self.tx_by_id.remove(&peer.tx.local_id);
         // The ID goes back to the pool; the next packet takes a fresh one.
         peer.tx = TxPdc::new(0, start);
-        peer.next_msg_id = 0;
-        peer.oldest_msg_id = 0;
         peer.closing = None;
         // The congestion state stays (same path, same peer); what was in
         // flight on the old context is gone.
         peer.in_flight_bytes = 0;
         peer.rcvd_units = 0;
+        self.renumber_queued(p);
         self.mark_ready(p);
+    }
+
+    /// Message IDs restart at 0 with a fresh context, as the receiver's
+    /// matching does. Messages still queued (posted while a close was
+    /// under way, so none has left) took IDs of the old context: they take
+    /// the new one's first IDs, in order, or the receiver would wait for
+    /// the IDs before them for ever.
+    fn renumber_queued(&mut self, p: usize) {
+        let peer = &mut self.peers[p];
+        let mut moved = Vec::new();
+        // An entry whose message is gone would take an ID and send nothing.
+        let messages = &peer.messages;
+        peer.queue.retain(|item| match item {
+            TxItem::Message(id) => messages.contains_key(id),
+            TxItem::Response { .. } => true,
+        });
+        for item in peer.queue.iter_mut() {
+            if let TxItem::Message(id) = item {
+                let new = moved.len() as u16;
+                moved.push((*id, new));
+                *id = new;
+            }
+        }
+        peer.next_msg_id = moved.len() as u16;
+        peer.oldest_msg_id = 0;
+        if moved.is_empty() {
+            return;
+        }
+        // Everything out first: old and new IDs may overlap.
+        let taken: Vec<_> = moved
+            .iter()
+            .filter_map(|&(old, new)| peer.messages.remove(&old).map(|m| (new, m)))
+            .collect();
+        for (new, mut m) in taken {
+            if let Some(RmaTx::Rendezvous { key, .. }) = &mut m.rma {
+                // The key names the send by its message ID.
+                *key = *key & !0xffff | new as u64;
+            }
+            peer.messages.insert(new, m);
+        }
+        let reads: Vec<_> = moved
+            .iter()
+            .filter_map(|&(old, new)| self.reads.remove(&(p, old)).map(|r| (new, r)))
+            .collect();
+        for (new, r) in reads {
+            self.reads.insert((p, new), r);
+        }
+        self.renumber_pull_requests(p, &moved);
     }
 
     /// The peer stopped answering: fail everything in flight to it and start
