@@ -403,6 +403,11 @@ impl Engine {
                 .rx
                 .as_ref()
                 .is_some_and(|rx| rx.opened_by(req));
+            if !same && self.peers[p].closed_rx == (req.spdcid, start) {
+                // A late copy of a SYN packet of the context its sender
+                // closed: stale, whatever context it opened since.
+                return RxContext::Unknown;
+            }
             if !same {
                 // A new context from this peer (first contact or a restart):
                 // whatever the old one was receiving is gone with it.
@@ -857,6 +862,7 @@ impl Engine {
                     return;
                 }
                 let id = rx.local_id;
+                peer.closed_rx = (rx.remote_id, rx.start_psn);
                 peer.rx = None;
                 peer.next_match_seq = 0;
                 peer.in_ack_queue = false;

@@ -300,6 +300,10 @@ struct Peer {
     restart_owed: bool,
     /// Packets resent to this peer (timer, SACK hole or NACK).
     retransmits: u64,
+    /// The receive context this peer closed last, as (its SPDCID, start
+    /// PSN; SPDCID 0, never used, for none): a copy of one of its SYN
+    /// packets that arrives late opens nothing.
+    closed_rx: (u16, u32),
 }
 
 /// The send side asked the receiver to close an idle context.
@@ -763,6 +767,7 @@ impl Engine {
             drained_by_trailer: false,
             restart_owed: false,
             retransmits: 0,
+            closed_rx: (0, 0),
         });
         self.peer_by_addr.insert(addr, i);
         i
@@ -954,6 +959,72 @@ mod tests {
         );
     }
 
+    /// A copy of a closed context's SYN packet that the network delivers
+    /// late (a resend whose original got through) must not replace the
+    /// context its sender opened since: that would drop the new context's
+    /// messages and fail its sends.
+    #[test]
+    fn a_late_syn_of_a_closed_context_opens_nothing() {
+        let cfg = Config {
+            pdc_idle_us: 100,
+            mtu: 1500,
+            ..Config::default()
+        };
+        let (a, b): (SocketAddr, SocketAddr) = (
+            "10.0.0.1:4793".parse().unwrap(),
+            "10.0.0.2:4793".parse().unwrap(),
+        );
+        let mut tx = Engine::new(&cfg, a, 1);
+        let mut rx = Engine::new(&cfg, b, 2);
+        let mut now = 0;
+        let exchange = |tx: &mut Engine, rx: &mut Engine, now: &mut u64| loop {
+            let (out, back) = (drain(tx, *now), drain(rx, *now));
+            if out.is_empty() && back.is_empty() {
+                break;
+            }
+            *now += 1_000;
+            out.iter().for_each(|d| rx.handle_datagram(*now, a, 0, d));
+            back.iter().for_each(|d| tx.handle_datagram(*now, b, 0, d));
+        };
+        rx.post_recv(now, recv_op(64, 10)).unwrap();
+        tx.post_send(now, send_op(b, 64)).unwrap();
+        let first = drain(&mut tx, now);
+        let old_syn = first[0].clone();
+        now += 1_000;
+        rx.handle_datagram(now, a, 0, &first[0]);
+        exchange(&mut tx, &mut rx, &mut now);
+        // Idle: the context closes.
+        now += 200_000;
+        tx.handle_timeout(now);
+        exchange(&mut tx, &mut rx, &mut now);
+        assert_eq!(tx.stats().pdcs_closed, 1);
+        while tx.poll_completion().is_some() {}
+        assert!(rx.poll_completion().is_some());
+        // A message of three packets on a new context; the old SYN comes
+        // in after its first packet.
+        rx.post_recv(now, recv_op(4000, 11)).unwrap();
+        tx.post_send(now, send_op(b, 4000)).unwrap();
+        let data = drain(&mut tx, now);
+        assert_eq!(data.len(), 3);
+        now += 1_000;
+        rx.handle_datagram(now, a, 0, &data[0]);
+        rx.handle_datagram(now, a, 0, &old_syn);
+        for d in &data[1..] {
+            rx.handle_datagram(now, a, 0, d);
+        }
+        exchange(&mut tx, &mut rx, &mut now);
+        for _ in 0..50 {
+            now += 1_000_000;
+            tx.handle_timeout(now);
+            rx.handle_timeout(now);
+            exchange(&mut tx, &mut rx, &mut now);
+        }
+        let got = rx.poll_completion().expect("the message is received");
+        assert!(got.error.is_none() && got.len == 4000, "{got:?}");
+        let sent = tx.poll_completion().expect("the send completes");
+        assert!(sent.error.is_none(), "{sent:?}");
+    }
+
     /// The per-peer figures documented in provider/README.md section 2.5.
     #[test]
     fn per_peer_state_stays_small() {
@@ -967,7 +1038,7 @@ mod tests {
         ];
         println!("{sizes:?}");
         let documented = [
-            ("Peer", 952),
+            ("Peer", 960),
             ("TxPdc", 208),
             ("RxPdc", 88),
             ("TxSlot", 48),
