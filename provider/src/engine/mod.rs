@@ -810,6 +810,30 @@ mod tests {
         out
     }
 
+    /// The sender and the receiver of the two-engine tests.
+    const A: SocketAddr = SocketAddr::new(
+        std::net::IpAddr::V4(std::net::Ipv4Addr::new(10, 0, 0, 1)),
+        4793,
+    );
+    const B: SocketAddr = SocketAddr::new(
+        std::net::IpAddr::V4(std::net::Ipv4Addr::new(10, 0, 0, 2)),
+        4793,
+    );
+
+    /// Both ways at once, each datagram 1 us on the wire, until both
+    /// engines (`tx` at A, `rx` at B) have nothing more to send.
+    fn exchange(tx: &mut Engine, rx: &mut Engine, now: &mut u64) {
+        loop {
+            let (out, back) = (drain(tx, *now), drain(rx, *now));
+            if out.is_empty() && back.is_empty() {
+                break;
+            }
+            *now += 1_000;
+            out.iter().for_each(|d| rx.handle_datagram(*now, A, 0, d));
+            back.iter().for_each(|d| tx.handle_datagram(*now, B, 0, d));
+        }
+    }
+
     fn send_op(dest: SocketAddr, len: usize) -> SendOp {
         SendOp {
             dest,
@@ -828,12 +852,8 @@ mod tests {
     #[test]
     fn an_ack_beyond_what_was_sent_names_no_context() {
         let cfg = Config::default();
-        let (a, b): (SocketAddr, SocketAddr) = (
-            "10.0.0.1:4793".parse().unwrap(),
-            "10.0.0.2:4793".parse().unwrap(),
-        );
-        let mut tx = Engine::new(&cfg, a, 1);
-        let mut rx = Engine::new(&cfg, b, 2);
+        let (mut tx, mut rx) = (Engine::new(&cfg, A, 1), Engine::new(&cfg, B, 2));
+        let (a, b) = (A, B);
         tx.post_send(0, send_op(b, 64)).unwrap();
         let data = drain(&mut tx, 0);
         assert_eq!(data.len(), 1);
@@ -880,23 +900,9 @@ mod tests {
             rendezvous_bytes: 4096,
             ..Config::default()
         };
-        let (a, b): (SocketAddr, SocketAddr) = (
-            "10.0.0.1:4793".parse().unwrap(),
-            "10.0.0.2:4793".parse().unwrap(),
-        );
-        let mut tx = Engine::new(&cfg, a, 1);
-        let mut rx = Engine::new(&cfg, b, 2);
+        let (mut tx, mut rx) = (Engine::new(&cfg, A, 1), Engine::new(&cfg, B, 2));
+        let (a, b) = (A, B);
         let mut now = 0;
-        // Both ways at once, each datagram 1 us on the wire.
-        let exchange = |tx: &mut Engine, rx: &mut Engine, now: &mut u64| loop {
-            let (out, back) = (drain(tx, *now), drain(rx, *now));
-            if out.is_empty() && back.is_empty() {
-                break;
-            }
-            *now += 1_000;
-            out.iter().for_each(|d| rx.handle_datagram(*now, a, 0, d));
-            back.iter().for_each(|d| tx.handle_datagram(*now, b, 0, d));
-        };
         for k in 0..3 {
             rx.post_recv(now, recv_op(8192, 10 + k)).unwrap();
         }
@@ -970,22 +976,9 @@ mod tests {
             mtu: 1500,
             ..Config::default()
         };
-        let (a, b): (SocketAddr, SocketAddr) = (
-            "10.0.0.1:4793".parse().unwrap(),
-            "10.0.0.2:4793".parse().unwrap(),
-        );
-        let mut tx = Engine::new(&cfg, a, 1);
-        let mut rx = Engine::new(&cfg, b, 2);
+        let (mut tx, mut rx) = (Engine::new(&cfg, A, 1), Engine::new(&cfg, B, 2));
+        let (a, b) = (A, B);
         let mut now = 0;
-        let exchange = |tx: &mut Engine, rx: &mut Engine, now: &mut u64| loop {
-            let (out, back) = (drain(tx, *now), drain(rx, *now));
-            if out.is_empty() && back.is_empty() {
-                break;
-            }
-            *now += 1_000;
-            out.iter().for_each(|d| rx.handle_datagram(*now, a, 0, d));
-            back.iter().for_each(|d| tx.handle_datagram(*now, b, 0, d));
-        };
         rx.post_recv(now, recv_op(64, 10)).unwrap();
         tx.post_send(now, send_op(b, 64)).unwrap();
         let first = drain(&mut tx, now);
