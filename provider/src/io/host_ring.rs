@@ -558,7 +558,9 @@ impl HostRings {
         map.u32_at(slot).store(len as u32, Ordering::Relaxed);
         map.u32_at(slot + 4)
             .store(u32::from(tos), Ordering::Relaxed);
-        out.tail += 1;
+        // Wrapping, as every comparison of tail and head: the tail we
+        // started from is the mailbox's, which any process may have set.
+        out.tail = out.tail.wrapping_add(1);
         // SeqCst pairs with the receiver's head store, sleepers increment
         // and look at the tails, in that order: either it sees this slot,
         // or we see it sleeping and, reading its head again, whether it
@@ -658,7 +660,8 @@ impl HostRings {
                 // Copied out before the slot is handed back, so a sender
                 // that writes too early spoils nothing but its own data.
                 inbox.read(slot + SLOT_HEADER, &mut self.scratch[..len]);
-                lane.head += 1;
+                // Wrapping: the tail it follows is the sender's to set.
+                lane.head = lane.head.wrapping_add(1);
                 inbox
                     .u64_at(inbox.lane(i, L_HEAD))
                     .store(lane.head, Ordering::SeqCst);
@@ -1158,6 +1161,34 @@ mod tests {
         b.end_sleep();
         b.end_sleep();
         assert_eq!(b.inbox.u32_at(H_SLEEPERS).load(Ordering::SeqCst), 0);
+    }
+
+    #[test]
+    fn lane_counters_written_near_their_end_wrap_around() {
+        // Tail and head are only ever compared by their difference, but
+        // both come from a mapping other processes write: a mailbox that
+        // hands a sender a tail at the very end, or a sender that moves
+        // its tail there, must not stop either side (an overflow panics
+        // in a debug build).
+        let (_sa, mut a) = endpoint();
+        let (sb, mut b) = endpoint();
+        let to = sb.local_addr().unwrap();
+        let near_end = u64::MAX - 1;
+        let inbox = &b.inbox;
+        inbox
+            .u64_at(inbox.lane(0, L_TAIL))
+            .store(near_end, Ordering::Relaxed);
+        inbox
+            .u64_at(inbox.lane(0, L_HEAD))
+            .store(near_end, Ordering::Relaxed);
+        b.lanes[0].head = near_end;
+        for d in [b"0", b"1", b"2"] {
+            assert_eq!(a.push(to, 0, &[d]), Pushed::Written);
+        }
+        let got: Vec<Vec<u8>> = take_all(&mut b).into_iter().map(|d| d.2).collect();
+        assert_eq!(got, vec![b"0".to_vec(), b"1".to_vec(), b"2".to_vec()]);
+        assert_eq!(a.push(to, 0, &[b"3"]), Pushed::Written);
+        assert_eq!(take_all(&mut b).len(), 1);
     }
 
     #[test]
