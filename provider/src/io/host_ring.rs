@@ -332,6 +332,12 @@ struct OutLane {
     full_in_a_row: u32,
 }
 
+/// Destinations remembered as reached over UDP (no mailbox there) before
+/// those memories are dropped: the engine answers any source, spoofed
+/// ones too, without keeping it, and looking one up again costs a failed
+/// `open`.
+const UDP_PEERS_REMEMBERED: usize = 4096;
+
 /// Full pushes in a row after which a sender checks the receiver lives.
 const FULL_CHECK_EVERY: u32 = 256;
 
@@ -748,6 +754,10 @@ fn lane_for(
     local: SocketAddr,
     to: SocketAddr,
 ) -> Option<&mut OutLane> {
+    if peers.len() >= UDP_PEERS_REMEMBERED && !peers.contains_key(&to) {
+        // The UDP ones are only a cache of failed lookups.
+        peers.retain(|_, lane| lane.is_some());
+    }
     peers
         .entry(to)
         .or_insert_with(|| (to != local).then(|| claim_lane(host, to, local)).flatten())
@@ -1189,6 +1199,29 @@ mod tests {
         assert_eq!(got, vec![b"0".to_vec(), b"1".to_vec(), b"2".to_vec()]);
         assert_eq!(a.push(to, 0, &[b"3"]), Pushed::Written);
         assert_eq!(take_all(&mut b).len(), 1);
+    }
+
+    #[test]
+    fn strangers_answered_over_udp_are_not_remembered_without_bound() {
+        // The engine answers any source (a NACK to a stranger, spoofed or
+        // not) without keeping it; the lookups its answers cause must not
+        // keep it either.
+        let (_sa, mut a) = endpoint();
+        for port in 1..=3 * UDP_PEERS_REMEMBERED {
+            let stranger = SocketAddr::from(([127, 3, 2, 1], port as u16));
+            assert_eq!(a.push(stranger, 0, &[b"nack"]), Pushed::NoLane);
+        }
+        assert!(a.peers.len() <= UDP_PEERS_REMEMBERED, "{}", a.peers.len());
+        // A destination with a lane keeps it meanwhile.
+        let (sb, mut b) = endpoint();
+        let to = sb.local_addr().unwrap();
+        assert_eq!(a.push(to, 0, &[b"x"]), Pushed::Written);
+        for port in 1..=2 * UDP_PEERS_REMEMBERED {
+            let stranger = SocketAddr::from(([127, 3, 2, 2], port as u16));
+            a.push(stranger, 0, &[b"nack"]);
+        }
+        assert_eq!(a.push(to, 0, &[b"y"]), Pushed::Written);
+        assert_eq!(take_all(&mut b).len(), 2);
     }
 
     #[test]
