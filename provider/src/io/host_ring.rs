@@ -313,7 +313,8 @@ pub enum Pushed {
 
 /// What [`HostRings::retry_backlog`] asks of the driver.
 pub enum Retried<'a> {
-    /// A waiting datagram went into a lane whose receiver sleeps: ring.
+    /// A waiting datagram went into a lane whose receiver sleeps, or a
+    /// doorbell could not be sent before: ring.
     Doorbell(SocketAddr),
     /// The destination's lane is gone (its receiver closed or died): send
     /// the datagram over UDP, as later ones will go.
@@ -398,6 +399,9 @@ pub struct HostRings {
     check_socket: SocketCheck,
     /// Datagrams for lanes that were full.
     backlog: Backlog,
+    /// Destinations whose doorbell could not be sent: a lane that is not
+    /// empty rings no more, so without another its receiver sleeps on.
+    doorbells_owed: Vec<SocketAddr>,
     pub stats: RingStats,
 }
 
@@ -468,6 +472,7 @@ impl HostRings {
             scratch: vec![0; SLOT_DATA],
             check_socket: host_memory::udp_socket_holder,
             backlog: Backlog::default(),
+            doorbells_owed: Vec::new(),
             stats: RingStats::default(),
         })
     }
@@ -493,9 +498,17 @@ impl HostRings {
         })
     }
 
-    /// Whether datagrams wait in the backlog.
+    /// Whether datagrams wait in the backlog, or doorbells to ring again.
     pub fn has_backlog(&self) -> bool {
-        !self.backlog.is_empty()
+        !self.backlog.is_empty() || !self.doorbells_owed.is_empty()
+    }
+
+    /// The doorbell for `to` could not be sent: the next
+    /// [`retry_backlog`](Self::retry_backlog) asks for it again.
+    pub fn owe_doorbell(&mut self, to: SocketAddr) {
+        if !self.doorbells_owed.contains(&to) {
+            self.doorbells_owed.push(to);
+        }
     }
 
     /// The next destination whose datagrams began to wait in the backlog
@@ -508,6 +521,20 @@ impl HostRings {
     /// Move waiting datagrams into the lanes that have room now, each
     /// destination's in order; what needs the network goes to `carry`.
     pub fn retry_backlog(&mut self, mut carry: impl FnMut(Retried<'_>)) {
+        for to in std::mem::take(&mut self.doorbells_owed) {
+            // Owed only while its receiver still sleeps (and has the lane).
+            let sleeps = self
+                .peers
+                .get(&to)
+                .and_then(Option::as_ref)
+                .is_some_and(|out| {
+                    out.map.u32_at(H_SLEEPERS).load(Ordering::SeqCst) > 0
+                        || out.map.u32_at(H_ALWAYS_RING).load(Ordering::Relaxed) != 0
+                });
+            if sleeps {
+                carry(Retried::Doorbell(to));
+            }
+        }
         let mut backlog = std::mem::take(&mut self.backlog);
         backlog.drain(|to, w| match self.write(to, w.tos, &[&w.bytes]) {
             None => false,

@@ -1125,11 +1125,13 @@ impl Endpoint {
         };
         let written = rings.stats.sent;
         let mut by_udp = false;
+        let mut unrung = Vec::new();
         let (sockets, stats) = (&self.sockets, &mut self.stats);
         rings.retry_backlog(|r| match r {
-            // Lost, it costs the sleeper a wake-up at its next timer.
             Retried::Doorbell(to) => {
-                let _ = sys::send_with_tos(&sockets[0], to, sys::DEFAULT_TOS, &[]);
+                if sys::send_with_tos(&sockets[0], to, sys::DEFAULT_TOS, &[]).is_err() {
+                    unrung.push(to);
+                }
             }
             // Lost like any datagram the network drops (see `emit`).
             Retried::ByUdp(to, tos, bytes) => {
@@ -1139,6 +1141,10 @@ impl Endpoint {
                 }
             }
         });
+        // Tried again at the next flush (see `send_datagram`).
+        for to in unrung {
+            rings.owe_doorbell(to);
+        }
         let moved = by_udp || rings.stats.sent != written;
         hold_ring_backlog(&mut self.rings, &mut self.engine);
         moved
@@ -1568,9 +1574,13 @@ fn send_datagram(
             Pushed::NoLane => {}
             Pushed::Written => return Ok(Carrier::Ring),
             Pushed::Doorbell => {
-                // Lost, it costs the sleeper a wake-up at its next timer,
-                // as a lost datagram would.
-                let _ = sys::send_with_tos(&sockets[0], to, sys::DEFAULT_TOS, &[]);
+                // Rung again at the next flush when it cannot go now (a
+                // full buffer): the lane is no longer empty, so the next
+                // datagram would not ring, and the sleeper might have no
+                // timer to wake it.
+                if sys::send_with_tos(&sockets[0], to, sys::DEFAULT_TOS, &[]).is_err() {
+                    r.owe_doorbell(to);
+                }
                 return Ok(Carrier::Ring);
             }
             // Waits for a full lane (held up alone, see `hold_ring_backlog`).

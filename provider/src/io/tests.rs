@@ -1435,3 +1435,40 @@ fn an_endpoint_with_input_in_its_lanes_does_not_sleep() {
     assert!(b.begin_sleep());
     b.end_sleep();
 }
+
+#[test]
+fn a_doorbell_that_could_not_be_sent_rings_again() {
+    let (mut a, mut b) = pair(&ring_config());
+    exchange(&mut a, &mut b, &[64]);
+    // a's next send from socket 0 fails once, as a full send buffer or a
+    // firewall would fail it: an ICMP error, which IP_RECVERR makes the
+    // socket report to that send.
+    sys::set_int_option(&a.sockets[0], libc::IPPROTO_IP, libc::IP_RECVERR, 1).unwrap();
+    let closed = UdpSocket::bind(LOOPBACK).unwrap().local_addr().unwrap();
+    a.sockets[0].send_to(b"x", closed).unwrap();
+    std::thread::sleep(Duration::from_millis(20));
+    let (op, buf) = recv_op(64, 7);
+    b.recv(op).unwrap();
+    assert!(b.begin_sleep());
+    // The doorbell for this message is the send that fails. A lane that
+    // is not empty rings no more, so unless a rings again, b sleeps on
+    // (a's retransmissions wait in the lane behind the first datagram).
+    a.send(send_op(b.local_addr(), pattern(0, 64), 8)).unwrap();
+    for _ in 0..8 {
+        a.progress();
+    }
+    let mut fds: Vec<libc::pollfd> = b
+        .wait_fds()
+        .into_iter()
+        .map(|fd| libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        })
+        .collect();
+    // SAFETY: fds is a live array of fds.len() pollfd structs.
+    let ready = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, 2_000) };
+    b.end_sleep();
+    assert_eq!(ready, 1, "the sleeper was never woken");
+    complete(&mut a, &mut b, &[buf], &[64]);
+}
