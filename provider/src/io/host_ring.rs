@@ -571,7 +571,9 @@ impl HostRings {
             .u64_at(map.lane(out.lane, L_HEAD))
             .load(Ordering::SeqCst);
         if out.tail.wrapping_sub(head) >= DEPTH as u64 {
-            out.full_in_a_row += 1;
+            // Wrapping: a receiver that lives and never takes (stopped)
+            // keeps a sender trying without end.
+            out.full_in_a_row = out.full_in_a_row.wrapping_add(1);
             if out.full_in_a_row % FULL_CHECK_EVERY == 0 && !process_lives(out.owner) {
                 // The receiver died without closing: nothing will drain
                 // the lane.
@@ -1249,6 +1251,28 @@ mod tests {
         }
         assert_eq!(a.push(to, 0, &[b"y"]), Pushed::Written);
         assert_eq!(take_all(&mut b).len(), 2);
+    }
+
+    #[test]
+    fn a_lane_its_live_receiver_never_empties_is_tried_for_ever() {
+        let (_sa, mut a) = endpoint();
+        let (sb, _b) = endpoint();
+        let to = sb.local_addr().unwrap();
+        for _ in 0..DEPTH {
+            assert_eq!(a.push(to, 0, &[b"x"]), Pushed::Written);
+        }
+        // As after 2^32 tries at a lane whose receiver lives but takes
+        // nothing (stopped in a debugger, say): the count of full writes
+        // in a row must not overflow (a panic in a debug build).
+        a.peers
+            .get_mut(&to)
+            .unwrap()
+            .as_mut()
+            .unwrap()
+            .full_in_a_row = u32::MAX;
+        assert_eq!(a.push(to, 0, &[b"y"]), Pushed::Queued);
+        a.retry_backlog(|_| panic!("the lane is full and its receiver lives"));
+        assert!(a.has_backlog());
     }
 
     #[test]
