@@ -44,8 +44,10 @@ BENCH_BIN := $(patsubst fabtests/bench/%.c,$(BUILD)/bin/%,$(BENCH_SRC))
 # What selects the freshly installed provider in the test stages.
 RUN_ENV   := FI_PROVIDER_PATH=$(LIBDIR) FI_PROVIDER=uet
 # --keep-debuginfo: the provider is dlclose'd before the leak check; its
-# symbols are needed to match the suppressions.
-VALGRIND  := valgrind -q --error-exitcode=3 --leak-check=full \
+# symbols are needed to match the suppressions. --fair-sched=yes: with
+# valgrind's default lock a thread that spins on memory (close_rebind
+# waits so for the progress thread) can keep every other thread out.
+VALGRIND  := valgrind -q --fair-sched=yes --error-exitcode=3 --leak-check=full \
 	--errors-for-leak-kinds=definite --show-leak-kinds=definite --keep-debuginfo=yes \
 	--suppressions=$(CURDIR)/fabtests/functional/valgrind.supp
 
