@@ -1393,16 +1393,10 @@ fn rings_need_both_ends_and_stay_off_where_every_datagram_must_cross_the_network
     }
 }
 
-#[test]
-fn a_sleeping_receiver_is_woken_by_the_doorbell() {
-    let (mut a, mut b) = pair(&ring_config());
-    exchange(&mut a, &mut b, &[64]);
-    // b sleeps on its sockets; a's next message must wake it.
-    let (op, buf) = recv_op(64, 7);
-    b.recv(op).unwrap();
-    assert!(b.begin_sleep());
-    a.send(send_op(b.local_addr(), pattern(0, 64), 8)).unwrap();
-    let mut fds: Vec<libc::pollfd> = b
+/// Sleep as a blocking wait would, on `ep`'s wait descriptors, for at most
+/// `timeout_ms`; poll(2)'s answer (descriptors ready, 0 on timeout).
+fn poll_wait_fds(ep: &Endpoint, timeout_ms: libc::c_int) -> libc::c_int {
+    let mut fds: Vec<libc::pollfd> = ep
         .wait_fds()
         .into_iter()
         .map(|fd| libc::pollfd {
@@ -1412,7 +1406,19 @@ fn a_sleeping_receiver_is_woken_by_the_doorbell() {
         })
         .collect();
     // SAFETY: fds is a live array of fds.len() pollfd structs.
-    let ready = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, 10_000) };
+    unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout_ms) }
+}
+
+#[test]
+fn a_sleeping_receiver_is_woken_by_the_doorbell() {
+    let (mut a, mut b) = pair(&ring_config());
+    exchange(&mut a, &mut b, &[64]);
+    // b sleeps on its sockets; a's next message must wake it.
+    let (op, buf) = recv_op(64, 7);
+    b.recv(op).unwrap();
+    assert!(b.begin_sleep());
+    a.send(send_op(b.local_addr(), pattern(0, 64), 8)).unwrap();
+    let ready = poll_wait_fds(&b, 10_000);
     b.end_sleep();
     assert_eq!(ready, 1, "no doorbell");
     assert_eq!(a.stats().doorbells_sent, 1);
@@ -1457,17 +1463,7 @@ fn a_doorbell_that_could_not_be_sent_rings_again() {
     for _ in 0..8 {
         a.progress();
     }
-    let mut fds: Vec<libc::pollfd> = b
-        .wait_fds()
-        .into_iter()
-        .map(|fd| libc::pollfd {
-            fd,
-            events: libc::POLLIN,
-            revents: 0,
-        })
-        .collect();
-    // SAFETY: fds is a live array of fds.len() pollfd structs.
-    let ready = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, 2_000) };
+    let ready = poll_wait_fds(&b, 2_000);
     b.end_sleep();
     assert_eq!(ready, 1, "the sleeper was never woken");
     complete(&mut a, &mut b, &[buf], &[64]);
