@@ -225,9 +225,11 @@ impl Engine {
                         code: (code as u16) << 8 | datatype as u16,
                         fetch,
                     },
-                    // A fetching one is held until its data is in, like a
-                    // read (see below).
-                    CompletionLevel::Delivery,
+                    if fetch {
+                        CompletionLevel::Transmit
+                    } else {
+                        CompletionLevel::Delivery
+                    },
                     fetch,
                 )
             }
@@ -253,17 +255,12 @@ impl Engine {
                         len: len as u64,
                     },
                     // The read completes when its data is in, not on ACK;
-                    // its request is held until then (see below).
-                    CompletionLevel::Delivery,
+                    // its request stays until then (`answer_pending`).
+                    CompletionLevel::Transmit,
                     true,
                 )
             }
         };
-        // The answer of a read or fetching atomic names the request's
-        // message ID: the request stays, holding the ID, until that answer
-        // is in ([`release_read`](Self::release_read)), so that no later
-        // message comes round to the ID and is taken for it.
-        let awaits_answer = self.reads.contains_key(&(p, id));
         let peer = &mut self.peers[p];
         peer.messages.insert(
             id,
@@ -274,7 +271,7 @@ impl Engine {
                 payload,
                 context: op.context,
                 level,
-                signal: op.signal || awaits_answer,
+                signal: op.signal,
                 next_offset: 0,
                 started: false,
                 unacked_packets: 0,

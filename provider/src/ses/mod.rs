@@ -145,8 +145,21 @@ impl TxMessage {
 
     /// Every packet acknowledged and, for a rendezvous send, the rest
     /// pulled: the payload is no longer needed.
+    /// A read or fetching atomic whose answer (data naming its message ID)
+    /// is not in yet: it holds its message ID until then, so that no later
+    /// message comes round to the ID and is taken for it.
+    pub fn answer_pending(&self) -> bool {
+        matches!(
+            self.rma,
+            Some(RmaTx::Read { .. } | RmaTx::Atomic { fetch: true, .. })
+        ) && !self.delivered
+    }
+
     pub fn fully_acked(&self) -> bool {
-        self.fully_sent() && self.unacked_packets == 0 && !self.pull_pending()
+        self.fully_sent()
+            && self.unacked_packets == 0
+            && !self.pull_pending()
+            && !self.answer_pending()
     }
 }
 
