@@ -163,6 +163,13 @@ impl Mapping {
         unsafe { &*self.base.add(offset).cast::<AtomicU64>() }
     }
 
+    /// Whether this mailbox's owner wants a doorbell: it sleeps, or it
+    /// sleeps out of our sight (`FI_GETWAIT`) and asked for every one.
+    fn wants_doorbell(&self) -> bool {
+        self.u32_at(H_SLEEPERS).load(Ordering::SeqCst) > 0
+            || self.u32_at(H_ALWAYS_RING).load(Ordering::Relaxed) != 0
+    }
+
     /// Copy `bytes` to `offset`.
     fn write(&self, offset: usize, bytes: &[u8]) {
         assert!(offset + bytes.len() <= MAILBOX_BYTES);
@@ -527,10 +534,7 @@ impl HostRings {
                 .peers
                 .get(&to)
                 .and_then(Option::as_ref)
-                .is_some_and(|out| {
-                    out.map.u32_at(H_SLEEPERS).load(Ordering::SeqCst) > 0
-                        || out.map.u32_at(H_ALWAYS_RING).load(Ordering::Relaxed) != 0
-                });
+                .is_some_and(|out| out.map.wants_doorbell());
             if sleeps {
                 carry(Retried::Doorbell(to));
             }
@@ -604,8 +608,7 @@ impl HostRings {
         map.u64_at(map.lane(out.lane, L_TAIL))
             .store(out.tail, Ordering::SeqCst);
         fence(Ordering::SeqCst);
-        let sleeping = map.u32_at(H_SLEEPERS).load(Ordering::SeqCst) > 0
-            || map.u32_at(H_ALWAYS_RING).load(Ordering::Relaxed) != 0;
+        let sleeping = map.wants_doorbell();
         self.stats.sent += 1;
         let head = map.u64_at(map.lane(out.lane, L_HEAD));
         if sleeping && out.tail.wrapping_sub(head.load(Ordering::SeqCst)) == 1 {
