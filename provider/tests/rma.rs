@@ -71,14 +71,18 @@ struct Pair {
 }
 
 impl Pair {
-    fn new(seed: u64, read: bool, write: bool) -> (Pair, Shared) {
-        let cfg = Config {
+    fn config() -> Config {
+        Config {
             mtu: 1500,
             window: 64,
             rto_min_us: 100,
             rto_max_us: 2000,
             ..Config::default()
-        };
+        }
+    }
+
+    fn new(seed: u64, read: bool, write: bool) -> (Pair, Shared) {
+        let cfg = Self::config();
         let addrs: [SocketAddr; 2] = [
             "10.0.0.1:4793".parse().unwrap(),
             "10.0.0.2:4793".parse().unwrap(),
@@ -110,25 +114,30 @@ impl Pair {
             if until(self) {
                 return;
             }
-            // Reorder: deliver the batch in a random order.
-            let idle = shuffled_round(
-                &mut self.eng,
-                &self.addrs,
-                self.now,
-                &mut self.rng,
-                [false; 2],
-            );
-            self.now += if idle { 100_000 } else { 1_000 };
-            for i in 0..2 {
-                if self.eng[i].next_timeout().is_some_and(|t| t <= self.now) {
-                    self.eng[i].handle_timeout(self.now);
-                }
-                while let Some(c) = self.eng[i].poll_completion() {
-                    self.done[i].push(c);
-                }
-            }
+            self.step();
         }
         panic!("condition not reached");
+    }
+
+    /// One round: move a batch, then advance the clock.
+    fn step(&mut self) {
+        // Reorder: deliver the batch in a random order.
+        let idle = shuffled_round(
+            &mut self.eng,
+            &self.addrs,
+            self.now,
+            &mut self.rng,
+            [false; 2],
+        );
+        self.now += if idle { 100_000 } else { 1_000 };
+        for i in 0..2 {
+            if self.eng[i].next_timeout().is_some_and(|t| t <= self.now) {
+                self.eng[i].handle_timeout(self.now);
+            }
+            while let Some(c) = self.eng[i].poll_completion() {
+                self.done[i].push(c);
+            }
+        }
     }
 
     fn write(&mut self, data: Vec<u8>, addr: u64, key: u64, cq_data: Option<u64>, ctx: u64) {
@@ -158,6 +167,39 @@ impl Pair {
             signal: true,
         };
         self.eng[0].post_rma(self.now, op).unwrap();
+    }
+
+    /// The target's process restarts: a fresh engine at its address, with
+    /// the same memory, that knows nothing of the initiator.
+    fn restart_target(&mut self, mem: &Shared) {
+        self.eng[1] = Engine::new(&Self::config(), self.addrs[1], 1234);
+        self.eng[1].set_memory_regions(Arc::new(Region {
+            mem: mem.clone(),
+            read: true,
+            write: false,
+        }));
+    }
+
+    /// The read request (context `ctx`) reaches the target and is
+    /// acknowledged, but the target's data never arrives.
+    fn read_acked_but_unanswered(&mut self, ctx: u64) {
+        let into = Shared(Arc::new(Mutex::new(vec![0u8; 6000])));
+        self.read(into, BASE, KEY, ctx);
+        let mut buf = vec![0u8; 65536];
+        while let Some(t) = self.eng[0].poll_transmit(self.now, &mut buf) {
+            self.eng[1].handle_datagram(self.now, self.addrs[0], 0, &buf[..t.len]);
+        }
+        // Let the target's held ACK go (ACK coalescing).
+        self.now += 100_000;
+        if self.eng[1].next_timeout().is_some_and(|t| t <= self.now) {
+            self.eng[1].handle_timeout(self.now);
+        }
+        while let Some(t) = self.eng[1].poll_transmit(self.now, &mut buf) {
+            // ACKs are short; the data is lost.
+            if t.len < 100 {
+                self.eng[0].handle_datagram(self.now, self.addrs[1], 0, &buf[..t.len]);
+            }
+        }
     }
 
     fn completion(&self, side: usize, kind: CompletionKind, ctx: u64) -> Option<&Completion> {
@@ -544,4 +586,74 @@ fn a_read_keeps_its_message_id_until_its_data_is_in() {
     assert_eq!(*first.0.lock().unwrap(), pattern(99, REGION)[..100]);
     let write = pair.completion(0, CompletionKind::Write, 2);
     assert!(write.is_some_and(|c| c.error.is_none()), "write: {write:?}");
+}
+
+/// A read whose request the target acknowledged, and whose target then
+/// restarted before answering, fails: the restarted target opening a
+/// context to us is taken as the hint to check whether it still knows ours.
+#[test]
+fn a_read_fails_when_its_target_restarts_and_talks_to_us() {
+    let (mut pair, mem) = Pair::new(11, true, false);
+    pair.read_acked_but_unanswered(3);
+    pair.restart_target(&mem);
+    // The new process keeps sending to us (a new context from the same
+    // address), so we never go a round trip without hearing from it.
+    let mut sent = 0;
+    while pair.completion(0, CompletionKind::Read, 3).is_none() && sent < 1000 {
+        let (dest, now) = (pair.addrs[0], pair.now);
+        pair.eng[1]
+            .post_send(now, send(dest, pattern(sent, 100), None, 100 + sent))
+            .unwrap();
+        pair.eng[0]
+            .post_recv(now, recv(100, None, 100 + sent))
+            .unwrap();
+        sent += 1;
+        pair.step();
+    }
+    let c = pair.completion(0, CompletionKind::Read, 3);
+    assert_eq!(
+        c.map(|c| c.error),
+        Some(Some(CompletionError::PeerUnreachable)),
+        "after {sent} sends from the restarted target"
+    );
+}
+
+/// The same when the restarted target stays silent: the initiator's
+/// liveness watch asks, and the answer is that our context is unknown.
+#[test]
+fn a_read_fails_when_its_target_restarts_silently() {
+    let (mut pair, mem) = Pair::new(12, true, false);
+    pair.read_acked_but_unanswered(3);
+    pair.restart_target(&mem);
+    pair.run(|p| p.completion(0, CompletionKind::Read, 3).is_some());
+    let c = pair.completion(0, CompletionKind::Read, 3).unwrap();
+    assert_eq!(c.error, Some(CompletionError::PeerUnreachable));
+    // Told by the target's NACK of the probe, not by giving up on it.
+    assert_eq!(pair.eng[0].stats().nacks_received, 1);
+}
+
+/// The check must not fail a read answered on a fresh context: the
+/// target's context to us closed while idle, and its answer opens a new
+/// one.
+#[test]
+fn a_read_answered_on_a_reopened_context_succeeds() {
+    for seed in 0..4 {
+        let (mut pair, _mem) = Pair::new(seed, true, false);
+        // The target talks to us first, so it has a context to close.
+        let (dest, now) = (pair.addrs[0], pair.now);
+        pair.eng[1]
+            .post_send(now, send(dest, pattern(1, 100), None, 50))
+            .unwrap();
+        pair.eng[0].post_recv(now, recv(100, None, 51)).unwrap();
+        pair.run(|p| p.completion(0, CompletionKind::Recv, 51).is_some());
+        let closes = pair.eng[1].stats().pdcs_closed;
+        // Idle long enough for the target to close its context to us.
+        pair.run(|p| p.eng[1].stats().pdcs_closed > closes);
+        let into = Shared(Arc::new(Mutex::new(vec![0u8; 6000])));
+        pair.read(into.clone(), BASE, KEY, 3);
+        pair.run(|p| p.completion(0, CompletionKind::Read, 3).is_some());
+        let c = pair.completion(0, CompletionKind::Read, 3).unwrap();
+        assert_eq!((c.error, c.len), (None, 6000), "seed {seed}");
+        assert_eq!(*into.0.lock().unwrap(), pattern(99, REGION)[..6000]);
+    }
 }

@@ -244,7 +244,7 @@ impl Engine {
             return;
         }
         let Some(p) = p else { return };
-        self.heard_from(p, now);
+        self.heard_from(p, now, false);
         let payload_at = match ses {
             Ses::Request(_, None) => SesRequestRepr::LEN,
             Ses::Request(_, Some(r)) => SesRequestRepr::LEN + r.wire_len(),
@@ -430,6 +430,7 @@ impl Engine {
                 // the messages receives were matched to will not finish:
                 // those receives fail rather than wait forever.
                 self.fail_pulls(p);
+                self.suspect_restart(p);
                 let mut bound: Vec<(u64, u16)> = self.peers[p]
                     .inbound
                     .iter()
@@ -797,7 +798,22 @@ impl Engine {
                     }
                     self.queue_ack(p)
                 }
-                _ => self.stats.unknown_pdc += 1,
+                // The sender holds a context we closed or lost (we
+                // restarted): tell it, as for its data, instead of letting
+                // it probe until it gives up.
+                _ => {
+                    self.stats.unknown_pdc += 1;
+                    let nack = NackRepr {
+                        flags: 0,
+                        code: NackCode::InvalidDpdcid,
+                        vendor_code: 0,
+                        psn: ctl.psn,
+                        spdcid: ctl.dpdcid,
+                        dpdcid: ctl.spdcid,
+                        payload: 0,
+                    };
+                    self.queue_nack(from, nack);
+                }
             },
             // Credit-based flow control is not used by this provider.
             ControlType::CloseRequest | ControlType::Credit | ControlType::CreditRequest => {
@@ -901,7 +917,7 @@ impl Engine {
             return;
         }
         self.stats.acks_received += 1;
-        self.heard_from(p, now);
+        self.heard_from(p, now, true);
         if ack.flags & pflags::ACK_M != 0 {
             self.stats.ecn_echoes_received += 1;
         }

@@ -265,6 +265,10 @@ struct PendingPull {
 struct Watch {
     due: u64,
     probes: u32,
+    /// The peer opened a new context while we wait for its answer to a
+    /// read: it may have restarted, so only an ACK of our own context (it
+    /// still knows it) clears the doubt, not any packet from it.
+    suspect: bool,
 }
 
 impl Engine {
@@ -850,18 +854,50 @@ impl Engine {
 
     // ----- liveness ---------------------------------------------------------------
 
-    fn watch_peer(&mut self, p: usize) {
+    /// Watch peer `p` while this endpoint waits on it for a pull, a
+    /// pulled send or the answer to a read (see [`Self::waits_on`]).
+    pub(super) fn watch_peer(&mut self, p: usize) {
         let due = self.rdv.clock + self.rto_max;
-        self.rdv.watch.entry(p).or_insert(Watch { due, probes: 0 });
+        self.rdv.watch.entry(p).or_insert(Watch {
+            due,
+            probes: 0,
+            suspect: false,
+        });
     }
 
-    /// A packet from peer `p` arrived: it is alive.
-    pub(super) fn heard_from(&mut self, p: usize, now: u64) {
+    /// Peer `p` opened a new receive context to us (a restart, or a reopen
+    /// after an idle close). Answers to our reads travel on its context to
+    /// us, and a restarted process will never send them: ask at once
+    /// whether it still knows our context (it NACKs the probe if not).
+    pub(super) fn suspect_restart(&mut self, p: usize) {
+        if self.peers[p]
+            .messages
+            .values()
+            .any(TxMessage::answer_pending)
+        {
+            let due = self.rdv.clock;
+            let w = self.rdv.watch.entry(p).or_insert(Watch {
+                due,
+                probes: 0,
+                suspect: true,
+            });
+            w.due = due;
+            w.suspect = true;
+        }
+    }
+
+    /// A packet from peer `p` arrived: it is alive. `acked`: it is an ACK
+    /// of our context to it, so the peer also still knows that.
+    pub(super) fn heard_from(&mut self, p: usize, now: u64, acked: bool) {
         self.rdv.clock = self.rdv.clock.max(now);
         if self.rdv.watch.is_empty() {
             return;
         }
         if let Some(w) = self.rdv.watch.get_mut(&p) {
+            if w.suspect && !acked {
+                return;
+            }
+            w.suspect = false;
             w.probes = 0;
             w.due = now + self.rto_max;
         }
@@ -873,14 +909,16 @@ impl Engine {
         watched.chain(doomed.map(|q| q.written_until)).min()
     }
 
-    /// Whether this endpoint waits on peer `p` for a rendezvous.
+    /// Whether this endpoint waits on peer `p`: for a pull's data, for the
+    /// pull of one of its sends, or for the answer to a read or fetching
+    /// atomic.
     fn waits_on(&self, p: usize) -> bool {
         // A doomed pull waits on the clock, not on the peer.
         self.rdv
             .pulls
             .iter()
             .any(|(&(q, _), pull)| q == p && !pull.doomed)
-            || self.peers[p].messages.values().any(TxMessage::pull_pending)
+            || (self.peers[p].messages.values()).any(|m| m.pull_pending() || m.answer_pending())
     }
 
     pub(super) fn rendezvous_timer(&mut self, now: u64) {
@@ -919,7 +957,7 @@ impl Engine {
                     p,
                     Watch {
                         due: now + self.rto_max,
-                        probes: w.probes,
+                        ..w
                     },
                 );
                 continue;
@@ -940,6 +978,7 @@ impl Engine {
                 Watch {
                     due: now + wait,
                     probes,
+                    ..w
                 },
             );
         }

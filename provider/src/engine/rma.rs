@@ -159,7 +159,7 @@ impl Engine {
     }
 
     /// Post an RMA write or read.
-    pub fn post_rma(&mut self, _now: u64, op: RmaOp) -> Result<()> {
+    pub fn post_rma(&mut self, now: u64, op: RmaOp) -> Result<()> {
         let len = match &op.kind {
             RmaKind::Write { payload, .. } => payload.len(),
             RmaKind::Read { buffer } => buffer.len(),
@@ -282,6 +282,12 @@ impl Engine {
         );
         peer.queue.push_back(TxItem::Message(id));
         self.mark_ready(p);
+        if completed {
+            // An answer is awaited once the request is acknowledged: the
+            // peer is watched in case it never comes (it died, restarted).
+            self.rendezvous_time(now);
+            self.watch_peer(p);
+        }
         Ok(())
     }
 
