@@ -68,6 +68,7 @@ extern "C" {
 #define FI_UET_PARAM_PDC_IDLE_US       "FI_UET_PDC_IDLE_US"       /* close an idle delivery context after this long, us [1000000; 0 = never] */
 #define FI_UET_PARAM_MAX_PDCS          "FI_UET_MAX_PDCS"          /* delivery-context ID pool per endpoint [16384; 2..65535] */
 #define FI_UET_PARAM_UNEXPECTED_BYTES  "FI_UET_UNEXPECTED_BYTES"  /* payload held for unmatched messages, then NACK 0x07 [67108864] */
+#define FI_UET_PARAM_ANSWER_BYTES      "FI_UET_ANSWER_BYTES"      /* read data / fetched values held for peers, then NACK 0x07 [67108864] */
 #define FI_UET_PARAM_RENDEZVOUS_BYTES  "FI_UET_RENDEZVOUS_BYTES"  /* sends longer than this are pulled by the receiver once matched [262144; 0 = never] */
 #define FI_UET_PARAM_HOST_READ         "FI_UET_HOST_READ"         /* same host: copy a rendezvous remainder from the sender's memory, bypassing the network [0] */
 #define FI_UET_PARAM_HOST_RING         "FI_UET_HOST_RING"         /* same host: datagrams through shared-memory rings instead of UDP, bypassing the network [0] */

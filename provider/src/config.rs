@@ -101,6 +101,11 @@ pub const PARAMS: &[ParamSpec] = &[
         help: "Most payload bytes an endpoint holds for messages that arrived before a matching receive was posted (default 67108864). Past it, further packets of unmatched messages are refused with NACK 0x07 and resent by the sender later, so memory stays bounded whatever the senders claim.",
     },
     ParamSpec {
+        name: "answer_bytes",
+        kind: ParamKind::Int,
+        help: "Most bytes of RMA read data and fetched atomic values an endpoint holds for its peers until they acknowledge them (default 67108864). Past it, further read and fetching-atomic requests are refused with NACK 0x07 and resent by the initiator later; one answer larger than this still goes when nothing else is held.",
+    },
+    ParamSpec {
         name: "rendezvous_bytes",
         kind: ParamKind::Int,
         help: "Sends longer than this many bytes go as rendezvous sends (default 262144; 0 = never): their first this-many bytes travel eagerly and the receiver pulls the rest straight into its receive buffer once the message is matched, so an unmatched large message costs it at most this much memory. The send completes once the pull is over.",
@@ -288,6 +293,8 @@ pub struct Config {
     pub port: u16,
     pub pdc_idle_us: u64,
     pub unexpected_bytes: usize,
+    /// Read data and fetched values held for peers (`FI_UET_ANSWER_BYTES`).
+    pub answer_bytes: usize,
     /// 0 = every send is eager.
     pub rendezvous_bytes: usize,
     /// Same-host rendezvous copies (`engine::HostMemory`).
@@ -356,6 +363,7 @@ impl Default for Config {
             port: 0,
             pdc_idle_us: 1_000_000,
             unexpected_bytes: 64 << 20,
+            answer_bytes: 64 << 20,
             rendezvous_bytes: 256 << 10,
             host_read: false,
             host_ring: false,
@@ -491,6 +499,7 @@ impl Config {
             "port" => self.port as i64,
             "pdc_idle_us" => self.pdc_idle_us as i64,
             "unexpected_bytes" => self.unexpected_bytes as i64,
+            "answer_bytes" => self.answer_bytes as i64,
             "rendezvous_bytes" => self.rendezvous_bytes as i64,
             "host_rendezvous_bytes" => self.host_rendezvous_bytes as i64,
             "link_gbps" => self.link_gbps as i64,
@@ -555,6 +564,7 @@ impl Config {
             "port" => self.port = int(0, 65535)? as u16,
             "pdc_idle_us" => self.pdc_idle_us = int(0, 1 << 40)? as u64,
             "unexpected_bytes" => self.unexpected_bytes = int(0, 1 << 40)? as usize,
+            "answer_bytes" => self.answer_bytes = int(0, 1 << 40)? as usize,
             "rendezvous_bytes" => self.rendezvous_bytes = int(0, 1 << 40)? as usize,
             "host_rendezvous_bytes" => self.host_rendezvous_bytes = int(0, 1 << 40)? as usize,
             "trace" => match value {

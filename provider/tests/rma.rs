@@ -172,7 +172,12 @@ impl Pair {
     /// The target's process restarts: a fresh engine at its address, with
     /// the same memory, that knows nothing of the initiator.
     fn restart_target(&mut self, mem: &Shared) {
-        self.eng[1] = Engine::new(&Self::config(), self.addrs[1], 1234);
+        self.replace_target(&Self::config(), mem);
+    }
+
+    /// A fresh target engine with `cfg`, exposing `mem` for reads.
+    fn replace_target(&mut self, cfg: &Config, mem: &Shared) {
+        self.eng[1] = Engine::new(cfg, self.addrs[1], 1234);
         self.eng[1].set_memory_regions(Arc::new(Region {
             mem: mem.clone(),
             read: true,
@@ -656,4 +661,47 @@ fn a_read_answered_on_a_reopened_context_succeeds() {
         assert_eq!((c.error, c.len), (None, 6000), "seed {seed}");
         assert_eq!(*into.0.lock().unwrap(), pattern(99, REGION)[..6000]);
     }
+}
+
+/// A target holds at most `FI_UET_ANSWER_BYTES` of read data for its
+/// peers: reads past it are refused for now (NACK 0x07) and resent, and
+/// every read still completes with the right bytes.
+#[test]
+fn read_answers_beyond_the_budget_wait_their_turn() {
+    let (mut pair, mem) = Pair::new(21, true, false);
+    let budget = 10_000;
+    let cfg = Config {
+        answer_bytes: budget,
+        ..Pair::config()
+    };
+    pair.replace_target(&cfg, &mem);
+    let into: Vec<Shared> = (0..8)
+        .map(|_| Shared(Arc::new(Mutex::new(vec![0u8; 3000]))))
+        .collect();
+    for (i, buf) in into.iter().enumerate() {
+        pair.read(buf.clone(), BASE + 500 * i as u64, KEY, 10 + i as u64);
+    }
+    let all_done =
+        |p: &Pair| (0..8).all(|i| p.completion(0, CompletionKind::Read, 10 + i).is_some());
+    let mut most = 0;
+    for _ in 0..100_000 {
+        if all_done(&pair) {
+            break;
+        }
+        pair.step();
+        most = most.max(pair.eng[1].answer_bytes());
+    }
+    assert!(all_done(&pair), "reads left waiting");
+    for (i, buf) in into.iter().enumerate() {
+        let c = pair
+            .completion(0, CompletionKind::Read, 10 + i as u64)
+            .unwrap();
+        assert_eq!((c.error, c.len), (None, 3000), "read {i}");
+        let at = 500 * i;
+        assert_eq!(*buf.0.lock().unwrap(), pattern(99, REGION)[at..at + 3000]);
+    }
+    assert!(most > 0 && most <= budget, "held {most} bytes of answers");
+    assert!(pair.eng[1].stats().backpressure > 0, "no read was refused");
+    // Everything is let go once acknowledged.
+    pair.run(|p| p.eng[1].answer_bytes() == 0);
 }

@@ -295,6 +295,11 @@ impl Engine {
                 return;
             }
             matched = new && send && payload_len > 0;
+            if new && !self.answer_has_room(s) {
+                self.stats.backpressure += 1;
+                self.refuse_for_now(p, from, &req);
+                return;
+            }
         }
         let (Some(rx), Some(arrival)) = (self.peers[p].rx.as_mut(), arrival) else {
             return;
@@ -692,9 +697,7 @@ impl Engine {
                     .push_back(Completion::send(m.context, m.tagged, m.len() as usize));
             }
         }
-        if Self::retire_message(peer, &mut self.spares, r.message_id) {
-            self.sends_outstanding -= 1;
-        }
+        self.retire_message(p, r.message_id);
     }
 
     /// A data packet whose payload the fabric cut: NACK it at once so the
@@ -1027,8 +1030,8 @@ impl Engine {
             _ => None,
         };
         if Self::settle(m, &mut self.completions) {
-            self.spares.keep_payload(entry.remove().payload);
-            self.sends_outstanding -= 1;
+            let m = entry.remove();
+            self.message_gone(m);
         }
         if let Some(send_id) = pulled_from {
             self.on_pull_data_acked(p, send_id);
@@ -1043,8 +1046,8 @@ impl Engine {
             return;
         };
         if Self::settle(entry.get_mut(), &mut self.completions) {
-            self.spares.keep_payload(entry.remove().payload);
-            self.sends_outstanding -= 1;
+            let m = entry.remove();
+            self.message_gone(m);
         }
     }
 
@@ -1076,13 +1079,37 @@ impl Engine {
     }
 
     /// Drop a message whose completion is out and whose packets are all
-    /// acked; true when it was dropped.
-    pub(super) fn retire_message(peer: &mut Peer, spares: &mut Spares, msg_id: u16) -> bool {
-        let done = peer.messages.get(&msg_id).is_some_and(Self::retirable);
-        if let Some(m) = done.then(|| peer.messages.remove(&msg_id)).flatten() {
-            spares.keep_payload(m.payload);
+    /// acked.
+    pub(super) fn retire_message(&mut self, p: usize, msg_id: u16) {
+        let messages = &mut self.peers[p].messages;
+        let done = messages.get(&msg_id).is_some_and(Self::retirable);
+        if let Some(m) = done.then(|| messages.remove(&msg_id)).flatten() {
+            self.message_gone(m);
         }
-        done
+    }
+
+    /// A message left its peer's table (retired or failed): its payload is
+    /// kept for reuse, and the counts it was part of let it go.
+    pub(super) fn message_gone(&mut self, m: TxMessage) {
+        if let Some(RmaTx::ReadData { .. }) = m.rma {
+            self.answer_bytes -= m.payload.len();
+        }
+        self.spares.keep_payload(m.payload);
+        self.sends_outstanding -= 1;
+    }
+
+    /// Whether the answer to a new read or fetching atomic request fits in
+    /// what this endpoint holds for its peers (always when it holds
+    /// nothing, so one answer larger than the budget still goes).
+    fn answer_has_room(&self, s: &SesRequestRepr) -> bool {
+        let answered = match s.opcode() {
+            Ok(SesOpcode::Read) => s.resource_index != super::RENDEZVOUS_RESOURCE,
+            Ok(SesOpcode::FetchingAtomic) => true,
+            _ => false,
+        };
+        !answered
+            || self.answer_bytes == 0
+            || self.answer_bytes + s.request_length as usize <= self.answer_budget
     }
 }
 

@@ -474,6 +474,10 @@ pub struct Engine {
     /// and the most allowed (`FI_UET_UNEXPECTED_BYTES`).
     staged_bytes: usize,
     stage_budget: usize,
+    /// Read data and fetched atomic values queued for peers until they
+    /// acknowledge them, and the most allowed (`FI_UET_ANSWER_BYTES`).
+    answer_bytes: usize,
+    answer_budget: usize,
     /// Congestion-control events for the trace; `None` = tracing off.
     trace: Option<Vec<TraceEvent>>,
     /// Reused by every ACK (no allocation per ACK).
@@ -536,6 +540,8 @@ impl Engine {
             sends_outstanding: 0,
             staged_bytes: 0,
             stage_budget: config.unexpected_bytes,
+            answer_bytes: 0,
+            answer_budget: config.answer_bytes,
             trace: None,
             ack_scratch: AckOutcome::default(),
             spares: Spares::default(),
@@ -614,6 +620,12 @@ impl Engine {
     /// Payload bytes held right now for messages not yet matched.
     pub fn staged_bytes(&self) -> usize {
         self.staged_bytes
+    }
+
+    /// Bytes of read data and fetched atomic values held right now for
+    /// peers, until they acknowledge them.
+    pub fn answer_bytes(&self) -> usize {
+        self.answer_bytes
     }
 
     /// Whether send contexts use reliable ordered delivery (ROD).

@@ -440,6 +440,7 @@ impl Engine {
         };
         let mut data = vec![0u8; memory.len()];
         memory.read_at(0, &mut data);
+        self.answer_bytes += data.len();
         peer.queue_internal(
             Payload::Owned(data),
             RmaTx::ReadData {
@@ -520,6 +521,7 @@ impl Engine {
         });
         let peer = &mut self.peers[p];
         if fetch {
+            self.answer_bytes += old.len();
             peer.queue_internal(
                 Payload::Owned(old),
                 RmaTx::ReadData {
@@ -588,9 +590,7 @@ impl Engine {
         if let Some(m) = peer.messages.get_mut(&id) {
             m.delivered = true;
         }
-        if Self::retire_message(peer, &mut self.spares, id) {
-            self.sends_outstanding -= 1;
-        }
+        self.retire_message(p, id);
     }
 
     fn complete_read(&mut self, r: PendingRead, error: Option<CompletionError>) {
@@ -709,9 +709,7 @@ impl Engine {
                 });
             }
         }
-        if Self::retire_message(peer, &mut self.spares, r.message_id) {
-            self.sends_outstanding -= 1;
-        }
+        self.retire_message(p, r.message_id);
         true
     }
 }

@@ -242,7 +242,6 @@ impl Engine {
         self.reset_tx_pdc(p);
         let peer = &mut self.peers[p];
         let mut failed: Vec<(u16, TxMessage)> = peer.messages.drain().collect();
-        self.sends_outstanding -= failed.len();
         failed.sort_by_key(|(id, _)| *id);
         for (_, m) in failed {
             if !m.completed {
@@ -251,6 +250,7 @@ impl Engine {
                     ..Self::op_completion(&m)
                 });
             }
+            self.message_gone(m);
         }
         self.fail_reads(p);
     }
