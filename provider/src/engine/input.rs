@@ -209,7 +209,7 @@ impl Engine {
             None => None,
         };
         let context = match p {
-            Some(p) => self.rx_context(p, &req),
+            Some(p) => self.rx_context(p, &req, now),
             None if req.syn() => RxContext::Exhausted,
             None => RxContext::Unknown,
         };
@@ -309,6 +309,7 @@ impl Engine {
         }
         rx.last_psn = req.psn;
         rx.last_arrival_at = now;
+        rx.heard(now);
         rx.last_was_retx = req.flags & pflags::RETX != 0;
         rx.answering_probe = false;
         let ce = Ecn::from_tos(tos) == Ecn::Ce;
@@ -401,7 +402,7 @@ impl Engine {
     }
 
     /// Find or establish the receive PDC a request belongs to.
-    pub(super) fn rx_context(&mut self, p: usize, req: &RequestRepr) -> RxContext {
+    pub(super) fn rx_context(&mut self, p: usize, req: &RequestRepr, now: u64) -> RxContext {
         if req.syn() {
             let start = req.syn_start_psn();
             let same = self.peers[p]
@@ -424,7 +425,8 @@ impl Engine {
                 if let Some(old) = peer.rx.take() {
                     self.rx_by_id.remove(&old.local_id);
                 }
-                let rx = RxPdc::new(id, req.spdcid, start, window);
+                let mut rx = RxPdc::new(id, req.spdcid, start, window);
+                rx.heard(now);
                 // The sender picks the mode; its SYN's packet type says which.
                 peer.rx = Some(if req.ptype == PacketType::RodRequest {
                     rx.ordered()
@@ -798,6 +800,7 @@ impl Engine {
                 Some(&p) if self.peers[p].addr == from => {
                     if let Some(rx) = self.peers[p].rx.as_mut() {
                         rx.answering_probe = true;
+                        rx.heard(now);
                     }
                     self.queue_ack(p)
                 }
@@ -818,10 +821,9 @@ impl Engine {
                     self.queue_nack(from, nack);
                 }
             },
+            ControlType::CloseRequest => self.on_close_request(now, from, &ctl),
             // Credit-based flow control is not used by this provider.
-            ControlType::CloseRequest | ControlType::Credit | ControlType::CreditRequest => {
-                self.stats.malformed += 1
-            }
+            ControlType::Credit | ControlType::CreditRequest => self.stats.malformed += 1,
         }
     }
 
@@ -830,6 +832,46 @@ impl Engine {
     /// confirms it is gone, or refuses ([`CLOSE_REFUSED`]) while it still
     /// holds unmatched messages of the peer or misses packets below the
     /// close PSN.
+    /// Our receive context of peer `p` is gone (closed, or reclaimed after
+    /// its sender stopped answering).
+    pub(super) fn drop_rx_context(&mut self, p: usize) {
+        let peer = &mut self.peers[p];
+        let Some(rx) = peer.rx.take() else {
+            return;
+        };
+        peer.closed_rx = (rx.remote_id, rx.start_psn);
+        peer.next_match_seq = 0;
+        peer.in_ack_queue = false;
+        self.rx_by_id.remove(&rx.local_id);
+        self.ack_queue.retain(|&q| q != p);
+    }
+
+    /// The receiver of one of our send contexts asks us to close it (it
+    /// heard nothing on it for long): an idle context starts the close
+    /// handshake at once; a busy one answers with an ACK request, which
+    /// tells the receiver the context is alive.
+    fn on_close_request(&mut self, now: u64, from: SocketAddr, ctl: &ControlRepr) {
+        let Some(&p) = self.tx_by_id.get(&ctl.dpdcid) else {
+            self.stats.unknown_pdc += 1;
+            return;
+        };
+        let peer = &self.peers[p];
+        if peer.addr != from || peer.tx.remote_id != Some(ctl.spdcid) {
+            self.stats.unknown_pdc += 1;
+            return;
+        }
+        if peer.closing.is_some() {
+            // Under way: its close packets answer.
+            return;
+        }
+        if peer.tx_idle() {
+            self.start_close(p, now);
+        } else if let Some(alive) = peer.tx.control(ControlType::AckRequest, peer.tx.next_psn()) {
+            self.control_queue
+                .push_back((from, ControlOut::Control(alive)));
+        }
+    }
+
     fn on_close(&mut self, now: u64, from: SocketAddr, ctl: &ControlRepr) {
         if ctl.flags & CLOSE_CONFIRM != 0 {
             // The answer to our own close; a stale one is dropped, never
@@ -880,13 +922,7 @@ impl Engine {
                         .push_back((from, ControlOut::Control(refuse)));
                     return;
                 }
-                let id = rx.local_id;
-                peer.closed_rx = (rx.remote_id, rx.start_psn);
-                peer.rx = None;
-                peer.next_match_seq = 0;
-                peer.in_ack_queue = false;
-                self.rx_by_id.remove(&id);
-                self.ack_queue.retain(|&q| q != p);
+                self.drop_rx_context(p);
                 self.control_queue
                     .push_back((from, ControlOut::Control(confirm)));
             }

@@ -144,6 +144,9 @@ pub struct Stats {
     pub nack_retransmits: u64,
     /// Idle delivery contexts closed with the close handshake.
     pub pdcs_closed: u64,
+    /// Receive contexts dropped because their sender answered none of the
+    /// close requests sent after a long silence (it is gone).
+    pub rx_pdcs_reclaimed: u64,
     /// Packets of unmatched messages refused (NACK 0x07) because the
     /// staging budget was spent.
     pub backpressure: u64,
@@ -1043,9 +1046,9 @@ mod tests {
         ];
         println!("{sizes:?}");
         let documented = [
-            ("Peer", 960),
+            ("Peer", 968),
             ("TxPdc", 208),
-            ("RxPdc", 88),
+            ("RxPdc", 96),
             ("TxSlot", 48),
             ("TxMessage", 136),
             ("Inbound", 240),

@@ -10,7 +10,13 @@ impl Engine {
         let rto = self
             .peers
             .iter()
-            .flat_map(|p| [self.tx_deadline(p), Self::probe_due(p)])
+            .flat_map(|p| {
+                [
+                    self.tx_deadline(p),
+                    Self::probe_due(p),
+                    self.rx_reclaim_due(p),
+                ]
+            })
             .filter(|&t| t != 0)
             .min();
         let ack = (self.ack_timer != 0).then_some(self.ack_timer);
@@ -45,6 +51,7 @@ impl Engine {
         }
         for p in 0..self.peers.len() {
             self.close_timer(p, now);
+            self.rx_reclaim_timer(p, now);
             self.probe_timer(p, now);
             let due = self.peers[p].tx.rto_due;
             if due == 0 || due > now {
@@ -150,14 +157,76 @@ impl Engine {
                 && peer.tx_idle()
                 && now >= peer.tx_active_at + self.pdc_idle =>
             {
-                Closing {
-                    psn: peer.tx.next_psn(),
-                    sent_at: now,
-                    tries: 0,
-                }
+                return self.start_close(p, now);
             }
             _ => return,
         };
+        self.send_close(p, closing);
+    }
+
+    /// Receive side: when to act on a context its sender has shown no sign
+    /// of holding for twice `pdc_idle` (a live sender closes an idle one
+    /// itself after `pdc_idle`), 0 = not. A context with a message of the
+    /// sender still here (being received, or waiting for a receive) stays.
+    fn rx_reclaim_due(&self, p: &Peer) -> u64 {
+        let Some(rx) = p.rx.as_ref() else {
+            return 0;
+        };
+        if self.pdc_idle == 0 || !p.inbound.is_empty() {
+            return 0;
+        }
+        match rx.close_asks {
+            0 => rx.quiet_since + 2 * self.pdc_idle,
+            _ => rx.quiet_since + self.rto_max,
+        }
+    }
+
+    /// Ask the sender of a long-silent receive context to close it (it
+    /// closes it if idle, or answers with an ACK request if busy); after
+    /// `max_retries` requests nobody answered, the sender is gone (a
+    /// crashed process, a spoofed SYN) and the context is dropped, so dead
+    /// senders do not hold context IDs for ever.
+    fn rx_reclaim_timer(&mut self, p: usize, now: u64) {
+        let due = self.rx_reclaim_due(&self.peers[p]);
+        if due == 0 || due > now {
+            return;
+        }
+        let peer = &mut self.peers[p];
+        let Some(rx) = peer.rx.as_mut() else {
+            return;
+        };
+        if u32::from(rx.close_asks) >= self.max_retries {
+            self.stats.rx_pdcs_reclaimed += 1;
+            self.drop_rx_context(p);
+            return;
+        }
+        rx.close_asks = rx.close_asks.saturating_add(1);
+        rx.quiet_since = now;
+        let ask = ControlRepr {
+            ctl_type: ControlType::CloseRequest,
+            flags: 0,
+            probe_opaque: 0,
+            psn: rx.cack().wrapping_add(1),
+            spdcid: rx.local_id,
+            dpdcid: rx.remote_id,
+            payload: 0,
+        };
+        let to = peer.addr;
+        self.control_queue.push_back((to, ControlOut::Control(ask)));
+    }
+
+    /// Start the close handshake of peer `p`'s idle send context.
+    pub(super) fn start_close(&mut self, p: usize, now: u64) {
+        let closing = Closing {
+            psn: self.peers[p].tx.next_psn(),
+            sent_at: now,
+            tries: 0,
+        };
+        self.send_close(p, closing);
+    }
+
+    fn send_close(&mut self, p: usize, closing: Closing) {
+        let peer = &mut self.peers[p];
         peer.closing = Some(closing);
         let Some(close) = peer.tx.control(ControlType::Close, closing.psn) else {
             return;

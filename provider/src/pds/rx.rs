@@ -37,6 +37,13 @@ pub struct RxPdc {
     pub last_psn: u32,
     /// When it arrived: the ACK reports how long after (its service time).
     pub last_arrival_at: u64,
+    /// Close requests sent since the sender last showed it holds this
+    /// context (any packet of it, data or control), and the time of that
+    /// sign (no request yet) or of the latest request: a context silent
+    /// for long is asked to close, and dropped when nobody answers (its
+    /// sender is gone).
+    pub close_asks: u16,
+    pub quiet_since: u64,
     pub last_was_retx: bool,
     /// A probe or an ACK request asked for the ACK owed, and no data came
     /// since: it leaves with the P flag.
@@ -53,6 +60,12 @@ pub struct RxPdc {
 }
 
 impl RxPdc {
+    /// The sender showed it holds this context at `now`.
+    pub fn heard(&mut self, now: u64) {
+        self.quiet_since = now;
+        self.close_asks = 0;
+    }
+
     pub fn new(local_id: u16, remote_id: u16, start_psn: u32, window: usize) -> RxPdc {
         // A power of two, so PSN modulo the ring size stays consistent across the
         // 32-bit wrap.
@@ -68,6 +81,8 @@ impl RxPdc {
             unacked_bytes: 0,
             last_psn: start_psn.wrapping_sub(1),
             last_arrival_at: 0,
+            close_asks: 0,
+            quiet_since: 0,
             last_was_retx: false,
             answering_probe: false,
             ecn_echo: false,

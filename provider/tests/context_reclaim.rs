@@ -1,0 +1,170 @@
+//! Receive contexts of senders that went away: a receiver asks the sender
+//! of a context silent for long to close it, and drops it when nobody
+//! answers, so crashed clients do not hold a server's context IDs for ever.
+//! A live sender closes its idle context when asked, and a busy one keeps
+//! it.
+
+mod common;
+
+use std::net::SocketAddr;
+
+use common::{pattern, recv, send};
+use uet::{Completion, CompletionKind, Config, Engine};
+
+/// Engines on one lossless network, each at its own address; a dead one
+/// neither sends nor receives.
+struct Net {
+    eng: Vec<Engine>,
+    addrs: Vec<SocketAddr>,
+    dead: Vec<bool>,
+    now: u64,
+    done: Vec<Vec<Completion>>,
+}
+
+fn config() -> Config {
+    Config {
+        mtu: 1500,
+        rto_min_us: 100,
+        rto_max_us: 2000,
+        max_retries: 5,
+        pdc_idle_us: 1000,
+        ..Config::default()
+    }
+}
+
+impl Net {
+    fn new(cfgs: &[Config]) -> Net {
+        let addrs: Vec<SocketAddr> = (0..cfgs.len())
+            .map(|i| format!("10.0.0.{}:4793", i + 1).parse().unwrap())
+            .collect();
+        Net {
+            eng: (cfgs.iter().zip(&addrs))
+                .enumerate()
+                .map(|(i, (c, &a))| Engine::new(c, a, i as u64 + 1))
+                .collect(),
+            addrs,
+            dead: vec![false; cfgs.len()],
+            now: 0,
+            done: vec![Vec::new(); cfgs.len()],
+        }
+    }
+
+    /// Deliver everything ready, then advance the clock (by 1 us after
+    /// traffic, 100 us when quiet) and fire the timers due.
+    fn step(&mut self) {
+        let mut buf = vec![0u8; 65536];
+        let mut batch = Vec::new();
+        for i in 0..self.eng.len() {
+            while let Some(t) = self.eng[i].poll_transmit(self.now, &mut buf) {
+                if !self.dead[i] {
+                    batch.push((self.addrs[i], t.dest, buf[..t.len].to_vec()));
+                }
+            }
+        }
+        let idle = batch.is_empty();
+        for (from, to, data) in batch {
+            if let Some(j) = self.addrs.iter().position(|&a| a == to) {
+                if !self.dead[j] {
+                    self.eng[j].handle_datagram(self.now, from, 0, &data);
+                }
+            }
+        }
+        self.now += if idle { 100_000 } else { 1_000 };
+        for i in 0..self.eng.len() {
+            if self.eng[i].next_timeout().is_some_and(|t| t <= self.now) {
+                self.eng[i].handle_timeout(self.now);
+            }
+            while let Some(c) = self.eng[i].poll_completion() {
+                self.done[i].push(c);
+            }
+        }
+    }
+
+    fn run(&mut self, what: &str, until: impl Fn(&Net) -> bool) {
+        for _ in 0..100_000 {
+            if until(self) {
+                return;
+            }
+            self.step();
+        }
+        panic!("{what}: not reached");
+    }
+
+    /// Engine `from` sends a 2000-byte message (context `ctx`) to engine
+    /// `to`, which posts a receive for it.
+    fn message(&mut self, from: usize, to: usize, ctx: u64) {
+        let (dest, now) = (self.addrs[to], self.now);
+        self.eng[to].post_recv(now, recv(2000, None, ctx)).unwrap();
+        self.eng[from]
+            .post_send(now, send(dest, pattern(ctx, 2000), None, ctx))
+            .unwrap();
+    }
+
+    fn received(&self, at: usize, ctx: u64) -> bool {
+        self.done[at]
+            .iter()
+            .any(|c| c.kind == CompletionKind::Recv && c.context == ctx && c.error.is_none())
+    }
+}
+
+/// A server whose context IDs are all held by clients that crashed still
+/// takes a new client: the dead clients' contexts are reclaimed.
+#[test]
+fn contexts_of_crashed_clients_are_reclaimed() {
+    // Engine 0: the server, with room for two contexts; 1-3: clients.
+    let server = Config {
+        max_pdcs: 2,
+        ..config()
+    };
+    let mut net = Net::new(&[server, config(), config(), config()]);
+    net.message(1, 0, 1);
+    net.message(2, 0, 2);
+    net.run("first clients served", |n| {
+        n.received(0, 1) && n.received(0, 2)
+    });
+    // Both crash before closing their contexts.
+    net.dead[1] = true;
+    net.dead[2] = true;
+    net.message(3, 0, 3);
+    net.run("third client served", |n| n.received(0, 3));
+    let stats = net.eng[0].stats();
+    assert!(stats.pdc_exhausted > 0, "the pool was never full");
+    assert_eq!(stats.rx_pdcs_reclaimed, 2);
+}
+
+/// A live sender that never closes idle contexts itself (its
+/// FI_UET_PDC_IDLE_US is 0) closes one when its receiver asks, and its next
+/// message opens a new one.
+#[test]
+fn an_idle_sender_closes_its_context_when_asked() {
+    let never = Config {
+        pdc_idle_us: 0,
+        ..config()
+    };
+    let mut net = Net::new(&[never, config()]);
+    net.message(0, 1, 1);
+    net.run("first message", |n| n.received(1, 1));
+    net.run("closed on request", |n| n.eng[0].stats().pdcs_closed == 1);
+    net.message(0, 1, 2);
+    net.run("second message", |n| n.received(1, 2));
+    assert_eq!(net.eng[1].stats().rx_pdcs_reclaimed, 0);
+}
+
+/// A sender with a message waiting to leave (the driver holds its data
+/// back) answers the requests and keeps its context.
+#[test]
+fn a_busy_sender_keeps_its_context() {
+    let mut net = Net::new(&[config(), config()]);
+    net.message(0, 1, 1);
+    net.run("first message", |n| n.received(1, 1));
+    let to = net.addrs[1];
+    net.eng[0].hold_data_for(to, true);
+    net.message(0, 1, 2);
+    // Long enough for the receiver to give up on a silent sender 20 times.
+    let until = net.now + 20 * (2_000_000 + 6 * 2_000_000);
+    net.run("time passed", |n| n.now >= until);
+    assert_eq!(net.eng[1].stats().rx_pdcs_reclaimed, 0);
+    assert_eq!(net.eng[0].stats().pdcs_closed, 0);
+    net.eng[0].hold_data_for(to, false);
+    net.run("second message", |n| n.received(1, 2));
+}
