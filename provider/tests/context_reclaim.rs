@@ -168,3 +168,39 @@ fn a_busy_sender_keeps_its_context() {
     net.eng[0].hold_data_for(to, false);
     net.run("second message", |n| n.received(1, 2));
 }
+
+/// A server that served many short-lived clients keeps entries only for
+/// those of the last while: the entries of clients gone quiet (their
+/// contexts closed) are reused by new ones, and a client that returns
+/// after its entry went is served as a new one.
+#[test]
+fn entries_of_quiet_peers_are_reused() {
+    let clients = 40;
+    let mut net = Net::new(&vec![config(); 1 + 2 * clients]);
+    for c in 1..=clients {
+        net.message(c, 0, c as u64);
+    }
+    net.run("first clients served", |n| {
+        (1..=clients).all(|c| n.received(0, c as u64))
+    });
+    // Their contexts close, and the entries linger a while after.
+    net.run("contexts closed", |n| {
+        (1..=clients).all(|c| n.eng[c].stats().pdcs_closed == 1)
+    });
+    let linger = 2 * 2_000_000;
+    let until = net.now + 2 * linger;
+    net.run("quiet", |n| n.now >= until);
+    assert_eq!(net.eng[0].peer_count(), clients);
+    for c in clients + 1..=2 * clients {
+        net.message(c, 0, c as u64);
+    }
+    net.run("second clients served", |n| {
+        (clients + 1..=2 * clients).all(|c| n.received(0, c as u64))
+    });
+    let server = &net.eng[0];
+    assert_eq!(server.peer_count(), clients, "entries not reused");
+    assert_eq!(server.stats().peers_evicted, clients as u64);
+    // An evicted client comes back.
+    net.message(1, 0, 1000);
+    net.run("returning client served", |n| n.received(0, 1000));
+}

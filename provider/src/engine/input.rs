@@ -205,7 +205,7 @@ impl Engine {
         // packets from unknown or spoofed sources cost no memory.
         let p = match self.find_peer(src) {
             Some(p) => Some(p),
-            None if req.syn() && self.pdc_id_available() => Some(self.peer_index(src)),
+            None if req.syn() && self.pdc_id_available() => Some(self.peer_index(src, now)),
             None => None,
         };
         let context = match p {
@@ -834,12 +834,13 @@ impl Engine {
     /// close PSN.
     /// Our receive context of peer `p` is gone (closed, or reclaimed after
     /// its sender stopped answering).
-    pub(super) fn drop_rx_context(&mut self, p: usize) {
+    pub(super) fn drop_rx_context(&mut self, p: usize, now: u64) {
         let peer = &mut self.peers[p];
         let Some(rx) = peer.rx.take() else {
             return;
         };
         peer.closed_rx = (rx.remote_id, rx.start_psn);
+        peer.rx_gone_at = now;
         peer.next_match_seq = 0;
         peer.in_ack_queue = false;
         self.rx_by_id.remove(&rx.local_id);
@@ -922,7 +923,7 @@ impl Engine {
                         .push_back((from, ControlOut::Control(refuse)));
                     return;
                 }
-                self.drop_rx_context(p);
+                self.drop_rx_context(p, now);
                 self.control_queue
                     .push_back((from, ControlOut::Control(confirm)));
             }

@@ -54,6 +54,13 @@ pub struct Landing {
     at: u64,
 }
 
+impl LandingHint {
+    /// The peer the expected packet comes from.
+    pub(super) fn peer(&self) -> usize {
+        self.p
+    }
+}
+
 impl Engine {
     /// After `len` payload bytes of message `msg_id` from peer `p` (of
     /// pull `pull`, if pulled data) were placed at `offset`: expect the

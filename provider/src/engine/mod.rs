@@ -24,6 +24,7 @@ mod input;
 mod landing;
 mod matching;
 mod output;
+mod peer_table;
 mod post;
 mod rendezvous;
 mod rma;
@@ -144,6 +145,9 @@ pub struct Stats {
     pub nack_retransmits: u64,
     /// Idle delivery contexts closed with the close handshake.
     pub pdcs_closed: u64,
+    /// Peers forgotten after a long time without any state (their entry
+    /// is reused by the next new peer).
+    pub peers_evicted: u64,
     /// Receive contexts dropped because their sender answered none of the
     /// close requests sent after a long silence (it is gone).
     pub rx_pdcs_reclaimed: u64,
@@ -307,6 +311,9 @@ struct Peer {
     /// PSN; SPDCID 0, never used, for none): a copy of one of its SYN
     /// packets that arrives late opens nothing.
     closed_rx: (u16, u32),
+    /// When that context went (with `tx_active_at`, how long the peer
+    /// has been quiet: see `engine/peer_table.rs`).
+    rx_gone_at: u64,
 }
 
 /// The send side asked the receiver to close an idle context.
@@ -446,8 +453,12 @@ pub struct Engine {
     peer_by_addr: FastMap<SocketAddr, usize>,
     /// The peer found last by address: one comparison instead of hashing
     /// the address when the same peer comes up again (ping-pong, a stream).
-    /// Peers are never removed, so the index stays valid.
+    /// Never the index of a free entry (`usize::MAX` after an eviction).
     last_peer: usize,
+    /// Entries of `peers` freed by eviction, reused by new peers, and when
+    /// the next eviction sweep may run (`engine/peer_table.rs`).
+    free_peers: Vec<usize>,
+    next_peer_sweep: u64,
     tx_by_id: FastMap<u16, usize>,
     rx_by_id: FastMap<u16, usize>,
     next_pdc_id: u16,
@@ -525,6 +536,8 @@ impl Engine {
             peers: Vec::new(),
             peer_by_addr: FastMap::default(),
             last_peer: 0,
+            free_peers: Vec::new(),
+            next_peer_sweep: 0,
             tx_by_id: FastMap::default(),
             rx_by_id: FastMap::default(),
             next_pdc_id: 1,
@@ -744,21 +757,21 @@ impl Engine {
         Some(i)
     }
 
-    /// The peer at `addr`, made one if it is not yet.
+    /// The peer at `addr`, made one if it is not yet (at time `now`).
     #[inline]
-    fn peer_index(&mut self, addr: SocketAddr) -> usize {
+    fn peer_index(&mut self, addr: SocketAddr, now: u64) -> usize {
         match self.find_peer(addr) {
             Some(i) => i,
-            None => self.add_peer(addr),
+            None => self.add_peer(addr, now),
         }
     }
 
     #[inline(never)]
-    fn add_peer(&mut self, addr: SocketAddr) -> usize {
-        let i = self.peers.len();
+    fn add_peer(&mut self, addr: SocketAddr, now: u64) -> usize {
+        self.sweep_peers(now);
         let start = self.rng.gen();
         let lb = LoadBalancer::new(self.lb_config, self.rng.gen());
-        self.peers.push(Peer {
+        let peer = Peer {
             addr,
             // The context ID is taken when the first packet leaves.
             tx: TxPdc::new(0, start),
@@ -783,7 +796,18 @@ impl Engine {
             restart_owed: false,
             retransmits: 0,
             closed_rx: (0, 0),
-        });
+            rx_gone_at: 0,
+        };
+        let i = match self.free_peers.pop() {
+            Some(i) => {
+                self.peers[i] = peer;
+                i
+            }
+            None => {
+                self.peers.push(peer);
+                self.peers.len() - 1
+            }
+        };
         self.peer_by_addr.insert(addr, i);
         i
     }
@@ -1046,7 +1070,7 @@ mod tests {
         ];
         println!("{sizes:?}");
         let documented = [
-            ("Peer", 968),
+            ("Peer", 976),
             ("TxPdc", 208),
             ("RxPdc", 96),
             ("TxSlot", 48),

@@ -8,7 +8,7 @@ impl Engine {
     /// Admit one outgoing operation of `len` bytes to `dest`: within the
     /// message size, the endpoint's queue and the peer's message IDs.
     /// Counts it as outstanding and returns the peer's index.
-    pub(super) fn admit_send(&mut self, dest: SocketAddr, len: usize) -> Result<usize> {
+    pub(super) fn admit_send(&mut self, now: u64, dest: SocketAddr, len: usize) -> Result<usize> {
         if len > Config::MAX_MSG_SIZE {
             return Err(Error::MessageTooLong {
                 len,
@@ -18,7 +18,7 @@ impl Engine {
         if self.sends_outstanding >= Config::QUEUE_DEPTH {
             return Err(Error::Again);
         }
-        let p = self.peer_index(dest);
+        let p = self.peer_index(dest, now);
         let peer = &mut self.peers[p];
         // Half the 16-bit message IDs have gone by since the oldest send
         // still held (a rendezvous send whose receive is not posted yet):
@@ -32,7 +32,7 @@ impl Engine {
 
     pub fn post_send(&mut self, now: u64, op: SendOp) -> Result<()> {
         let len = op.payload.len();
-        let p = self.admit_send(op.dest, len)?;
+        let p = self.admit_send(now, op.dest, len)?;
         let mut payload = op.payload;
         let mut completed = false;
         if op.level == CompletionLevel::Inject {

@@ -854,6 +854,18 @@ impl Engine {
 
     // ----- liveness ---------------------------------------------------------------
 
+    /// Peers with rendezvous state here (pulls, watches, copies).
+    pub(super) fn rendezvous_peers(&self) -> impl Iterator<Item = usize> + '_ {
+        let pulls = self.rdv.pulls.keys().map(|&(p, _)| p);
+        let copies = self.rdv.copies.iter().map(|c| c.p);
+        pulls.chain(self.rdv.watch.keys().copied()).chain(copies)
+    }
+
+    /// Peer `p`'s entry is freed: what is known of it goes too.
+    pub(super) fn rdv_forget_peer(&mut self, p: usize) {
+        self.rdv.host_peers.remove(&p);
+    }
+
     /// Watch peer `p` while this endpoint waits on it for a pull, a
     /// pulled send or the answer to a read (see [`Self::waits_on`]).
     pub(super) fn watch_peer(&mut self, p: usize) {

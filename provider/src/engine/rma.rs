@@ -177,7 +177,7 @@ impl Engine {
                 n
             }
         };
-        let p = self.admit_send(op.dest, len)?;
+        let p = self.admit_send(now, op.dest, len)?;
         let peer = &mut self.peers[p];
         let id = peer.next_msg_id;
         peer.next_msg_id = id.wrapping_add(1);

@@ -197,7 +197,7 @@ impl Engine {
         };
         if u32::from(rx.close_asks) >= self.max_retries {
             self.stats.rx_pdcs_reclaimed += 1;
-            self.drop_rx_context(p);
+            self.drop_rx_context(p, now);
             return;
         }
         rx.close_asks = rx.close_asks.saturating_add(1);
