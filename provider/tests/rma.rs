@@ -12,6 +12,7 @@ use rand::rngs::SmallRng;
 use rand::SeedableRng;
 
 use common::{pattern, recv, send, shuffled_round, Shared};
+use uet::wire::{ControlRepr, ControlType, PacketType, Prologue};
 use uet::{
     Completion, CompletionError, CompletionKind, Config, Engine, MemoryRegions, MsgBuffer, Payload,
     RmaKind, RmaOp,
@@ -704,4 +705,103 @@ fn read_answers_beyond_the_budget_wait_their_turn() {
     assert!(pair.eng[1].stats().backpressure > 0, "no read was refused");
     // Everything is let go once acknowledged.
     pair.run(|p| p.eng[1].answer_bytes() == 0);
+}
+
+/// Everything engine `i` has ready now, each datagram with its control
+/// type when it is a control packet.
+fn drain_side(pair: &mut Pair, i: usize) -> Vec<(Option<ControlType>, Vec<u8>)> {
+    let mut buf = vec![0u8; 65536];
+    let mut out = Vec::new();
+    while let Some(t) = pair.eng[i].poll_transmit(pair.now, &mut buf) {
+        let d = buf[..t.len].to_vec();
+        let ctl = match Prologue::parse(&d).map(|p| p.ptype) {
+            Ok(PacketType::Control) => ControlRepr::parse(&d).ok().map(|c| c.ctl_type),
+            _ => None,
+        };
+        out.push((ctl, d));
+    }
+    out
+}
+
+fn deliver(pair: &mut Pair, to: usize, datagrams: &[(Option<ControlType>, Vec<u8>)]) {
+    for (_, d) in datagrams {
+        pair.eng[to].handle_datagram(pair.now, pair.addrs[1 - to], 0, d);
+    }
+}
+
+/// A read posted while the initiator closes its idle context to the
+/// target is sent on the next context, and completes: the liveness check
+/// the target's new context to us triggers, asked on the context being
+/// closed, is answered "unknown context" by a target that has just closed
+/// it, and that answer must not fail the read (the close went through,
+/// nothing of that context is outstanding).
+#[test]
+fn a_read_posted_while_the_context_closes_survives_the_liveness_check() {
+    let cfg = Config {
+        pdc_idle_us: 1000,
+        ..Pair::config()
+    };
+    let (mut pair, mem) = Pair::new(5, true, false);
+    pair.eng[0] = Engine::new(&cfg, pair.addrs[0], 5);
+    pair.replace_target(&cfg, &mem);
+    // Both contexts open: a read and its answer.
+    let into = Shared(Arc::new(Mutex::new(vec![0u8; 100])));
+    pair.read(into, BASE, KEY, 1);
+    pair.run(|p| p.completion(0, CompletionKind::Read, 1).is_some());
+    // Everything owed delivered (ACKs held for coalescing included).
+    for _ in 0..3 {
+        pair.now += 100_000;
+        for i in 0..2 {
+            if pair.eng[i].next_timeout().is_some_and(|t| t <= pair.now) {
+                pair.eng[i].handle_timeout(pair.now);
+            }
+        }
+        for i in 0..2 {
+            let out = drain_side(&mut pair, i);
+            deliver(&mut pair, 1 - i, &out);
+        }
+    }
+    // Both go idle; let each side's close timer fire, then complete the
+    // target's close of its context to us.
+    pair.now += 2_000_000;
+    for i in 0..2 {
+        pair.eng[i].handle_timeout(pair.now);
+    }
+    let from_a = drain_side(&mut pair, 0);
+    let from_b = drain_side(&mut pair, 1);
+    assert!(from_a.iter().any(|(c, _)| *c == Some(ControlType::Close)));
+    assert!(from_b.iter().any(|(c, _)| *c == Some(ControlType::Close)));
+    deliver(&mut pair, 0, &from_b);
+    let confirm_to_b = drain_side(&mut pair, 0);
+    deliver(&mut pair, 1, &confirm_to_b);
+    // Our close reaches the target, which closes; its confirmation is
+    // late.
+    deliver(&mut pair, 1, &from_a);
+    let late_confirm = drain_side(&mut pair, 1);
+    // Meanwhile we post a read (it waits for the close), and the target
+    // sends to us on a fresh context.
+    let into = Shared(Arc::new(Mutex::new(vec![0u8; 100])));
+    pair.read(into.clone(), BASE, KEY, 2);
+    let (dest, now) = (pair.addrs[0], pair.now);
+    pair.eng[1]
+        .post_send(now, send(dest, pattern(1, 100), None, 50))
+        .unwrap();
+    pair.eng[0].post_recv(now, recv(100, None, 51)).unwrap();
+    let syn = drain_side(&mut pair, 1);
+    deliver(&mut pair, 0, &syn);
+    pair.now += 1_000;
+    pair.eng[0].handle_timeout(pair.now);
+    // Whatever we ask, the target answers before its late confirmation.
+    let asked = drain_side(&mut pair, 0);
+    assert!(asked
+        .iter()
+        .any(|(c, _)| *c == Some(ControlType::AckRequest)));
+    deliver(&mut pair, 1, &asked);
+    let answer = drain_side(&mut pair, 1);
+    deliver(&mut pair, 0, &answer);
+    deliver(&mut pair, 0, &late_confirm);
+    pair.run(|p| p.completion(0, CompletionKind::Read, 2).is_some());
+    let c = pair.completion(0, CompletionKind::Read, 2).unwrap();
+    assert_eq!((c.error, c.len), (None, 100));
+    assert_eq!(*into.0.lock().unwrap(), pattern(99, REGION)[..100]);
 }

@@ -779,7 +779,13 @@ impl Engine {
             NackCode::InvalidDpdcid | NackCode::Closing | NackCode::InvalidSyn => {
                 // Messages still held (a rendezvous send not pulled yet)
                 // belong to the lost context as much as packets in flight.
-                if self.peers[p].tx.in_flight() > 0 || !self.peers[p].messages.is_empty() {
+                // Not while we close it: nothing of it is outstanding then
+                // (messages posted since wait for the next context), so
+                // the receiver not knowing it means the close went through
+                // and its confirmation is late or lost.
+                let peer = &self.peers[p];
+                if peer.closing.is_none() && (peer.tx.in_flight() > 0 || !peer.messages.is_empty())
+                {
                     self.fail_peer(p);
                 } else {
                     self.reset_tx_pdc(p);
