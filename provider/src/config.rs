@@ -103,7 +103,7 @@ pub const PARAMS: &[ParamSpec] = &[
     ParamSpec {
         name: "answer_bytes",
         kind: ParamKind::Int,
-        help: "Most bytes of RMA read data and fetched atomic values an endpoint holds for its peers until they acknowledge them (default 67108864). Past it, further read and fetching-atomic requests are refused with NACK 0x07 and resent by the initiator later; one answer larger than this still goes when nothing else is held.",
+        help: "Most bytes of RMA read data and fetched atomic values an endpoint holds for its peers until they acknowledge them (default 67108864). Past it, further read and fetching-atomic requests are refused with NACK 0x07 and resent by the initiator later; one answer larger than this still goes when nothing else is held. Requests on ordered (ROD) contexts are not refused: a refused request would hold up its sender's own answers queued behind it.",
     },
     ParamSpec {
         name: "rendezvous_bytes",

@@ -805,3 +805,68 @@ fn a_read_posted_while_the_context_closes_survives_the_liveness_check() {
     assert_eq!((c.error, c.len), (None, 100));
     assert_eq!(*into.0.lock().unwrap(), pattern(99, REGION)[..100]);
 }
+
+/// Under ordered delivery, two endpoints reading from each other past
+/// their answer budgets: each one's answers travel behind its own
+/// refused read requests, so neither budget may wait on the other's.
+#[test]
+fn ordered_reads_both_ways_beyond_the_budget_complete() {
+    for seed in 0..4 {
+        let (mut pair, mem) = Pair::new(60 + seed, true, false);
+        let cfg = Config {
+            answer_bytes: 6000,
+            ordered: true,
+            ..Pair::config()
+        };
+        pair.eng[0] = Engine::new(&cfg, pair.addrs[0], 60 + seed);
+        pair.replace_target(&cfg, &mem);
+        pair.eng[0].set_memory_regions(Arc::new(Region {
+            mem: mem.clone(),
+            read: true,
+            write: false,
+        }));
+        let n = 8u64;
+        for i in 0..n {
+            for side in 0..2 {
+                let op = RmaOp {
+                    dest: pair.addrs[1 - side],
+                    kind: RmaKind::Read {
+                        buffer: Box::new(Shared(Arc::new(Mutex::new(vec![0u8; 3000])))),
+                    },
+                    addr: BASE + 500 * i,
+                    key: KEY,
+                    context: 10 + i,
+                    signal: true,
+                };
+                pair.eng[side].post_rma(pair.now, op).unwrap();
+            }
+        }
+        let all_done = |p: &Pair| {
+            (0..2).all(|side| {
+                (0..n).all(|i| p.completion(side, CompletionKind::Read, 10 + i).is_some())
+            })
+        };
+        for _ in 0..20_000 {
+            if all_done(&pair) {
+                break;
+            }
+            pair.step();
+        }
+        assert!(
+            all_done(&pair),
+            "seed {seed}: reads left waiting, answers held {} / {}",
+            pair.eng[0].answer_bytes(),
+            pair.eng[1].answer_bytes()
+        );
+        for side in 0..2 {
+            for i in 0..n {
+                let c = pair.completion(side, CompletionKind::Read, 10 + i).unwrap();
+                assert_eq!(
+                    (c.error, c.len),
+                    (None, 3000),
+                    "seed {seed} side {side} read {i}"
+                );
+            }
+        }
+    }
+}

@@ -295,7 +295,7 @@ impl Engine {
                 return;
             }
             matched = new && send && payload_len > 0;
-            if new && !self.answer_has_room(s) {
+            if new && !self.answer_has_room(p, s) {
                 self.stats.backpressure += 1;
                 self.refuse_for_now(p, from, &req);
                 return;
@@ -1141,16 +1141,22 @@ impl Engine {
         self.sends_outstanding -= 1;
     }
 
-    /// Whether the answer to a new read or fetching atomic request fits in
-    /// what this endpoint holds for its peers (always when it holds
-    /// nothing, so one answer larger than the budget still goes).
-    fn answer_has_room(&self, s: &SesRequestRepr) -> bool {
+    /// Whether the answer to a new read or fetching atomic request of peer
+    /// `p` fits in what this endpoint holds for its peers (always when it
+    /// holds nothing, so one answer larger than the budget still goes).
+    fn answer_has_room(&self, p: usize, s: &SesRequestRepr) -> bool {
         let answered = match s.opcode() {
             Ok(SesOpcode::Read) => s.resource_index != super::RENDEZVOUS_RESOURCE,
             Ok(SesOpcode::FetchingAtomic) => true,
             _ => false,
         };
+        // On an ordered context a refused request holds up everything its
+        // sender sent after it, its answers to our own reads included: two
+        // endpoints reading from each other past their budgets would each
+        // wait for the other to acknowledge answers it drops. Not bounded.
+        let ordered = self.peers[p].rx.as_ref().is_some_and(|rx| rx.ordered);
         !answered
+            || ordered
             || self.answer_bytes == 0
             || self.answer_bytes + s.request_length as usize <= self.answer_budget
     }
