@@ -191,6 +191,14 @@ impl Pair {
     fn read_acked_but_unanswered(&mut self, ctx: u64) {
         let into = Shared(Arc::new(Mutex::new(vec![0u8; 6000])));
         self.read(into, BASE, KEY, ctx);
+        self.acked_but_unanswered();
+    }
+
+    /// What the initiator posted reaches the target and is acknowledged,
+    /// but nothing else of the target's (data, responses) arrives.
+    fn acked_but_unanswered(&mut self) {
+        use uet::wire::{PacketType, Prologue};
+        let acks = self.eng[0].stats().acks_received;
         let mut buf = vec![0u8; 65536];
         while let Some(t) = self.eng[0].poll_transmit(self.now, &mut buf) {
             self.eng[1].handle_datagram(self.now, self.addrs[0], 0, &buf[..t.len]);
@@ -201,11 +209,15 @@ impl Pair {
             self.eng[1].handle_timeout(self.now);
         }
         while let Some(t) = self.eng[1].poll_transmit(self.now, &mut buf) {
-            // ACKs are short; the data is lost.
-            if t.len < 100 {
+            let ptype = Prologue::parse(&buf[..t.len]).map(|p| p.ptype);
+            if matches!(
+                ptype,
+                Ok(PacketType::Ack | PacketType::AckCc | PacketType::AckCcx)
+            ) {
                 self.eng[0].handle_datagram(self.now, self.addrs[1], 0, &buf[..t.len]);
             }
         }
+        assert!(self.eng[0].stats().acks_received > acks, "nothing acked");
     }
 
     fn completion(&self, side: usize, kind: CompletionKind, ctx: u64) -> Option<&Completion> {
@@ -869,4 +881,18 @@ fn ordered_reads_both_ways_beyond_the_budget_complete() {
             }
         }
     }
+}
+
+/// A write (which completes on the target's response) whose target
+/// restarts after acknowledging it but before responding fails instead of
+/// waiting for ever.
+#[test]
+fn a_write_fails_when_its_target_restarts_before_responding() {
+    let (mut pair, mem) = Pair::new(13, true, true);
+    pair.write(pattern(3, 3000), BASE, KEY, None, 6);
+    pair.acked_but_unanswered();
+    pair.restart_target(&mem);
+    pair.run(|p| p.completion(0, CompletionKind::Write, 6).is_some());
+    let c = pair.completion(0, CompletionKind::Write, 6).unwrap();
+    assert_eq!(c.error, Some(CompletionError::PeerUnreachable));
 }

@@ -87,6 +87,7 @@ impl Engine {
         );
         peer.queue.push_back(TxItem::Message(id));
         self.mark_ready(p);
+        self.watch_if_awaited(p, id, now);
         Ok(())
     }
 

@@ -854,6 +854,21 @@ impl Engine {
 
     // ----- liveness ---------------------------------------------------------------
 
+    /// Message `id` just posted to peer `p` needs the peer after its
+    /// packets are acknowledged (an answer, a pull, a delivery
+    /// confirmation): the peer is watched in case that never comes (it
+    /// died, or restarted).
+    pub(super) fn watch_if_awaited(&mut self, p: usize, id: u16, now: u64) {
+        if self.peers[p]
+            .messages
+            .get(&id)
+            .is_some_and(TxMessage::awaits_peer)
+        {
+            self.rendezvous_time(now);
+            self.watch_peer(p);
+        }
+    }
+
     /// Peers with rendezvous state here (pulls, watches, copies).
     pub(super) fn rendezvous_peers(&self) -> impl Iterator<Item = usize> + '_ {
         let pulls = self.rdv.pulls.keys().map(|&(p, _)| p);
@@ -878,15 +893,12 @@ impl Engine {
     }
 
     /// Peer `p` opened a new receive context to us (a restart, or a reopen
-    /// after an idle close). Answers to our reads travel on its context to
-    /// us, and a restarted process will never send them: ask at once
-    /// whether it still knows our context (it NACKs the probe if not).
+    /// after an idle close). Pulls of our sends, answers to our reads and
+    /// delivery confirmations travel on its context to us, and a restarted
+    /// process will never send them: ask at once whether it still knows
+    /// our context (it NACKs the probe if not).
     pub(super) fn suspect_restart(&mut self, p: usize) {
-        if self.peers[p]
-            .messages
-            .values()
-            .any(TxMessage::answer_pending)
-        {
+        if self.peers[p].messages.values().any(TxMessage::awaits_peer) {
             let due = self.rdv.clock;
             let w = self.rdv.watch.entry(p).or_insert(Watch {
                 due,
@@ -921,16 +933,16 @@ impl Engine {
         watched.chain(doomed.map(|q| q.written_until)).min()
     }
 
-    /// Whether this endpoint waits on peer `p`: for a pull's data, for the
-    /// pull of one of its sends, or for the answer to a read or fetching
-    /// atomic.
+    /// Whether this endpoint waits on peer `p`: for a pull's data, or for
+    /// the peer to pull, answer or confirm one of our messages
+    /// ([`TxMessage::awaits_peer`]).
     fn waits_on(&self, p: usize) -> bool {
         // A doomed pull waits on the clock, not on the peer.
         self.rdv
             .pulls
             .iter()
             .any(|(&(q, _), pull)| q == p && !pull.doomed)
-            || (self.peers[p].messages.values()).any(|m| m.pull_pending() || m.answer_pending())
+            || self.peers[p].messages.values().any(TxMessage::awaits_peer)
     }
 
     pub(super) fn rendezvous_timer(&mut self, now: u64) {

@@ -282,12 +282,7 @@ impl Engine {
         );
         peer.queue.push_back(TxItem::Message(id));
         self.mark_ready(p);
-        if completed {
-            // An answer is awaited once the request is acknowledged: the
-            // peer is watched in case it never comes (it died, restarted).
-            self.rendezvous_time(now);
-            self.watch_peer(p);
-        }
+        self.watch_if_awaited(p, id, now);
         Ok(())
     }
 

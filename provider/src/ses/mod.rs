@@ -155,6 +155,14 @@ impl TxMessage {
         ) && !self.delivered
     }
 
+    /// Something only the peer can still do for this message: pull it,
+    /// answer it, or confirm its delivery (SES response).
+    pub fn awaits_peer(&self) -> bool {
+        self.pull_pending()
+            || self.answer_pending()
+            || (self.level == CompletionLevel::Delivery && !self.delivered)
+    }
+
     pub fn fully_acked(&self) -> bool {
         self.fully_sent()
             && self.unacked_packets == 0
