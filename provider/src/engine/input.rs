@@ -1073,8 +1073,9 @@ impl Engine {
             _ => None,
         };
         if Self::settle(m, &mut self.completions) {
-            let m = entry.remove();
-            self.message_gone(m);
+            let answer = m.is_answer();
+            let payload = entry.remove().payload;
+            self.message_gone(payload, answer);
         }
         if let Some(send_id) = pulled_from {
             self.on_pull_data_acked(p, send_id);
@@ -1089,8 +1090,9 @@ impl Engine {
             return;
         };
         if Self::settle(entry.get_mut(), &mut self.completions) {
-            let m = entry.remove();
-            self.message_gone(m);
+            let answer = entry.get().is_answer();
+            let payload = entry.remove().payload;
+            self.message_gone(payload, answer);
         }
     }
 
@@ -1127,17 +1129,21 @@ impl Engine {
         let messages = &mut self.peers[p].messages;
         let done = messages.get(&msg_id).is_some_and(Self::retirable);
         if let Some(m) = done.then(|| messages.remove(&msg_id)).flatten() {
-            self.message_gone(m);
+            let answer = m.is_answer();
+            self.message_gone(m.payload, answer);
         }
     }
 
     /// A message left its peer's table (retired or failed): its payload is
-    /// kept for reuse, and the counts it was part of let it go.
-    pub(super) fn message_gone(&mut self, m: TxMessage) {
-        if let Some(RmaTx::ReadData { .. }) = m.rma {
-            self.answer_bytes -= m.payload.len();
+    /// kept for reuse, and the counts it was part of let it go. `answer`:
+    /// it was read data or fetched values ([`TxMessage::is_answer`]).
+    /// Takes the payload, not the message: moving the whole of it out of
+    /// the map costs a copy per message.
+    pub(super) fn message_gone(&mut self, payload: Payload, answer: bool) {
+        if answer {
+            self.answer_bytes -= payload.len();
         }
-        self.spares.keep_payload(m.payload);
+        self.spares.keep_payload(payload);
         self.sends_outstanding -= 1;
     }
 
@@ -1145,6 +1151,10 @@ impl Engine {
     /// `p` fits in what this endpoint holds for its peers (always when it
     /// holds nothing, so one answer larger than the budget still goes).
     fn answer_has_room(&self, p: usize, s: &SesRequestRepr) -> bool {
+        // The usual case, asked for every new request: nothing held.
+        if self.answer_bytes == 0 {
+            return true;
+        }
         let answered = match s.opcode() {
             Ok(SesOpcode::Read) => s.resource_index != super::RENDEZVOUS_RESOURCE,
             Ok(SesOpcode::FetchingAtomic) => true,
@@ -1155,10 +1165,7 @@ impl Engine {
         // endpoints reading from each other past their budgets would each
         // wait for the other to acknowledge answers it drops. Not bounded.
         let ordered = self.peers[p].rx.as_ref().is_some_and(|rx| rx.ordered);
-        !answered
-            || ordered
-            || self.answer_bytes == 0
-            || self.answer_bytes + s.request_length as usize <= self.answer_budget
+        !answered || ordered || self.answer_bytes + s.request_length as usize <= self.answer_budget
     }
 }
 

@@ -87,7 +87,11 @@ impl Engine {
         );
         peer.queue.push_back(TxItem::Message(id));
         self.mark_ready(p);
-        self.watch_if_awaited(p, id, now);
+        // A delivery-complete send waits for the peer's response (a
+        // rendezvous send is watched already, by new_rendezvous).
+        if level == CompletionLevel::Delivery {
+            self.watch_if_awaited(p, id, now);
+        }
         Ok(())
     }
 

@@ -319,7 +319,8 @@ impl Engine {
                     ..Self::op_completion(&m)
                 });
             }
-            self.message_gone(m);
+            let answer = m.is_answer();
+            self.message_gone(m.payload, answer);
         }
         self.fail_reads(p);
     }

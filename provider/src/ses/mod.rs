@@ -155,6 +155,12 @@ impl TxMessage {
         ) && !self.delivered
     }
 
+    /// Read data or fetched atomic values this endpoint sends as the
+    /// answer to a peer's request (counted in `FI_UET_ANSWER_BYTES`).
+    pub fn is_answer(&self) -> bool {
+        matches!(self.rma, Some(RmaTx::ReadData { .. }))
+    }
+
     /// Something only the peer can still do for this message: pull it,
     /// answer it, or confirm its delivery (SES response).
     pub fn awaits_peer(&self) -> bool {
