@@ -833,11 +833,6 @@ impl Engine {
         }
     }
 
-    /// A close travels twice: sender -> receiver asks to close the receive
-    /// context; receiver -> sender (same packet type, [`CLOSE_CONFIRM`])
-    /// confirms it is gone, or refuses ([`CLOSE_REFUSED`]) while it still
-    /// holds unmatched messages of the peer or misses packets below the
-    /// close PSN.
     /// Our receive context of peer `p` is gone (closed, or reclaimed after
     /// its sender stopped answering).
     pub(super) fn drop_rx_context(&mut self, p: usize, now: u64) {
@@ -879,6 +874,11 @@ impl Engine {
         }
     }
 
+    /// A close travels twice: sender -> receiver asks to close the receive
+    /// context; receiver -> sender (same packet type, [`CLOSE_CONFIRM`])
+    /// confirms it is gone, or refuses ([`CLOSE_REFUSED`]) while it still
+    /// holds unmatched messages of the peer or misses packets below the
+    /// close PSN.
     fn on_close(&mut self, now: u64, from: SocketAddr, ctl: &ControlRepr) {
         if ctl.flags & CLOSE_CONFIRM != 0 {
             // The answer to our own close; a stale one is dropped, never
