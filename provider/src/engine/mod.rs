@@ -581,7 +581,9 @@ impl Engine {
     }
 
     /// Congestion state and per-entropy path use towards `addr`; `None`
-    /// when this engine never exchanged packets with it.
+    /// when this engine has no entry for it: it never exchanged packets
+    /// with it, or freed its entry after a long time without state
+    /// (`engine/peer_table.rs`).
     pub fn peer_stats(&self, addr: SocketAddr) -> Option<PeerStats> {
         let peer = &self.peers[*self.peer_by_addr.get(&addr)?];
         let mut cc = peer.cc.stats();
