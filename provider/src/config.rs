@@ -133,7 +133,7 @@ pub const PARAMS: &[ParamSpec] = &[
     ParamSpec {
         name: "pdc_idle_us",
         kind: ParamKind::Int,
-        help: "Idle time in microseconds after which a delivery context with nothing in flight is closed with the close handshake, freeing its state; the next message reopens it in 0 RTT (default 1000000; 0 = never close). A receive context silent for twice this long asks its sender to close it, and is dropped when nobody answers (the sender is gone).",
+        help: "Idle time in microseconds after which a delivery context with nothing in flight is closed with the close handshake, freeing its state; the next message reopens it in 0 RTT (default 1000000; 0 = never close). When half of the context IDs or more are in use, a receive context silent for twice this long asks its sender to close it, and is dropped when nobody answers (the sender is gone).",
     },
     ParamSpec {
         name: "max_pdcs",

@@ -132,16 +132,47 @@ fn contexts_of_crashed_clients_are_reclaimed() {
     assert_eq!(stats.rx_pdcs_reclaimed, 2);
 }
 
+/// A receiver with context IDs to spare leaves a silent context alone: its
+/// sender may be stopped for a while (a debugger) and still hold it.
+#[test]
+fn silent_contexts_stay_while_ids_are_plentiful() {
+    let never = Config {
+        pdc_idle_us: 0,
+        ..config()
+    };
+    let mut net = Net::new(&[never, config()]);
+    net.message(0, 1, 1);
+    net.run("first message", |n| {
+        n.received(1, 1) && n.done[0].iter().any(|c| c.context == 1)
+    });
+    net.dead[0] = true;
+    let until = net.now + 20 * (2_000_000 + 6 * 2_000_000);
+    net.run("time passed", |n| n.now >= until);
+    net.dead[0] = false;
+    net.message(0, 1, 2);
+    net.run("second message", |n| n.received(1, 2));
+    assert_eq!(net.eng[1].stats().rx_pdcs_reclaimed, 0);
+    assert_eq!(net.eng[0].stats().peers_failed, 0);
+}
+
+/// A receiver short of context IDs (half or more in use).
+fn pressed() -> Config {
+    Config {
+        max_pdcs: 2,
+        ..config()
+    }
+}
+
 /// A live sender that never closes idle contexts itself (its
-/// FI_UET_PDC_IDLE_US is 0) closes one when its receiver asks, and its next
-/// message opens a new one.
+/// FI_UET_PDC_IDLE_US is 0) closes one when its receiver, short of IDs,
+/// asks, and its next message opens a new one.
 #[test]
 fn an_idle_sender_closes_its_context_when_asked() {
     let never = Config {
         pdc_idle_us: 0,
         ..config()
     };
-    let mut net = Net::new(&[never, config()]);
+    let mut net = Net::new(&[never, pressed()]);
     net.message(0, 1, 1);
     net.run("first message", |n| n.received(1, 1));
     net.run("closed on request", |n| n.eng[0].stats().pdcs_closed == 1);
@@ -154,7 +185,7 @@ fn an_idle_sender_closes_its_context_when_asked() {
 /// back) answers the requests and keeps its context.
 #[test]
 fn a_busy_sender_keeps_its_context() {
-    let mut net = Net::new(&[config(), config()]);
+    let mut net = Net::new(&[config(), pressed()]);
     net.message(0, 1, 1);
     net.run("first message", |n| n.received(1, 1));
     let to = net.addrs[1];

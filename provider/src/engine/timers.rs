@@ -167,12 +167,18 @@ impl Engine {
     /// Receive side: when to act on a context its sender has shown no sign
     /// of holding for twice `pdc_idle` (a live sender closes an idle one
     /// itself after `pdc_idle`), 0 = not. A context with a message of the
-    /// sender still here (being received, or waiting for a receive) stays.
+    /// sender still here (being received, or waiting for a receive) stays,
+    /// and so does every context while at least half the context IDs are
+    /// free: a sender that keeps idle contexts open (its own
+    /// `FI_UET_PDC_IDLE_US` is larger, or 0) and is merely stopped for a
+    /// while (a debugger) would otherwise find its context gone and its
+    /// next message failed.
     fn rx_reclaim_due(&self, p: &Peer) -> u64 {
         let Some(rx) = p.rx.as_ref() else {
             return 0;
         };
-        if self.pdc_idle == 0 || !p.inbound.is_empty() {
+        if self.pdc_idle == 0 || !p.inbound.is_empty() || 2 * self.pdc_ids_in_use() < self.max_pdcs
+        {
             return 0;
         }
         match rx.close_asks {
