@@ -65,7 +65,11 @@
 //! that dies would go unnoticed. So when nothing was heard from such a peer
 //! for `FI_UET_RTO_MAX_US`, an ACK request probes it, with the usual
 //! backoff; after `FI_UET_MAX_RETRIES` unanswered probes the peer is failed
-//! like one that stopped acknowledging (`FI_EIO`).
+//! like one that stopped acknowledging (`FI_EIO`). Without a send context
+//! to the peer no probe can leave: while packets queued to it wait for a
+//! context ID that wait counts nothing (their retransmissions watch the
+//! peer once they leave); with nothing queued, each silent period counts
+//! as an unanswered probe.
 
 use super::*;
 use crate::ses::{PullState, RmaTx};
@@ -991,7 +995,26 @@ impl Engine {
                 self.fail_peer(p);
                 continue;
             }
-            if let Some(probe) = peer.tx.control(ControlType::AckRequest, peer.tx.next_psn()) {
+            let probe = peer.tx.control(ControlType::AckRequest, peer.tx.next_psn());
+            if probe.is_none() && !peer.queue.is_empty() && !peer.data_held {
+                // No context to probe on, and our packets to the peer wait
+                // to leave for want of a context ID (the pool is exhausted;
+                // a free one is taken at the next transmit): backpressure,
+                // like NACK 0x07, which counts nothing. Once they leave,
+                // retransmissions and probes watch the peer again.
+                self.rdv.watch.insert(
+                    p,
+                    Watch {
+                        due: now + self.rto_max,
+                        ..w
+                    },
+                );
+                continue;
+            }
+            // Without a context and with nothing queued (or the driver
+            // holding what is), none will open: only the peer can end the
+            // wait, so its silence counts as an unanswered probe.
+            if let Some(probe) = probe {
                 self.control_queue
                     .push_back((peer.addr, ControlOut::Control(probe)));
             }
