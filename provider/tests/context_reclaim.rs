@@ -6,90 +6,14 @@
 
 mod common;
 
-use std::net::SocketAddr;
-
-use common::{pattern, recv, send};
-use uet::{Completion, CompletionKind, Config, Engine};
-
-/// Engines on one lossless network, each at its own address; a dead one
-/// neither sends nor receives.
-struct Net {
-    eng: Vec<Engine>,
-    addrs: Vec<SocketAddr>,
-    dead: Vec<bool>,
-    now: u64,
-    done: Vec<Vec<Completion>>,
-}
+use common::{pattern, recv, send, Net};
+use uet::{CompletionKind, Config};
 
 fn config() -> Config {
-    Config {
-        mtu: 1500,
-        rto_min_us: 100,
-        rto_max_us: 2000,
-        max_retries: 5,
-        pdc_idle_us: 1000,
-        ..Config::default()
-    }
+    common::brisk_config()
 }
 
 impl Net {
-    fn new(cfgs: &[Config]) -> Net {
-        let addrs: Vec<SocketAddr> = (0..cfgs.len())
-            .map(|i| format!("10.0.0.{}:4793", i + 1).parse().unwrap())
-            .collect();
-        Net {
-            eng: (cfgs.iter().zip(&addrs))
-                .enumerate()
-                .map(|(i, (c, &a))| Engine::new(c, a, i as u64 + 1))
-                .collect(),
-            addrs,
-            dead: vec![false; cfgs.len()],
-            now: 0,
-            done: vec![Vec::new(); cfgs.len()],
-        }
-    }
-
-    /// Deliver everything ready, then advance the clock (by 1 us after
-    /// traffic, 100 us when quiet) and fire the timers due.
-    fn step(&mut self) {
-        let mut buf = vec![0u8; 65536];
-        let mut batch = Vec::new();
-        for i in 0..self.eng.len() {
-            while let Some(t) = self.eng[i].poll_transmit(self.now, &mut buf) {
-                if !self.dead[i] {
-                    batch.push((self.addrs[i], t.dest, buf[..t.len].to_vec()));
-                }
-            }
-        }
-        let idle = batch.is_empty();
-        for (from, to, data) in batch {
-            if let Some(j) = self.addrs.iter().position(|&a| a == to) {
-                if !self.dead[j] {
-                    self.eng[j].handle_datagram(self.now, from, 0, &data);
-                }
-            }
-        }
-        self.now += if idle { 100_000 } else { 1_000 };
-        for i in 0..self.eng.len() {
-            if self.eng[i].next_timeout().is_some_and(|t| t <= self.now) {
-                self.eng[i].handle_timeout(self.now);
-            }
-            while let Some(c) = self.eng[i].poll_completion() {
-                self.done[i].push(c);
-            }
-        }
-    }
-
-    fn run(&mut self, what: &str, until: impl Fn(&Net) -> bool) {
-        for _ in 0..100_000 {
-            if until(self) {
-                return;
-            }
-            self.step();
-        }
-        panic!("{what}: not reached");
-    }
-
     /// Engine `from` sends a 2000-byte message (context `ctx`) to engine
     /// `to`, which posts a receive for it.
     fn message(&mut self, from: usize, to: usize, ctx: u64) {
