@@ -890,6 +890,12 @@ impl Engine {
                     && peer.tx.remote_id == Some(ctl.spdcid)
                 {
                     if ctl.flags & CLOSE_REFUSED != 0 {
+                        if ctl.payload != u32::from(peer.close_attempts) {
+                            // The answer to an earlier attempt: the latest
+                            // one may yet be confirmed (the receiver let
+                            // the context go since), and then it is gone.
+                            return;
+                        }
                         // The receiver still needs the context; try again
                         // after another idle period.
                         peer.closing = None;
@@ -920,6 +926,17 @@ impl Engine {
                     self.stats.unknown_pdc += 1;
                     return;
                 }
+                // Attempts numbered 0 (a sender that does not number them)
+                // are all answered.
+                if ((ctl.payload as u16).wrapping_sub(rx.close_attempt) as i16) < 0 {
+                    // An earlier attempt overtaken by a later one already
+                    // answered: its sender waits for that answer.
+                    return;
+                }
+                let Some(rx) = peer.rx.as_mut() else {
+                    return;
+                };
+                rx.close_attempt = ctl.payload as u16;
                 if rx.cack() != ctl.psn.wrapping_sub(1) || !peer.inbound.is_empty() {
                     let refuse = ControlRepr {
                         flags: CLOSE_CONFIRM | CLOSE_REFUSED,

@@ -284,6 +284,9 @@ struct Peer {
     tx_active_at: u64,
     /// Close handshake in progress on the send side; data waits for it.
     closing: Option<Closing>,
+    /// Close packets sent on the send context so far: the number of the
+    /// latest attempt, which the receiver echoes in its answer.
+    close_attempts: u16,
     /// Congestion control and path choice of the send side (NSCC.md).
     cc: CongestionControl,
     lb: LoadBalancer,
@@ -789,6 +792,7 @@ impl Engine {
             data_held: false,
             tx_active_at: 0,
             closing: None,
+            close_attempts: 0,
             cc: CongestionControl::new(&self.cc_config),
             lb,
             in_flight_bytes: 0,

@@ -233,10 +233,16 @@ impl Engine {
 
     fn send_close(&mut self, p: usize, closing: Closing) {
         let peer = &mut self.peers[p];
+        // Every close packet carries a fresh attempt number, which the
+        // answer echoes: a refusal of an earlier attempt, answered before
+        // the receiver could let the context go, must not cancel the close
+        // whose later attempt it confirms (it drops its context then).
+        peer.close_attempts = peer.close_attempts.wrapping_add(1);
         peer.closing = Some(closing);
-        let Some(close) = peer.tx.control(ControlType::Close, closing.psn) else {
+        let Some(mut close) = peer.tx.control(ControlType::Close, closing.psn) else {
             return;
         };
+        close.payload = peer.close_attempts.into();
         let to = peer.addr;
         self.control_queue
             .push_back((to, ControlOut::Control(close)));
@@ -253,6 +259,7 @@ impl Engine {
         // The ID goes back to the pool; the next packet takes a fresh one.
         peer.tx = TxPdc::new(0, start);
         peer.closing = None;
+        peer.close_attempts = 0;
         // The congestion state stays (same path, same peer); what was in
         // flight on the old context is gone.
         peer.in_flight_bytes = 0;

@@ -43,6 +43,11 @@ pub struct RxPdc {
     /// for long is asked to close, and dropped when nobody answers (its
     /// sender is gone).
     pub close_asks: u16,
+    /// Highest attempt number (payload) of a close of this context
+    /// answered so far: an older attempt the network delivers late is
+    /// dropped unanswered, so answers never go back from a refusal to a
+    /// confirmation the sender would take for a stale one.
+    pub close_attempt: u16,
     pub quiet_since: u64,
     pub last_was_retx: bool,
     /// A probe or an ACK request asked for the ACK owed, and no data came
@@ -82,6 +87,7 @@ impl RxPdc {
             last_psn: start_psn.wrapping_sub(1),
             last_arrival_at: 0,
             close_asks: 0,
+            close_attempt: 0,
             quiet_since: 0,
             last_was_retx: false,
             answering_probe: false,
