@@ -7,7 +7,7 @@ mod common;
 
 use common::{brisk_config, drain, engine_pair_with, recv, send};
 use uet::wire::PacketType;
-use uet::{CompletionKind, Engine};
+use uet::{Completion, CompletionKind, Engine};
 
 fn deliver(to: &mut Engine, now: u64, from: std::net::SocketAddr, pkts: &[(PacketType, Vec<u8>)]) {
     for (_, d) in pkts {
@@ -22,172 +22,138 @@ fn timers(e: &mut Engine, now: u64) {
     }
 }
 
+/// Two engines (`a` sends, `b` receives) exchanging packets by hand.
+struct Two {
+    addrs: [std::net::SocketAddr; 2],
+    a: Engine,
+    b: Engine,
+    now: u64,
+}
+
+impl Two {
+    /// `a` sends `b` a message no receive waits for: `b` stages it, so it
+    /// refuses a close for now. Then `a` idles past `pdc_idle` and starts
+    /// the close; returns that first close packet.
+    fn unexpected_then_close() -> (Two, Vec<(PacketType, Vec<u8>)>) {
+        let (addrs, a, b) = engine_pair_with(&brisk_config());
+        let mut t = Two {
+            addrs,
+            a,
+            b,
+            now: 0,
+        };
+        t.a.post_send(0, send(addrs[1], vec![7; 64], None, 1))
+            .unwrap();
+        let sent = t.exchange(4);
+        assert!(sent.iter().all(|c| c.error.is_none()), "{sent:?}");
+        t.now += 2_000_000;
+        timers(&mut t.a, t.now);
+        let close1 = drain(&mut t.a, t.now);
+        assert!(
+            close1.iter().any(|(t, _)| *t == PacketType::Control),
+            "{close1:?}"
+        );
+        (t, close1)
+    }
+
+    /// `a` hears no answer and resends the close: that packet.
+    fn resent_close(&mut self) -> Vec<(PacketType, Vec<u8>)> {
+        for _ in 0..100 {
+            self.now += 100_000;
+            timers(&mut self.a, self.now);
+            let close2 = drain(&mut self.a, self.now);
+            if !close2.is_empty() {
+                return close2;
+            }
+        }
+        panic!("no close resent");
+    }
+
+    /// `b` hands `close` to itself and returns its answer.
+    fn answer(&mut self, close: &[(PacketType, Vec<u8>)]) -> Vec<(PacketType, Vec<u8>)> {
+        deliver(&mut self.b, self.now, self.addrs[0], close);
+        drain(&mut self.b, self.now)
+    }
+
+    /// `b`'s application takes the staged message.
+    fn take_message(&mut self) {
+        self.b.post_recv(self.now, recv(64, None, 2)).unwrap();
+        let got: Vec<_> = std::iter::from_fn(|| self.b.poll_completion()).collect();
+        assert!(
+            got.iter()
+                .any(|c| c.kind == CompletionKind::Recv && c.error.is_none()),
+            "{got:?}"
+        );
+    }
+
+    /// `rounds` lossless round trips, 5 us each way; the completions of
+    /// both engines.
+    fn exchange(&mut self, rounds: usize) -> Vec<Completion> {
+        let mut done = Vec::new();
+        for _ in 0..rounds {
+            self.now += 5_000;
+            let out = drain(&mut self.a, self.now);
+            deliver(&mut self.b, self.now, self.addrs[0], &out);
+            self.now += 5_000;
+            let back = drain(&mut self.b, self.now);
+            deliver(&mut self.a, self.now, self.addrs[1], &back);
+            timers(&mut self.a, self.now);
+            timers(&mut self.b, self.now);
+            done.extend(std::iter::from_fn(|| self.a.poll_completion()));
+            done.extend(std::iter::from_fn(|| self.b.poll_completion()));
+        }
+        done
+    }
+
+    /// `b`'s answers reach `a` in the order `b` sent them; a new message
+    /// posted right away must arrive, and nothing may fail.
+    fn answers_then_new_message(&mut self, answers: &[&[(PacketType, Vec<u8>)]]) {
+        self.now += 5_000;
+        for answer in answers {
+            deliver(&mut self.a, self.now, self.addrs[1], answer);
+        }
+        self.b.post_recv(self.now, recv(64, None, 3)).unwrap();
+        self.a
+            .post_send(self.now, send(self.addrs[1], vec![8; 64], None, 4))
+            .unwrap();
+        let done = self.exchange(200);
+        assert!(
+            done.iter().all(|c| c.error.is_none()),
+            "{done:?}\n{:?}",
+            self.a.stats()
+        );
+        assert!(done
+            .iter()
+            .any(|c| c.kind == CompletionKind::Recv && c.context == 3));
+    }
+}
+
 #[test]
 fn a_stale_refusal_does_not_hide_the_confirmation_of_a_resent_close() {
-    let (addrs, mut a, mut b) = engine_pair_with(&brisk_config());
-    let mut now = 0;
-    // An unexpected message: b stages it, so it refuses a close for now.
-    a.post_send(now, send(addrs[1], vec![7; 64], None, 1))
-        .unwrap();
-    for _ in 0..4 {
-        now += 5_000;
-        let out = drain(&mut a, now);
-        deliver(&mut b, now, addrs[0], &out);
-        now += 5_000;
-        let back = drain(&mut b, now);
-        deliver(&mut a, now, addrs[1], &back);
-        timers(&mut a, now);
-        timers(&mut b, now);
-    }
-    let sent: Vec<_> = std::iter::from_fn(|| a.poll_completion()).collect();
-    assert!(sent.iter().all(|c| c.error.is_none()), "{sent:?}");
-    // Idle for longer than pdc_idle: a starts the close.
-    now += 2_000_000;
-    timers(&mut a, now);
-    let close1 = drain(&mut a, now);
-    assert!(
-        close1.iter().any(|(t, _)| *t == PacketType::Control),
-        "{close1:?}"
-    );
+    let (mut t, close1) = Two::unexpected_then_close();
     // b refuses it (message still unmatched); the refusal is delayed.
-    now += 5_000;
-    deliver(&mut b, now, addrs[0], &close1);
-    let refusal = drain(&mut b, now);
+    t.now += 5_000;
+    let refusal = t.answer(&close1);
     assert!(!refusal.is_empty());
-    // a hears nothing and resends the close.
-    let mut close2 = Vec::new();
-    for _ in 0..100 {
-        now += 100_000;
-        timers(&mut a, now);
-        close2 = drain(&mut a, now);
-        if !close2.is_empty() {
-            break;
-        }
-    }
-    assert!(!close2.is_empty(), "no close resent");
+    let close2 = t.resent_close();
     // Meanwhile b's application takes the message; now b confirms.
-    b.post_recv(now, recv(64, None, 2)).unwrap();
-    let got: Vec<_> = std::iter::from_fn(|| b.poll_completion()).collect();
-    assert!(
-        got.iter()
-            .any(|c| c.kind == CompletionKind::Recv && c.error.is_none()),
-        "{got:?}"
-    );
-    deliver(&mut b, now, addrs[0], &close2);
-    let confirm = drain(&mut b, now);
-    // Both answers reach a, in the order b sent them.
-    now += 5_000;
-    deliver(&mut a, now, addrs[1], &refusal);
-    deliver(&mut a, now, addrs[1], &confirm);
-    // A new message right away, then a lossless exchange until quiet.
-    b.post_recv(now, recv(64, None, 3)).unwrap();
-    a.post_send(now, send(addrs[1], vec![8; 64], None, 4))
-        .unwrap();
-    let mut done = Vec::new();
-    for _ in 0..200 {
-        now += 5_000;
-        let out = drain(&mut a, now);
-        deliver(&mut b, now, addrs[0], &out);
-        now += 5_000;
-        let back = drain(&mut b, now);
-        deliver(&mut a, now, addrs[1], &back);
-        timers(&mut a, now);
-        timers(&mut b, now);
-        done.extend(std::iter::from_fn(|| a.poll_completion()));
-        done.extend(std::iter::from_fn(|| b.poll_completion()));
-    }
-    assert!(
-        done.iter().all(|c| c.error.is_none()),
-        "{done:?}\n{:?}",
-        a.stats()
-    );
-    assert!(done
-        .iter()
-        .any(|c| c.kind == CompletionKind::Recv && c.context == 3));
+    t.take_message();
+    let confirm = t.answer(&close2);
+    t.answers_then_new_message(&[&refusal, &confirm]);
 }
 
 #[test]
 fn a_late_earlier_close_attempt_is_not_confirmed_after_a_refusal() {
-    let (addrs, mut a, mut b) = engine_pair_with(&brisk_config());
-    let mut now = 0;
-    // An unexpected message: b stages it, so it refuses a close for now.
-    a.post_send(now, send(addrs[1], vec![7; 64], None, 1))
-        .unwrap();
-    for _ in 0..4 {
-        now += 5_000;
-        let out = drain(&mut a, now);
-        deliver(&mut b, now, addrs[0], &out);
-        now += 5_000;
-        let back = drain(&mut b, now);
-        deliver(&mut a, now, addrs[1], &back);
-        timers(&mut a, now);
-        timers(&mut b, now);
-    }
-    let sent: Vec<_> = std::iter::from_fn(|| a.poll_completion()).collect();
-    assert!(sent.iter().all(|c| c.error.is_none()), "{sent:?}");
-    // Idle for longer than pdc_idle: a starts the close.
-    now += 2_000_000;
-    timers(&mut a, now);
-    let close1 = drain(&mut a, now);
-    assert!(
-        close1.iter().any(|(t, _)| *t == PacketType::Control),
-        "{close1:?}"
-    );
-    // The network holds it back.
-    // a hears nothing and resends the close.
-    let mut close2 = Vec::new();
-    for _ in 0..100 {
-        now += 100_000;
-        timers(&mut a, now);
-        close2 = drain(&mut a, now);
-        if !close2.is_empty() {
-            break;
-        }
-    }
-    assert!(!close2.is_empty(), "no close resent");
+    let (mut t, close1) = Two::unexpected_then_close();
+    // The network holds it back; a resends the close.
+    let close2 = t.resent_close();
     // b refuses the resent close (message still unmatched); then its
     // application takes the message, and the first close arrives late:
     // confirming it would drop the context a's latest answer keeps.
-    now += 5_000;
-    deliver(&mut b, now, addrs[0], &close2);
-    let refusal = drain(&mut b, now);
+    t.now += 5_000;
+    let refusal = t.answer(&close2);
     assert!(!refusal.is_empty());
-    b.post_recv(now, recv(64, None, 2)).unwrap();
-    let got: Vec<_> = std::iter::from_fn(|| b.poll_completion()).collect();
-    assert!(
-        got.iter()
-            .any(|c| c.kind == CompletionKind::Recv && c.error.is_none()),
-        "{got:?}"
-    );
-    deliver(&mut b, now, addrs[0], &close1);
-    let confirm = drain(&mut b, now);
-    // Whatever b answered reaches a, in the order b sent it.
-    now += 5_000;
-    deliver(&mut a, now, addrs[1], &refusal);
-    deliver(&mut a, now, addrs[1], &confirm);
-    // A new message right away, then a lossless exchange until quiet.
-    b.post_recv(now, recv(64, None, 3)).unwrap();
-    a.post_send(now, send(addrs[1], vec![8; 64], None, 4))
-        .unwrap();
-    let mut done = Vec::new();
-    for _ in 0..200 {
-        now += 5_000;
-        let out = drain(&mut a, now);
-        deliver(&mut b, now, addrs[0], &out);
-        now += 5_000;
-        let back = drain(&mut b, now);
-        deliver(&mut a, now, addrs[1], &back);
-        timers(&mut a, now);
-        timers(&mut b, now);
-        done.extend(std::iter::from_fn(|| a.poll_completion()));
-        done.extend(std::iter::from_fn(|| b.poll_completion()));
-    }
-    assert!(
-        done.iter().all(|c| c.error.is_none()),
-        "{done:?}\n{:?}",
-        a.stats()
-    );
-    assert!(done
-        .iter()
-        .any(|c| c.kind == CompletionKind::Recv && c.context == 3));
+    t.take_message();
+    let confirm = t.answer(&close1);
+    t.answers_then_new_message(&[&refusal, &confirm]);
 }
