@@ -38,17 +38,18 @@ pub struct RxPdc {
     /// When it arrived: the ACK reports how long after (its service time).
     pub last_arrival_at: u64,
     /// Close requests sent since the sender last showed it holds this
-    /// context (any packet of it, data or control), and the time of that
-    /// sign (no request yet) or of the latest request: a context silent
-    /// for long is asked to close, and dropped when nobody answers (its
-    /// sender is gone).
+    /// context (any packet of it, data or control): a context silent for
+    /// long is asked to close, and dropped when nobody answers (its sender
+    /// is gone).
     pub close_asks: u16,
+    /// When the sender last showed it (no request yet), or when the
+    /// latest request left.
+    pub quiet_since: u64,
     /// Highest attempt number (payload) of a close of this context
     /// answered so far: an older attempt the network delivers late is
     /// dropped unanswered, so answers never go back from a refusal to a
     /// confirmation the sender would take for a stale one.
     pub close_attempt: u16,
-    pub quiet_since: u64,
     pub last_was_retx: bool,
     /// A probe or an ACK request asked for the ACK owed, and no data came
     /// since: it leaves with the P flag.
@@ -87,8 +88,8 @@ impl RxPdc {
             last_psn: start_psn.wrapping_sub(1),
             last_arrival_at: 0,
             close_asks: 0,
-            close_attempt: 0,
             quiet_since: 0,
+            close_attempt: 0,
             last_was_retx: false,
             answering_probe: false,
             ecn_echo: false,

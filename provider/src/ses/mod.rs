@@ -143,8 +143,6 @@ impl TxMessage {
         self.started && self.next_offset >= self.wire_len()
     }
 
-    /// Every packet acknowledged and, for a rendezvous send, the rest
-    /// pulled: the payload is no longer needed.
     /// A read or fetching atomic whose answer (data naming its message ID)
     /// is not in yet: it holds its message ID until then, so that no later
     /// message comes round to the ID and is taken for it.
@@ -169,6 +167,9 @@ impl TxMessage {
             || (self.level == CompletionLevel::Delivery && !self.delivered)
     }
 
+    /// Every packet acknowledged, for a rendezvous send the rest pulled,
+    /// and for a read or fetching atomic the answer in: the payload is no
+    /// longer needed.
     pub fn fully_acked(&self) -> bool {
         self.fully_sent()
             && self.unacked_packets == 0
