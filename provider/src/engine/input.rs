@@ -229,18 +229,8 @@ impl Engine {
             }
         };
         if let Some(code) = code {
-            self.queue_nack(
-                from,
-                NackRepr {
-                    flags: 0,
-                    code,
-                    vendor_code: 0,
-                    psn: req.psn,
-                    spdcid: if req.syn() { 0 } else { req.dpdcid },
-                    dpdcid: req.spdcid,
-                    payload: 0,
-                },
-            );
+            let ours = if req.syn() { 0 } else { req.dpdcid };
+            self.queue_nack(from, code, req.psn, ours, req.spdcid);
             return;
         }
         let Some(p) = p else { return };
@@ -519,16 +509,8 @@ impl Engine {
     /// against the peer (NACK 0x07).
     fn refuse_for_now(&mut self, p: usize, from: SocketAddr, req: &RequestRepr) {
         if let Some(rx) = self.peers[p].rx.as_ref() {
-            let nack = NackRepr {
-                flags: 0,
-                code: NackCode::NoPacketBuffer,
-                vendor_code: 0,
-                psn: req.psn,
-                spdcid: rx.local_id,
-                dpdcid: req.spdcid,
-                payload: 0,
-            };
-            self.queue_nack(from, nack);
+            let ours = rx.local_id;
+            self.queue_nack(from, NackCode::NoPacketBuffer, req.psn, ours, req.spdcid);
         }
     }
 
@@ -715,20 +697,12 @@ impl Engine {
             self.queue_ack(p);
             return;
         }
-        let nack = NackRepr {
-            flags: 0,
-            code: match trim {
-                Trim::Fabric => NackCode::Trimmed,
-                Trim::LastHop => NackCode::TrimmedLastHop,
-            },
-            vendor_code: 0,
-            psn: req.psn,
-            spdcid: rx.local_id,
-            dpdcid: req.spdcid,
-            payload: 0,
+        let code = match trim {
+            Trim::Fabric => NackCode::Trimmed,
+            Trim::LastHop => NackCode::TrimmedLastHop,
         };
-        let to = self.peers[p].addr;
-        self.queue_nack(to, nack);
+        let (to, ours) = (self.peers[p].addr, rx.local_id);
+        self.queue_nack(to, code, req.psn, ours, req.spdcid);
     }
 
     pub(super) fn on_nack(&mut self, now: u64, from: SocketAddr, data: &[u8]) {
@@ -815,16 +789,8 @@ impl Engine {
                 // it probe until it gives up.
                 _ => {
                     self.stats.unknown_pdc += 1;
-                    let nack = NackRepr {
-                        flags: 0,
-                        code: NackCode::InvalidDpdcid,
-                        vendor_code: 0,
-                        psn: ctl.psn,
-                        spdcid: ctl.dpdcid,
-                        dpdcid: ctl.spdcid,
-                        payload: 0,
-                    };
-                    self.queue_nack(from, nack);
+                    let code = NackCode::InvalidDpdcid;
+                    self.queue_nack(from, code, ctl.psn, ctl.dpdcid, ctl.spdcid);
                 }
             },
             ControlType::CloseRequest => self.on_close_request(now, from, &ctl),

@@ -827,8 +827,19 @@ impl Engine {
         }
     }
 
-    fn queue_nack(&mut self, to: SocketAddr, nack: NackRepr) {
+    /// NACK `code` for `psn` to `to`; `spdcid` names our context (or the
+    /// one the packet named, when we have none), `dpdcid` the sender's.
+    fn queue_nack(&mut self, to: SocketAddr, code: NackCode, psn: u32, spdcid: u16, dpdcid: u16) {
         self.stats.nacks_sent += 1;
+        let nack = NackRepr {
+            flags: 0,
+            code,
+            vendor_code: 0,
+            psn,
+            spdcid,
+            dpdcid,
+            payload: 0,
+        };
         self.control_queue.push_back((to, ControlOut::Nack(nack)));
     }
 

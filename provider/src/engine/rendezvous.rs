@@ -902,14 +902,12 @@ impl Engine {
     /// process will never send them: ask at once whether it still knows
     /// our context (it NACKs the probe if not).
     pub(super) fn suspect_restart(&mut self, p: usize) {
-        if self.peers[p].messages.values().any(TxMessage::awaits_peer) {
-            let due = self.rdv.clock;
-            let w = self.rdv.watch.entry(p).or_insert(Watch {
-                due,
-                probes: 0,
-                suspect: true,
-            });
-            w.due = due;
+        if !self.peers[p].messages.values().any(TxMessage::awaits_peer) {
+            return;
+        }
+        self.watch_peer(p);
+        if let Some(w) = self.rdv.watch.get_mut(&p) {
+            w.due = self.rdv.clock;
             w.suspect = true;
         }
     }
