@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 use rand::rngs::SmallRng;
 use rand::SeedableRng;
 
-use common::{pattern, send, shuffled_round, Returned, Shared};
+use common::{drain, pattern, send, shuffled_round, Returned, Shared};
 use uet::engine::HostMemory;
 use uet::io::ProcessMemory;
 use uet::{
@@ -747,6 +747,60 @@ fn a_failed_share_fails_the_receive() {
 }
 
 #[test]
+fn eager_packets_after_a_failed_receive_leave_nothing_behind() {
+    // As above, but the send's own packets but the first are held back
+    // until the receive has failed. They are dropped on arrival: none may
+    // open a record of its own, which would hold staging memory and, its
+    // message ID having wrapped, take the place of the message 65536 sends
+    // later.
+    let mut p = Pair::new(29);
+    p.eng[1].enable_host_read(Box::new(Failing::new(1, 0)));
+    p.eng[0].enable_host_read(Box::new(Trusting::new()));
+    let len = 1 << 20;
+    let _out = p.recv_returned(len, 5, 100);
+    p.send(len, 5, 1);
+    let mut held = drain(&mut p.eng[0], p.now);
+    assert!(held.len() > 1, "the eager part fits one packet");
+    let (_, first) = held.remove(0);
+    let now = p.now;
+    p.eng[1].handle_datagram(now, p.addrs[0], 0, &first);
+    // The pull and its answer, in engine time that stands still (no
+    // resends of the held packets).
+    for _ in 0..100 {
+        if p.completion(1, 100).is_some() {
+            break;
+        }
+        for (from, to) in [(1, 0), (0, 1)] {
+            let out = drain(&mut p.eng[from], now);
+            for (_, d) in out {
+                let src = p.addrs[from];
+                p.eng[to].handle_datagram(now, src, 0, &d);
+            }
+        }
+        for e in &mut p.eng {
+            e.run_host_copies();
+        }
+        while let Some(c) = p.eng[1].poll_completion() {
+            p.done[1].push(c);
+        }
+    }
+    assert_eq!(
+        p.completion(1, 100).map(|c| c.error),
+        Some(Some(CompletionError::PeerUnreachable))
+    );
+    for (_, d) in held {
+        p.eng[1].handle_datagram(now, p.addrs[0], 0, &d);
+    }
+    p.run(|p| p.completion(0, 1).is_some());
+    p.settle();
+    p.assert_clean();
+    // The next message is whole.
+    let out = p.recv_returned(len, 6, 101);
+    p.send(len, 6, 2);
+    p.complete_intact(2, 101, &out, len);
+}
+
+#[test]
 fn same_host_copy_of_an_unexpected_message_and_a_truncated_one() {
     let mut p = same_host_pair(21);
     let len = 600_000;
@@ -1086,4 +1140,32 @@ fn a_send_whose_id_a_waiting_rendezvous_send_holds_is_refused_for_now() {
     assert_eq!(*late.0.lock().unwrap(), pattern(7, 8));
     p.settle();
     p.assert_clean();
+}
+
+#[test]
+fn a_delivery_complete_send_hears_that_its_receive_failed() {
+    // As in a_failed_share_fails_the_receive, for a send that waits for
+    // delivery: the target reports the failure instead of leaving the send
+    // to wait for a confirmation that will never come.
+    let mut p = Pair::new(30);
+    p.eng[1].enable_host_read(Box::new(Failing::new(1, 0)));
+    p.eng[0].enable_host_read(Box::new(Trusting::new()));
+    let len = 1 << 20;
+    let _out = p.recv_returned(len, 5, 100);
+    let mut op = send(p.addrs[1], pattern(1, len), Some(5), 1);
+    op.level = CompletionLevel::Delivery;
+    p.eng[0].post_send(0, op).unwrap();
+    p.run(|p| p.completion(1, 100).is_some() && p.completion(0, 1).is_some());
+    let failed = Some(CompletionError::PeerUnreachable);
+    assert_eq!(p.completion(1, 100).unwrap().error, failed);
+    assert_eq!(p.completion(0, 1).unwrap().error, failed);
+    p.settle();
+    p.assert_clean();
+    // The next one is delivered.
+    let out = p.recv_returned(len, 6, 101);
+    let mut op = send(p.addrs[1], pattern(2, len), Some(6), 2);
+    op.level = CompletionLevel::Delivery;
+    let now = p.now;
+    p.eng[0].post_send(now, op).unwrap();
+    p.complete_intact(2, 101, &out, len);
 }

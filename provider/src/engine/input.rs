@@ -436,7 +436,7 @@ impl Engine {
                     .collect();
                 bound.sort_unstable();
                 for (_, id) in bound {
-                    self.fail_bound_receive(p, id);
+                    self.fail_bound_receive(p, id, false);
                 }
                 let peer = &mut self.peers[p];
                 self.staged_bytes -= peer
@@ -497,6 +497,7 @@ impl Engine {
                         want_response: s.flags & sflags::DC != 0,
                     },
                     received: 0,
+                    carried: 0,
                     high_water: 0,
                     state: InboundState::Staged(Vec::new()),
                     rendezvous: rdv.copied(),
@@ -646,6 +647,7 @@ impl Engine {
             inb.header.cq_data = Some(s.header_data);
         }
         *staged_bytes += inb.place(s.buffer_offset, payload);
+        inb.carried += payload.len() as u64;
         // Delivery complete (fi_cq(3)): the message was processed here once
         // all its bytes are in, whether placed in a posted buffer or held
         // as unexpected until the application posts one.
@@ -670,16 +672,15 @@ impl Engine {
             return;
         }
         m.delivered = true;
+        // RECEIVE_FAILED: the receive failed at the target.
+        m.failed = r.return_code != 0;
         if m.pull_pending() {
             // Completes once the pulled data is acknowledged too.
             return;
         }
         if !m.completed {
             m.completed = true;
-            if m.signal {
-                self.completions
-                    .push_back(Completion::send(m.context, m.tagged, m.len() as usize));
-            }
+            self.completions.extend(Self::send_done(m));
         }
         self.retire_message(p, r.message_id);
     }
@@ -1092,11 +1093,23 @@ impl Engine {
         };
         if due && !m.completed {
             m.completed = true;
-            if m.signal {
-                completions.push_back(Completion::send(m.context, m.tagged, m.len() as usize));
-            }
+            completions.extend(Self::send_done(m));
         }
         Self::retirable(m)
+    }
+
+    /// The completion of a finished send: an error whenever the target
+    /// reported that its receive failed, otherwise one if it was asked for.
+    fn send_done(m: &TxMessage) -> Option<Completion> {
+        let done = Completion::send(m.context, m.tagged, m.len() as usize);
+        if m.failed {
+            return Some(Completion {
+                len: 0,
+                error: Some(CompletionError::PeerUnreachable),
+                ..done
+            });
+        }
+        m.signal.then_some(done)
     }
 
     /// Its completion is out and its packets are all acked.

@@ -426,6 +426,7 @@ impl Peer {
                 unacked_packets: 0,
                 completed: true,
                 delivered: false,
+                failed: false,
                 rma: Some(rma),
             },
         );
@@ -1092,7 +1093,7 @@ mod tests {
             ("RxPdc", 96),
             ("TxSlot", 48),
             ("TxMessage", 136),
-            ("Inbound", 240),
+            ("Inbound", 248),
         ];
         assert_eq!(sizes, documented, "update provider/README.md section 2.5");
         assert!(sizes[0].1 <= 1024, "{sizes:?}");

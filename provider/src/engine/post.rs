@@ -82,6 +82,7 @@ impl Engine {
                 unacked_packets: 0,
                 completed,
                 delivered: false,
+                failed: false,
                 rma,
             },
         );

@@ -71,9 +71,11 @@
 //! peer once they leave); with nothing queued, each silent period counts
 //! as an unanswered probe.
 
+use super::rma::RECEIVE_FAILED;
 use super::*;
 use crate::ses::{PullState, RmaTx};
 use crate::wire::HostMemoryRepr;
+use std::collections::hash_map::Entry;
 use std::net::SocketAddr;
 
 /// The resource index that marks an SES read as a rendezvous pull (the
@@ -258,11 +260,18 @@ struct PendingPull {
     /// The receive fails once the sender answers, or once it can no
     /// longer write (`written_until`), whichever comes first.
     doomed: bool,
-    /// Doomed by our own share's failure while the sender lives: a sender
-    /// that wrote holds its send until we release it, so dropping the pull
-    /// without its answer (lost, or later than `written_until`) sends the
-    /// release too.
-    release_on_drop: bool,
+    /// Doomed by our own share's failure while the sender lives: the
+    /// sender hears that the receive failed (a delivery-complete send
+    /// waits for that), and one that wrote holds its send until we release
+    /// it, so dropping the pull without its answer (lost, or later than
+    /// `written_until`) sends the release too.
+    sender_lives: bool,
+}
+
+impl PendingPull {
+    fn release_on_drop(&self) -> bool {
+        self.sender_lives && self.written_until != 0
+    }
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -417,7 +426,7 @@ impl Engine {
                     request_id: id,
                     written_until,
                     doomed: false,
-                    release_on_drop: false,
+                    sender_lives: false,
                 },
             );
             self.watch_peer(p);
@@ -505,7 +514,7 @@ impl Engine {
             self.retire_rma_inbound(p, id);
             self.rdv.pulls.remove(&(p, token));
             if let Some(q) = doomed {
-                self.fail_bound_receive(p, q.msg_id);
+                self.fail_bound_receive(p, q.msg_id, q.sender_lives);
             }
         }
         if let (Some(q), true) = (pull, landed) {
@@ -554,7 +563,9 @@ impl Engine {
             self.release_after_copy(p, pull);
         }
         if r.return_code != 0 || pull.doomed {
-            self.fail_bound_receive(p, pull.msg_id);
+            // A refusal: the sender no longer has the message to tell.
+            let tell = r.return_code == 0 && pull.sender_lives;
+            self.fail_bound_receive(p, pull.msg_id, tell);
             return true;
         }
         let Some(target) = self.peers[p].inbound.get_mut(&pull.msg_id) else {
@@ -642,7 +653,7 @@ impl Engine {
                 .map(|(&k, _)| k);
             match share {
                 Some(k) => self.doom_pull(k, true),
-                None => self.fail_bound_receive(c.p, c.msg_id),
+                None => self.fail_bound_receive(c.p, c.msg_id, true),
             }
             return;
         }
@@ -672,23 +683,24 @@ impl Engine {
 
     /// Pull `k` will not deliver: its receive fails, at once unless the
     /// sender may still write into the buffer (then once it no longer can,
-    /// or answers). `release`: the sender lives (our own share failed), so
-    /// it gets a release when the pull is dropped unanswered.
-    fn doom_pull(&mut self, k: (usize, u64), release: bool) {
+    /// or answers). `sender_lives`: our own share failed, so the sender
+    /// hears of the failure, and gets a release when the pull is dropped
+    /// unanswered.
+    fn doom_pull(&mut self, k: (usize, u64), sender_lives: bool) {
         let Some(pull) = self.rdv.pulls.get_mut(&k) else {
             return;
         };
-        pull.release_on_drop |= release && pull.written_until != 0;
+        pull.sender_lives = sender_lives;
         if pull.written_until > self.rdv.clock {
             pull.doomed = true;
             return;
         }
         let pull = *pull;
         self.rdv.pulls.remove(&k);
-        if pull.release_on_drop {
+        if pull.release_on_drop() {
             self.release_after_copy(k.0, pull);
         }
-        self.fail_bound_receive(k.0, pull.msg_id);
+        self.fail_bound_receive(k.0, pull.msg_id, pull.sender_lives);
     }
 
     /// An application call at engine time `now` (posting a receive may
@@ -699,27 +711,55 @@ impl Engine {
     }
 
     /// The receive matched to message `msg_id` of peer `p` will never get
-    /// the rest of it (the sender refused a pull, or its context is gone):
-    /// it completes with an error.
-    pub(super) fn fail_bound_receive(&mut self, p: usize, msg_id: u16) {
+    /// the rest of it (the sender refused a pull, its context is gone, or
+    /// our share of a same-host copy failed): it completes with an error.
+    /// `tell_sender`: the sender lives and still has the message, so a
+    /// delivery-complete send learns that it failed.
+    pub(super) fn fail_bound_receive(&mut self, p: usize, msg_id: u16, tell_sender: bool) {
         let peer = &mut self.peers[p];
-        let Some(inb) = peer.inbound.remove(&msg_id) else {
+        let Entry::Occupied(mut entry) = peer.inbound.entry(msg_id) else {
             return;
         };
-        if let InboundState::Posted(recv) = inb.state {
+        let inb = entry.get_mut();
+        let header = inb.header;
+        let state = std::mem::replace(&mut inb.state, InboundState::Discard);
+        // Packets of the send itself may still be on their way. The record
+        // stays, dropping them, until the last is in: one arriving without
+        // it would open a new record, whose wrapped message ID would make
+        // it the message 65536 sends later. It was matched already, so its
+        // turn in the matching order is past.
+        let carried_len = inb
+            .rendezvous
+            .map_or(header.len, |r| r.eager.min(header.len));
+        let still_to_come = carried_len.saturating_sub(inb.carried);
+        if still_to_come == 0 {
+            entry.remove();
+        } else {
+            inb.received = header.len - still_to_come;
+            inb.header.want_response = false;
+        }
+        if let InboundState::Posted(recv) = state {
             self.completions.push_back(Completion {
                 kind: CompletionKind::Recv,
                 context: recv.context,
-                tagged: inb.header.tagged,
+                tagged: header.tagged,
                 len: 0,
                 buf: recv.buffer.base_addr(),
-                tag: inb.header.tag,
-                data: inb.header.cq_data,
+                tag: header.tag,
+                data: header.cq_data,
                 src: Some(peer.addr),
                 error: Some(CompletionError::PeerUnreachable),
             });
         }
-        // It was matched already: its turn in the matching order is past.
+        if header.want_response && tell_sender {
+            // A delivery-complete send waits for our word: it fails.
+            peer.queue.push_back(TxItem::Response {
+                msg_id,
+                len: 0,
+                code: RECEIVE_FAILED,
+            });
+            self.mark_ready(p);
+        }
     }
 
     // ----- sender -----------------------------------------------------------------
@@ -949,16 +989,16 @@ impl Engine {
 
     pub(super) fn rendezvous_timer(&mut self, now: u64) {
         self.rdv.clock = self.rdv.clock.max(now);
-        let mut expired: Vec<(usize, u64)> = self
+        let mut expired: Vec<((usize, u64), bool)> = self
             .rdv
             .pulls
             .iter()
             .filter(|(_, q)| q.doomed && q.written_until <= now)
-            .map(|(&k, _)| k)
+            .map(|(&k, q)| (k, q.sender_lives))
             .collect();
         expired.sort_unstable();
-        for k in expired {
-            self.doom_pull(k, false);
+        for (k, sender_lives) in expired {
+            self.doom_pull(k, sender_lives);
         }
         let mut due: Vec<usize> = self
             .rdv

@@ -27,6 +27,9 @@ use crate::ses::RmaTx;
 
 /// SES response return code for a refused RMA access.
 pub const ACCESS_DENIED: u8 = 0x01;
+/// SES response return code for a delivery-complete send whose receive
+/// failed at the target (its rendezvous remainder could not be had).
+pub const RECEIVE_FAILED: u8 = 0x02;
 
 /// A read this endpoint asked for, waiting for the target's data.
 pub(crate) struct PendingRead {
@@ -277,6 +280,7 @@ impl Engine {
                 unacked_packets: 0,
                 completed,
                 delivered: false,
+                failed: false,
                 rma: Some(rma),
             },
         );
@@ -357,6 +361,7 @@ impl Engine {
                     want_response: s.flags & sflags::DC != 0,
                 },
                 received: 0,
+                carried: 0,
                 high_water: 0,
                 state,
                 rendezvous: None,

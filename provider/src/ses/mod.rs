@@ -47,6 +47,9 @@ pub struct TxMessage {
     pub completed: bool,
     /// The peer's SES response arrived (delivery complete).
     pub delivered: bool,
+    /// That response said the receive failed at the target: the send
+    /// completes with an error.
+    pub failed: bool,
     /// RMA write, read request or read data, or a rendezvous send and its
     /// pulls (`None` for eager messages).
     pub rma: Option<RmaTx>,
@@ -203,6 +206,9 @@ pub struct Inbound {
     /// Payload bytes received so far (each packet counted once), plus
     /// those of a rendezvous remainder that will not be pulled.
     pub received: u64,
+    /// Of those, the bytes that came in the message's own packets (a
+    /// rendezvous send's remainder is pulled, not carried).
+    pub carried: u64,
     /// End of the highest byte placed so far: every byte past it is still
     /// to come, so a payload may be received straight into that part of a
     /// posted buffer before its packet is checked (see `Engine::landing`).
