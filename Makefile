@@ -21,7 +21,7 @@ export CARGO_TERM_COLOR ?= never
 # libclang for bindgen, valgrind for leak runs; python3 and iproute2 (ss)
 # are used by fabtests/scripts.
 DEB_PKGS  := libfabric-dev libfabric-bin libclang-dev openmpi-bin libopenmpi-dev \
-             pkg-config valgrind python3 iproute2 python3-matplotlib
+             pkg-config valgrind python3 python3-pip iproute2 python3-matplotlib
 # `make bench`: raw-UDP anchors.
 DEB_PKGS  += sockperf iperf3
 
@@ -38,6 +38,14 @@ MPI_HDR   := $(wildcard fabtests/mpi/*.h)
 FUNC_BIN  := $(patsubst fabtests/functional/%.c,$(BUILD)/bin/%,$(FUNC_SRC))
 MPI_BIN   := $(patsubst fabtests/mpi/%.c,$(BUILD)/bin/%,$(MPI_SRC))
 SCRIPTS   := $(wildcard fabtests/scripts/*.sh) $(wildcard fabtests/scripts/*.py)
+# MPICH for the ch4:ofi runs: its binary wheel on PyPI (Debian's MPICH
+# uses ch4:ucx), which brings its own libfabric 2.x; that core then loads
+# uet through FI_PROVIDER_PATH. Pinned by version and checksum.
+MPICH_VERSION := 5.0.2
+MPICH_WHEEL   := mpich-$(MPICH_VERSION)-py3-none-manylinux_2_28_x86_64.whl
+MPICH_SHA256  := 8fed465ebff269ea2ebac179a25de02671ddf8df476e0f115be089015015cfd4
+MPICH_HOME    := $(BUILD)/mpich/mpich-$(MPICH_VERSION).data/data
+MPICH_PROGS   := $(patsubst fabtests/mpi/%.c,$(BUILD)/mpich-bin/%,$(MPI_SRC))
 BENCH_SRC := $(wildcard fabtests/bench/*.c)
 BENCH_BIN := $(patsubst fabtests/bench/%.c,$(BUILD)/bin/%,$(BENCH_SRC))
 
@@ -116,6 +124,18 @@ $(BUILD)/bin/%: fabtests/bench/%.c | deps
 $(BUILD)/bin/%: fabtests/mpi/%.c $(MPI_HDR) | deps
 	@mkdir -p $(@D)
 	$(MPICC) $(CFLAGS) -I$(CURDIR)/include -o $@ $<
+
+$(MPICH_HOME)/bin/mpicc: | deps
+	@rm -rf $(BUILD)/mpich && mkdir -p $(BUILD)/mpich
+	python3 -m pip download -q --no-deps --only-binary=:all: -d $(BUILD)/mpich \
+	  mpich==$(MPICH_VERSION)
+	echo "$(MPICH_SHA256)  $(BUILD)/mpich/$(MPICH_WHEEL)" | sha256sum -c --quiet
+	python3 -m zipfile -e $(BUILD)/mpich/$(MPICH_WHEEL) $(BUILD)/mpich
+	chmod +x $(MPICH_HOME)/bin/*
+
+$(BUILD)/mpich-bin/%: fabtests/mpi/%.c $(MPI_HDR) $(MPICH_HOME)/bin/mpicc
+	@mkdir -p $(@D)
+	$(MPICH_HOME)/bin/mpicc $(CFLAGS) -I$(CURDIR)/include -o $@ $<
 
 install: build ## Install into PREFIX (default ./install; no root needed)
 	install -d $(LIBDIR) $(PREFIX)/include/rdma $(PREFIX)/bin
@@ -196,7 +216,7 @@ test-pingpong:
 	FI_UET_DELIVERY=rod FI_UET_FAULT_DROP=20 FI_UET_FAULT_REORDER=100 timeout $(T_PP) fabtests/scripts/pingpong.sh $(PREFIX) -S all -I 50 -c
 
 test-mpi:
-	@echo "== [6/7] Open MPI (pml cm, mtl ofi) over uet: 2 and 4 ranks"
+	@echo "== [6/7] MPI over uet: Open MPI (pml cm, mtl ofi) and MPICH (ch4:ofi), 2 and 4 ranks"
 	timeout $(T_MPI) fabtests/scripts/mpi.sh $(PREFIX) 2 $(PREFIX)/bin/mpi_check
 	timeout $(T_MPI) fabtests/scripts/mpi.sh $(PREFIX) 4 $(PREFIX)/bin/mpi_check
 	@echo "-- halo exchanges between computing ranks (data checked): 2 ranks in pairs, 4 in a ring"
@@ -206,6 +226,11 @@ test-mpi:
 	FI_UET_HOST_RING=1 timeout $(T_MPI) fabtests/scripts/mpi.sh $(PREFIX) 4 $(PREFIX)/bin/mpi_check
 	@echo "-- one-sided over uet: osc pt2pt (the default osc rdma uses the vader btl, not uet)"
 	OMPI_MCA_osc=pt2pt timeout $(T_MPI) fabtests/scripts/mpi.sh $(PREFIX) 2 $(PREFIX)/bin/mpi_check
+	@echo "-- MPICH $(MPICH_VERSION) ch4:ofi (its own libfabric 2.x; native RMA and atomics) over uet"
+	$(MAKE) --no-print-directory $(MPICH_PROGS)
+	timeout $(T_MPI) fabtests/scripts/mpich.sh $(MPICH_HOME) $(PREFIX) 2 $(BUILD)/mpich-bin/mpi_check
+	timeout $(T_MPI) fabtests/scripts/mpich.sh $(MPICH_HOME) $(PREFIX) 4 $(BUILD)/mpich-bin/mpi_check
+	timeout $(T_MPI) fabtests/scripts/mpich.sh $(MPICH_HOME) $(PREFIX) 4 $(BUILD)/mpich-bin/mpi_halo 4096 50 200 ring
 
 test-big:
 	@echo "== [7/7] one 256 MiB message"

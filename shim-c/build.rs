@@ -1,5 +1,6 @@
 //! Generates Rust declarations for the installed libfabric headers and links
-//! against libfabric (for fi_dupinfo, fi_freeinfo, fi_param_*, fi_log*).
+//! against libfabric (for fi_dupinfo, fi_freeinfo, fi_param_*, fi_log*,
+//! fi_version).
 
 use std::env;
 use std::path::PathBuf;
@@ -14,7 +15,7 @@ fn main() {
         .header("wrapper.h")
         .allowlist_type("fi_.*|fid.*|FI_.*")
         .allowlist_function(
-            "fi_dupinfo|fi_freeinfo|fi_param_define|fi_param_get|fi_log|fi_log_enabled|fi_strerror",
+            "fi_dupinfo|fi_freeinfo|fi_param_define|fi_param_get|fi_log|fi_log_enabled|fi_strerror|fi_version",
         )
         .allowlist_var("FI_.*")
         // Static inline wrappers are not exported by libfabric; we never call them.

@@ -70,6 +70,19 @@ pub(crate) const PROV_VERSION: u32 = fi_version(0, 1);
 /// The libfabric API version of the headers this library was built against.
 pub(crate) const API_VERSION: u32 = fi_version(FI_MAJOR_VERSION, FI_MINOR_VERSION);
 
+/// The newest libfabric API series this provider implements: 1.x and 2.x
+/// differ only in what 2.0 removed (asynchronous AV insertion, the old MR
+/// mode enum, wait and poll sets), none of which the provider offers.
+const NEWEST_MAJOR: u32 = 2;
+
+/// The API version to report to the core that loaded us: its own, so that
+/// applications built against it (MPICH asks for its headers' version)
+/// find the provider whatever headers it was built with, but never a
+/// major series newer than [`NEWEST_MAJOR`].
+pub(crate) fn reported_api_version(core: u32) -> u32 {
+    core.min(fi_version(NEWEST_MAJOR, 0xffff))
+}
+
 /// The writable provider struct handed to libfabric (the core stores its own
 /// context in it), shared by every later call.
 struct ProviderPtr(*mut fi_provider);
@@ -114,10 +127,30 @@ pub extern "C" fn fi_prov_ini() -> *mut fi_provider {
         PROVIDER
             .get_or_init(|| {
                 let p = PROVIDER_STORAGE.0.get();
+                // SAFETY: fi_version only returns the loaded core's
+                // constant; p points to our static provider struct, which
+                // the core has not seen yet.
+                unsafe { (*p).fi_version = reported_api_version(bindings::fi_version()) };
                 params::define(p);
                 ProviderPtr(p)
             })
             .0
     });
     r.unwrap_or(ptr::null_mut())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reports_the_loading_cores_api_version_within_the_2_series() {
+        for core in [fi_version(1, 17), fi_version(1, 22), fi_version(2, 5)] {
+            assert_eq!(reported_api_version(core), core);
+        }
+        assert_eq!(
+            reported_api_version(fi_version(3, 0)),
+            fi_version(2, 0xffff)
+        );
+    }
 }
