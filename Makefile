@@ -123,7 +123,7 @@ $(BUILD)/bin/%: fabtests/bench/%.c | deps
 
 $(BUILD)/bin/%: fabtests/mpi/%.c $(MPI_HDR) | deps
 	@mkdir -p $(@D)
-	$(MPICC) $(CFLAGS) -I$(CURDIR)/include -o $@ $<
+	$(MPICC) $(CFLAGS) -pthread -I$(CURDIR)/include -o $@ $<
 
 $(MPICH_HOME)/bin/mpicc: | deps
 	@rm -rf $(BUILD)/mpich && mkdir -p $(BUILD)/mpich
@@ -135,7 +135,7 @@ $(MPICH_HOME)/bin/mpicc: | deps
 
 $(BUILD)/mpich-bin/%: fabtests/mpi/%.c $(MPI_HDR) $(MPICH_HOME)/bin/mpicc
 	@mkdir -p $(@D)
-	$(MPICH_HOME)/bin/mpicc $(CFLAGS) -I$(CURDIR)/include -o $@ $<
+	$(MPICH_HOME)/bin/mpicc $(CFLAGS) -pthread -I$(CURDIR)/include -o $@ $<
 
 install: build ## Install into PREFIX (default ./install; no root needed)
 	install -d $(LIBDIR) $(PREFIX)/include/rdma $(PREFIX)/bin
@@ -226,11 +226,15 @@ test-mpi:
 	FI_UET_HOST_RING=1 timeout $(T_MPI) fabtests/scripts/mpi.sh $(PREFIX) 4 $(PREFIX)/bin/mpi_check
 	@echo "-- one-sided over uet: osc pt2pt (the default osc rdma uses the vader btl, not uet)"
 	OMPI_MCA_osc=pt2pt timeout $(T_MPI) fabtests/scripts/mpi.sh $(PREFIX) 2 $(PREFIX)/bin/mpi_check
+	@echo "-- 4 threads per rank (MPI_THREAD_MULTIPLE)"
+	timeout $(T_MPI) fabtests/scripts/mpi.sh $(PREFIX) 2 $(PREFIX)/bin/mpi_threads 4
 	@echo "-- MPICH $(MPICH_VERSION) ch4:ofi (its own libfabric 2.x; native RMA and atomics) over uet"
 	$(MAKE) --no-print-directory $(MPICH_PROGS)
 	timeout $(T_MPI) fabtests/scripts/mpich.sh $(MPICH_HOME) $(PREFIX) 2 $(BUILD)/mpich-bin/mpi_check
 	timeout $(T_MPI) fabtests/scripts/mpich.sh $(MPICH_HOME) $(PREFIX) 4 $(BUILD)/mpich-bin/mpi_check
 	timeout $(T_MPI) fabtests/scripts/mpich.sh $(MPICH_HOME) $(PREFIX) 4 $(BUILD)/mpich-bin/mpi_halo 4096 50 200 ring
+	MPIR_CVAR_CH4_NUM_VCIS=4 timeout $(T_MPI) \
+	  fabtests/scripts/mpich.sh $(MPICH_HOME) $(PREFIX) 2 $(BUILD)/mpich-bin/mpi_threads 4
 
 test-big:
 	@echo "== [7/7] one 256 MiB message"
