@@ -42,6 +42,7 @@ struct Pair {
     /// Leave the engines' shares of same-host copies undone (a receiver
     /// whose driver has not got to them yet).
     hold_copies: bool,
+    cfg: Config,
 }
 
 impl Pair {
@@ -76,7 +77,13 @@ impl Pair {
             dead: [false; 2],
             max_staged: 0,
             hold_copies: false,
+            cfg,
         }
+    }
+
+    /// Engine `side` restarts: a new process at the same address.
+    fn restart(&mut self, side: usize, seed: u64) {
+        self.eng[side] = Engine::new(&self.cfg, self.addrs[side], seed);
     }
 
     /// Move datagrams (shuffled batches) until `until` holds; panics when
@@ -746,32 +753,46 @@ fn a_failed_share_fails_the_receive() {
     p.assert_clean();
 }
 
-#[test]
-fn eager_packets_after_a_failed_receive_leave_nothing_behind() {
-    // As above, but the send's own packets but the first are held back
-    // until the receive has failed. They are dropped on arrival: none may
-    // open a record of its own, which would hold staging memory and, its
-    // message ID having wrapped, take the place of the message 65536 sends
-    // later.
-    let mut p = Pair::new(29);
+/// Post a send of 1 MiB (tag 5, context 1) to a receiver whose share of
+/// the same-host copy fails; only the send's first datagram reaches it
+/// until the receive has failed (engine time standing still, so nothing
+/// is resent). `reverse`: the receiver's datagrams of each round go out in
+/// reverse order. Returns the datagrams held back.
+fn fail_receive_with_packets_held(
+    p: &mut Pair,
+    level: CompletionLevel,
+    reverse: bool,
+) -> Vec<Vec<u8>> {
     p.eng[1].enable_host_read(Box::new(Failing::new(1, 0)));
     p.eng[0].enable_host_read(Box::new(Trusting::new()));
     let len = 1 << 20;
     let _out = p.recv_returned(len, 5, 100);
-    p.send(len, 5, 1);
-    let mut held = drain(&mut p.eng[0], p.now);
-    assert!(held.len() > 1, "the eager part fits one packet");
-    let (_, first) = held.remove(0);
+    let mut op = send(p.addrs[1], pattern(1, len), Some(5), 1);
+    op.level = level;
     let now = p.now;
+    p.eng[0].post_send(now, op).unwrap();
+    let mut held: Vec<Vec<u8>> = drain(&mut p.eng[0], now)
+        .into_iter()
+        .map(|(_, d)| d)
+        .collect();
+    assert!(held.len() > 1, "the eager part fits one packet");
+    let first = held.remove(0);
     p.eng[1].handle_datagram(now, p.addrs[0], 0, &first);
-    // The pull and its answer, in engine time that stands still (no
-    // resends of the held packets).
+    // The pull, its answer and what follows; a few rounds more once the
+    // receive has failed, so that any answer to that reaches the sender.
+    let mut after = 0;
     for _ in 0..100 {
         if p.completion(1, 100).is_some() {
-            break;
+            after += 1;
+            if after > 4 {
+                break;
+            }
         }
         for (from, to) in [(1, 0), (0, 1)] {
-            let out = drain(&mut p.eng[from], now);
+            let mut out = drain(&mut p.eng[from], now);
+            if reverse && from == 1 {
+                out.reverse();
+            }
             for (_, d) in out {
                 let src = p.addrs[from];
                 p.eng[to].handle_datagram(now, src, 0, &d);
@@ -780,24 +801,67 @@ fn eager_packets_after_a_failed_receive_leave_nothing_behind() {
         for e in &mut p.eng {
             e.run_host_copies();
         }
-        while let Some(c) = p.eng[1].poll_completion() {
-            p.done[1].push(c);
+        for i in 0..2 {
+            while let Some(c) = p.eng[i].poll_completion() {
+                p.done[i].push(c);
+            }
         }
     }
     assert_eq!(
         p.completion(1, 100).map(|c| c.error),
         Some(Some(CompletionError::PeerUnreachable))
     );
-    for (_, d) in held {
+    held
+}
+
+#[test]
+fn eager_packets_after_a_failed_receive_leave_nothing_behind() {
+    // The send's own packets but the first arrive after the receive has
+    // failed. They are dropped on arrival: none may open a record of its
+    // own, which would hold staging memory and, its message ID having
+    // wrapped, take the place of the message 65536 sends later.
+    let mut p = Pair::new(29);
+    let held = fail_receive_with_packets_held(&mut p, CompletionLevel::Transmit, false);
+    let now = p.now;
+    for d in held {
         p.eng[1].handle_datagram(now, p.addrs[0], 0, &d);
     }
     p.run(|p| p.completion(0, 1).is_some());
     p.settle();
     p.assert_clean();
     // The next message is whole.
+    let len = 1 << 20;
     let out = p.recv_returned(len, 6, 101);
     p.send(len, 6, 2);
     p.complete_intact(2, 101, &out, len);
+}
+
+#[test]
+fn a_failed_delivery_completes_only_once_its_packets_are_in() {
+    // The target reports the failure before the send's own packets are
+    // all in: the send keeps its buffer (it may resend from it) until they
+    // are acknowledged, and only then completes with the error, whether
+    // the report comes before the receiver's release of the send's memory
+    // or after it.
+    for reverse in [false, true] {
+        let mut p = Pair::new(33);
+        let held = fail_receive_with_packets_held(&mut p, CompletionLevel::Delivery, reverse);
+        assert!(
+            p.completion(0, 1).is_none(),
+            "the send completed with packets still unacknowledged (reverse {reverse})"
+        );
+        let now = p.now;
+        for d in held {
+            p.eng[1].handle_datagram(now, p.addrs[0], 0, &d);
+        }
+        p.run(|p| p.completion(0, 1).is_some());
+        assert_eq!(
+            p.completion(0, 1).unwrap().error,
+            Some(CompletionError::PeerUnreachable)
+        );
+        p.settle();
+        p.assert_clean();
+    }
 }
 
 #[test]
@@ -897,6 +961,35 @@ fn only_a_sender_with_host_memory_offers_the_copy() {
     let s = p.eng[1].stats();
     assert_eq!((s.host_reads, s.host_read_failures), (0, 0));
     assert_eq!(s.rendezvous_pulls, 1);
+}
+
+#[test]
+fn a_restarted_senders_old_pull_leaves_its_new_messages_alone() {
+    // The receive waits on a pull that offered the sender its share of
+    // the copy when the sender restarts at the same address. Its new
+    // process's first message takes the old one's message ID; the old
+    // pull, dropped with the old context, must not touch it later.
+    let mut p = same_host_pair(34);
+    let len = 1 << 20;
+    let _out = p.recv_returned(len, 5, 100);
+    p.send(len, 5, 1);
+    p.run(|p| p.eng[1].pulls_pending() > 0);
+    p.restart(0, 99);
+    p.eng[0].enable_host_read(Box::new(Trusting::new()));
+    p.send(100, 7, 2);
+    p.run(|p| p.completion(1, 100).is_some());
+    assert_eq!(
+        p.completion(1, 100).unwrap().error,
+        Some(CompletionError::PeerUnreachable)
+    );
+    // Past the time the old sender could have written into the buffer.
+    for _ in 0..60 {
+        p.settle();
+    }
+    let out = p.recv_returned(100, 7, 101);
+    p.complete_intact(2, 101, &out, 100);
+    p.settle();
+    p.assert_clean();
 }
 
 #[test]

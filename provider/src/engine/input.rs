@@ -426,7 +426,7 @@ impl Engine {
                 // Pulls from the old context will not be answered, and
                 // the messages receives were matched to will not finish:
                 // those receives fail rather than wait forever.
-                self.fail_pulls(p);
+                self.forget_pulls(p);
                 self.suspect_restart(p);
                 let mut bound: Vec<(u64, u16)> = self.peers[p]
                     .inbound
@@ -674,15 +674,11 @@ impl Engine {
         m.delivered = true;
         // RECEIVE_FAILED: the receive failed at the target.
         m.failed = r.return_code != 0;
-        if m.pull_pending() {
-            // Completes once the pulled data is acknowledged too.
-            return;
-        }
-        if !m.completed {
-            m.completed = true;
-            self.completions.extend(Self::send_done(m));
-        }
-        self.retire_message(p, r.message_id);
+        // Completes once every packet is acknowledged and the pull is over
+        // too: until then packets may be resent from the application's
+        // buffer (a response can overtake the ACK of the last packet, and
+        // a failed receive answers before the send's own packets are in).
+        self.settle_message(p, r.message_id);
     }
 
     /// A data packet whose payload the fabric cut: NACK it at once so the

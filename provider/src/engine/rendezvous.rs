@@ -681,6 +681,18 @@ impl Engine {
         }
     }
 
+    /// Peer `p` opened a new context: what it sent on the old one will
+    /// neither be answered nor written into our buffers any more (a
+    /// restarted process knows nothing of it; a live one that started
+    /// afresh has given those messages up), so its pulls and our shares of
+    /// its copies go at once; their receives fail with the others bound to
+    /// its messages. Kept for later, they would name message IDs that its
+    /// new context uses again.
+    pub(super) fn forget_pulls(&mut self, p: usize) {
+        self.rdv.pulls.retain(|&(q, _), _| q != p);
+        self.rdv.copies.retain(|c| c.p != p);
+    }
+
     /// Pull `k` will not deliver: its receive fails, at once unless the
     /// sender may still write into the buffer (then once it no longer can,
     /// or answers). `sender_lives`: our own share failed, so the sender
@@ -690,7 +702,9 @@ impl Engine {
         let Some(pull) = self.rdv.pulls.get_mut(&k) else {
             return;
         };
-        pull.sender_lives = sender_lives;
+        // Once the peer has failed, a later failure of our own share does
+        // not make it live again.
+        pull.sender_lives = sender_lives && (pull.sender_lives || !pull.doomed);
         if pull.written_until > self.rdv.clock {
             pull.doomed = true;
             return;
@@ -721,6 +735,10 @@ impl Engine {
             return;
         };
         let inb = entry.get_mut();
+        if !matches!(inb.state, InboundState::Posted(_)) {
+            // Not (or no longer) bound to a receive: nothing to fail.
+            return;
+        }
         let header = inb.header;
         let state = std::mem::replace(&mut inb.state, InboundState::Discard);
         // Packets of the send itself may still be on their way. The record
