@@ -457,14 +457,20 @@ pub(crate) fn error_code(e: CompletionError) -> (u32, usize) {
 }
 
 /// Bytes of fi_cq_err_entry the application's headers declare: no
-/// err_data_size before API 1.5; src_addr (1.20+) is past our struct, so we
-/// never write it.
+/// err_data_size before API 1.5; src_addr (1.20+) is past our struct and
+/// written on its own ([`has_src_addr`]).
 fn err_entry_len(api_version: u32) -> usize {
     if api_version < crate::fi_version(1, 5) {
         offset_of!(fi_cq_err_entry, err_data_size)
     } else {
         size_of::<fi_cq_err_entry>()
     }
+}
+
+/// Whether the application's fi_cq_err_entry ends with `fi_addr_t
+/// src_addr` (API 1.20 on), right after the struct of our headers.
+fn has_src_addr(api_version: u32) -> bool {
+    api_version >= crate::fi_version(1, 20)
 }
 
 extern "C" fn cq_readerr(cq: *mut fid_cq, buf: *mut fi_cq_err_entry, _flags: u64) -> isize {
@@ -541,6 +547,18 @@ extern "C" fn cq_readerr(cq: *mut fid_cq, buf: *mut fi_cq_err_entry, _flags: u64
                 n,
             )
         };
+        if has_src_addr(cq.inner.api_version) {
+            // No error of ours names a source in fi_addr form.
+            // SAFETY: an application of API 1.20+ passes an entry whose
+            // src_addr follows the fields above (err_data_size, at the end
+            // of our struct, is 8-aligned and 8 bytes long).
+            unsafe {
+                buf.cast::<u8>()
+                    .add(size_of::<fi_cq_err_entry>())
+                    .cast::<fi_addr_t>()
+                    .write_unaligned(crate::av::FI_ADDR_NOTAVAIL)
+            };
+        }
         1
     })
 }
@@ -642,6 +660,14 @@ mod tests {
         );
         assert_eq!(
             err_entry_len(crate::fi_version(1, 17)),
+            size_of::<fi_cq_err_entry>()
+        );
+        assert!(!has_src_addr(crate::fi_version(1, 17)));
+        assert!(has_src_addr(crate::fi_version(1, 20)));
+        assert!(has_src_addr(crate::fi_version(2, 5)));
+        // src_addr follows err_data_size directly in 1.20+.
+        assert_eq!(
+            offset_of!(fi_cq_err_entry, err_data_size) + size_of::<usize>(),
             size_of::<fi_cq_err_entry>()
         );
         assert_eq!(
