@@ -159,3 +159,90 @@ fn entries_of_quiet_peers_are_reused() {
     net.message(1, 0, 1000);
     net.run("returning client served", |n| n.received(0, 1000));
 }
+
+impl Net {
+    /// Engine `from` starts a `len`-byte message (context `ctx`) to `to`
+    /// and dies once its first packet is out: the rest never leaves.
+    fn dies_mid_message(&mut self, from: usize, to: usize, ctx: u64, len: usize) {
+        let (dest, now) = (self.addrs[to], self.now);
+        self.eng[from]
+            .post_send(now, send(dest, pattern(ctx, len), None, ctx))
+            .unwrap();
+        let mut buf = vec![0u8; 65536];
+        let first = self.eng[from]
+            .poll_transmit(now, &mut buf)
+            .expect("a first packet");
+        let src = self.addrs[from];
+        self.eng[to].handle_datagram(now, src, 0, &buf[..first.len]);
+        self.dead[from] = true;
+    }
+}
+
+/// A sender that crashes in the middle of a message does not hold the
+/// receive matched to it for ever, whatever the context IDs: its silence
+/// is asked about as for an idle context, and when nobody answers the
+/// receive fails and the context goes.
+#[test]
+fn a_sender_dead_mid_message_fails_the_receive_matched_to_it() {
+    let mut net = Net::new(&[config(), config()]);
+    let now = net.now;
+    net.eng[1].post_recv(now, recv(8000, None, 7)).unwrap();
+    net.dies_mid_message(0, 1, 7, 6000);
+    net.run("the receive ends", |n| {
+        n.done[1].iter().any(|c| c.context == 7)
+    });
+    let c = net.done[1].iter().find(|c| c.context == 7).unwrap();
+    assert_eq!(c.error, Some(uet::CompletionError::PeerUnreachable));
+    let stats = net.eng[1].stats();
+    assert_eq!((stats.rx_pdcs_reclaimed, stats.messages_abandoned), (1, 1));
+    assert_eq!(net.eng[1].inbound_len(), 0);
+}
+
+/// Unmatched, the bytes a crashed sender staged are given back; a whole
+/// message it sent before stays for the application.
+#[test]
+fn a_sender_dead_mid_message_leaves_its_whole_messages_and_no_stage() {
+    let mut net = Net::new(&[config(), config()]);
+    let (dest, now) = (net.addrs[1], net.now);
+    net.eng[0]
+        .post_send(now, send(dest, pattern(1, 3000), None, 1))
+        .unwrap();
+    net.run("the first message is sent", |n| {
+        n.done[0].iter().any(|c| c.context == 1)
+    });
+    net.dies_mid_message(0, 1, 2, 6000);
+    assert!(net.eng[1].staged_bytes() > 3000);
+    net.run("the context is dropped", |n| {
+        n.eng[1].stats().rx_pdcs_reclaimed == 1
+    });
+    assert_eq!(net.eng[1].staged_bytes(), 3000);
+    assert_eq!(net.eng[1].stats().messages_abandoned, 1);
+    let now = net.now;
+    net.eng[1].post_recv(now, recv(8000, None, 11)).unwrap();
+    net.run("the whole message is received", |n| n.received(1, 11));
+    let c = net.done[1].iter().find(|c| c.context == 11).unwrap();
+    assert_eq!(c.len, 3000);
+    assert_eq!(net.eng[1].staged_bytes(), 0);
+    assert_eq!(net.eng[1].inbound_len(), 0);
+}
+
+/// A sender cut off in the middle of a message for less than the
+/// receiver's questions take keeps its message (its own retries outlast
+/// the cut here).
+#[test]
+fn a_sender_cut_off_mid_message_for_a_while_keeps_its_message() {
+    let patient = Config {
+        max_retries: 30,
+        ..config()
+    };
+    let mut net = Net::new(&[patient, config()]);
+    let now = net.now;
+    net.eng[1].post_recv(now, recv(8000, None, 7)).unwrap();
+    net.dies_mid_message(0, 1, 7, 6000);
+    // Longer than the receiver waits before it asks (twice rto_max), and
+    // its first question is lost; shorter than all of them.
+    net.wait(3 * 2_000_000);
+    net.dead[0] = false;
+    net.run("the message is received", |n| n.received(1, 7));
+    assert_eq!(net.eng[1].stats().messages_abandoned, 0);
+}

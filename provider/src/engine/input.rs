@@ -798,6 +798,40 @@ impl Engine {
 
     /// Our receive context of peer `p` is gone (closed, or reclaimed after
     /// its sender stopped answering).
+    /// The sender of peer `p`'s receive context is gone in the middle of
+    /// sending (it answered none of our close requests): what it was
+    /// still sending will not finish. Pulls from it fail (a receive whose
+    /// buffer it may still write into only once it no longer can); other
+    /// receives bound to its messages fail now, and what it staged goes.
+    /// Whole unexpected messages stay for the application; messages that
+    /// wait for an earlier one's turn cannot have it any more and go too.
+    pub(super) fn abandon_incoming(&mut self, p: usize) {
+        self.stats.messages_abandoned += self.peers[p]
+            .inbound
+            .values()
+            .filter(|m| m.awaits_packets())
+            .count() as u64;
+        self.fail_pulls(p);
+        let pulled: Vec<u16> = self.pulled_messages(p);
+        let next = self.peers[p].next_match_seq;
+        let mut gone: Vec<(u64, u16)> = self.peers[p]
+            .inbound
+            .iter()
+            .filter(|(id, m)| !m.waits_for_a_receive(next) && !pulled.contains(id))
+            .map(|(&id, m)| (m.seq, id))
+            .collect();
+        gone.sort_unstable();
+        for (_, id) in gone {
+            self.fail_bound_receive(p, id, false);
+            if let Some(m) = self.peers[p].inbound.remove(&id) {
+                self.staged_bytes -= m.staged_bytes();
+            }
+        }
+        let inbound = &self.peers[p].inbound;
+        self.unexpected
+            .retain(|u| u.peer != p || inbound.contains_key(&u.msg_id));
+    }
+
     pub(super) fn drop_rx_context(&mut self, p: usize, now: u64) {
         let peer = &mut self.peers[p];
         let Some(rx) = peer.rx.take() else {

@@ -151,6 +151,9 @@ pub struct Stats {
     /// Receive contexts dropped because their sender answered none of the
     /// close requests sent after a long silence (it is gone).
     pub rx_pdcs_reclaimed: u64,
+    /// Messages dropped unfinished with such a context: their sender went
+    /// silent in the middle of them (the receives bound to them failed).
+    pub messages_abandoned: u64,
     /// Packets of unmatched messages refused (NACK 0x07) because the
     /// staging budget was spent.
     pub backpressure: u64,

@@ -341,6 +341,17 @@ impl Engine {
         self.rdv.pulls.len()
     }
 
+    /// Messages of peer `p` whose pulls are still held (a doomed one waits
+    /// until the sender can no longer write into the buffer).
+    pub(super) fn pulled_messages(&self, p: usize) -> Vec<u16> {
+        self.rdv
+            .pulls
+            .iter()
+            .filter(|(&(q, _), _)| q == p)
+            .map(|(_, pull)| pull.msg_id)
+            .collect()
+    }
+
     // ----- receiver ---------------------------------------------------------------
 
     /// A rendezvous message was matched (or discarded): ask the sender for
@@ -746,11 +757,9 @@ impl Engine {
         // it would open a new record, whose wrapped message ID would make
         // it the message 65536 sends later. It was matched already, so its
         // turn in the matching order is past.
-        let carried_len = inb
-            .rendezvous
-            .map_or(header.len, |r| r.eager.min(header.len));
-        let still_to_come = carried_len.saturating_sub(inb.carried);
-        if still_to_come == 0 {
+        let still_to_come = inb.carried_len().saturating_sub(inb.carried);
+        // Without a receive context none can come (a new one starts afresh).
+        if still_to_come == 0 || peer.rx.is_none() {
             entry.remove();
         } else {
             inb.received = header.len - still_to_come;

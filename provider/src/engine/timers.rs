@@ -173,12 +173,32 @@ impl Engine {
     /// `FI_UET_PDC_IDLE_US` is larger, or 0) and is merely stopped for a
     /// while (a debugger) would otherwise find its context gone and its
     /// next message failed.
+    ///
+    /// Except a sender silent in the middle of a message (packets of it
+    /// still to come, after twice the larger of `rto_max` and `pdc_idle`:
+    /// a live one resends sooner): it is asked the same way, whatever the
+    /// IDs, and one that never answers has its unfinished messages
+    /// dropped with the context ([`abandon_incoming`]). Otherwise a sender
+    /// that crashed mid-message would hold the receive matched to it, or
+    /// the bytes staged for it, for ever. A sender stopped that long in a
+    /// debugger loses the message, as its own operations waiting on us
+    /// fail after as many unanswered probes.
+    ///
+    /// [`abandon_incoming`]: Self::abandon_incoming
     fn rx_reclaim_due(&self, p: &Peer) -> u64 {
         let Some(rx) = p.rx.as_ref() else {
             return 0;
         };
-        if self.pdc_idle == 0 || !p.inbound.is_empty() || 2 * self.pdc_ids_in_use() < self.max_pdcs
-        {
+        if !p.inbound.is_empty() {
+            if !p.inbound.values().any(Inbound::awaits_packets) {
+                return 0;
+            }
+            return match rx.close_asks {
+                0 => rx.quiet_since + 2 * self.rto_max.max(self.pdc_idle),
+                _ => rx.quiet_since + self.rto_max,
+            };
+        }
+        if self.pdc_idle == 0 || 2 * self.pdc_ids_in_use() < self.max_pdcs {
             return 0;
         }
         match rx.close_asks {
@@ -203,6 +223,7 @@ impl Engine {
         };
         if u32::from(rx.close_asks) >= self.max_retries {
             self.stats.rx_pdcs_reclaimed += 1;
+            self.abandon_incoming(p);
             self.drop_rx_context(p, now);
             return;
         }

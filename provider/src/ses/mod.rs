@@ -264,6 +264,22 @@ impl Inbound {
         self.seq < next_seq && self.complete() && matches!(self.state, InboundState::Unexpected(_))
     }
 
+    /// Bytes the message's own packets carry: all of it, or a rendezvous
+    /// send's eager part (the rest comes only when pulled).
+    pub fn carried_len(&self) -> u64 {
+        self.rendezvous
+            .map_or(self.header.len, |r| r.eager.min(self.header.len))
+    }
+
+    /// Packets of this message are still to come from its sender on their
+    /// own (not a rendezvous remainder, which comes when pulled).
+    pub fn awaits_packets(&self) -> bool {
+        match self.state {
+            InboundState::Rma(_) => !self.complete(),
+            _ => self.carried < self.carried_len(),
+        }
+    }
+
     /// Matched to a receive, or discarded: no longer waits for one.
     pub fn bound_or_discarded(&self) -> bool {
         matches!(self.state, InboundState::Posted(_) | InboundState::Discard)
