@@ -428,25 +428,8 @@ impl Engine {
                 // those receives fail rather than wait forever.
                 self.forget_pulls(p);
                 self.suspect_restart(p);
-                let mut bound: Vec<(u64, u16)> = self.peers[p]
-                    .inbound
-                    .iter()
-                    .filter(|(_, inb)| matches!(inb.state, InboundState::Posted(_)))
-                    .map(|(&id, inb)| (inb.seq, id))
-                    .collect();
-                bound.sort_unstable();
-                for (_, id) in bound {
-                    self.fail_bound_receive(p, id, false);
-                }
-                let peer = &mut self.peers[p];
-                self.staged_bytes -= peer
-                    .inbound
-                    .values()
-                    .map(Inbound::staged_bytes)
-                    .sum::<usize>();
-                peer.inbound.clear();
-                peer.next_match_seq = 0;
-                self.unexpected.retain(|u| u.peer != p);
+                self.drop_inbound(p, |_, _| false);
+                self.peers[p].next_match_seq = 0;
                 self.rx_by_id.insert(id, p);
             }
             return RxContext::Known;
@@ -796,8 +779,6 @@ impl Engine {
         }
     }
 
-    /// Our receive context of peer `p` is gone (closed, or reclaimed after
-    /// its sender stopped answering).
     /// The sender of peer `p`'s receive context is gone in the middle of
     /// sending (it answered none of our close requests): what it was
     /// still sending will not finish. Pulls from it fail (a receive whose
@@ -812,12 +793,21 @@ impl Engine {
             .filter(|m| m.awaits_packets())
             .count() as u64;
         self.fail_pulls(p);
-        let pulled: Vec<u16> = self.pulled_messages(p);
+        let pulled = self.pulled_messages(p);
         let next = self.peers[p].next_match_seq;
+        self.drop_inbound(p, |id, m| {
+            m.waits_for_a_receive(next) || pulled.contains(&id)
+        });
+    }
+
+    /// Drop peer `p`'s incoming messages but those `keep` names (by message
+    /// ID): receives bound to them fail, in the sender's order, what they
+    /// staged is given back, and the unexpected queue lets go of them.
+    fn drop_inbound(&mut self, p: usize, keep: impl Fn(u16, &Inbound) -> bool) {
         let mut gone: Vec<(u64, u16)> = self.peers[p]
             .inbound
             .iter()
-            .filter(|(id, m)| !m.waits_for_a_receive(next) && !pulled.contains(id))
+            .filter(|&(&id, m)| !keep(id, m))
             .map(|(&id, m)| (m.seq, id))
             .collect();
         gone.sort_unstable();
@@ -832,6 +822,8 @@ impl Engine {
             .retain(|u| u.peer != p || inbound.contains_key(&u.msg_id));
     }
 
+    /// Our receive context of peer `p` is gone (closed, or reclaimed after
+    /// its sender stopped answering).
     pub(super) fn drop_rx_context(&mut self, p: usize, now: u64) {
         let peer = &mut self.peers[p];
         let Some(rx) = peer.rx.take() else {
