@@ -337,6 +337,9 @@ impl Engine {
         let immediate = ce
             || req.flags & (pflags::AR | pflags::SYN | pflags::RETX) != 0
             || rx.unacked_bytes >= ACK_COALESCE_BYTES;
+        if req.flags & pflags::AR != 0 && req.flags & pflags::NO_WAIT == 0 {
+            rx.ack_awaited = true;
+        }
         if immediate {
             self.queue_ack(p);
         } else if !rx.ack_pending {

@@ -317,11 +317,21 @@ impl Engine {
         let psn = peer.tx.push(kind, now, rto, next_bytes as u32, entropy);
         peer.in_flight_bytes += next_bytes;
         // Ask for an immediate ACK when the backlog empties or the next
-        // packet would not fit the window (NSCC.md section 6).
-        let ar = peer.queue.is_empty()
-            || peer.tx.in_flight() >= window
-            || !peer.cc.can_send(peer.in_flight_bytes, next_bytes);
-        let flags = if ar { pflags::AR } else { 0 };
+        // packet would not fit the window (NSCC.md section 6). When only
+        // the backlog emptied and no send of ours waits for its ACKs, say
+        // so (NO_WAIT): the receiver may then let the ACK ride on its
+        // reply even if that reply is already on its way to us.
+        let window_full =
+            peer.tx.in_flight() >= window || !peer.cc.can_send(peer.in_flight_bytes, next_bytes);
+        let flags = if window_full {
+            pflags::AR
+        } else if !peer.queue.is_empty() {
+            0
+        } else if peer.messages.values().any(TxMessage::awaits_ack) {
+            pflags::AR
+        } else {
+            pflags::AR | pflags::NO_WAIT
+        };
         let (len, gathered) = build_packet(peer, psn, kind, flags, &opts, buf);
         self.stats.packets_sent += 1;
         Some((

@@ -264,18 +264,32 @@ impl Engine {
         self.ack_queue.front().map(|&p| self.peers[p].addr)
     }
 
-    /// True when what every queued ACK acknowledges came as a reply to
-    /// us: nothing of ours to that peer is unacknowledged, or an ACK came
-    /// riding on its request (it held ours for this reply). A request that
-    /// crossed ours in flight (both ends sent before either took the
-    /// other's, as in a halo exchange) is no reply: its sender most likely
-    /// waits for this ACK to complete its own send, and holding the ACK for
-    /// an answer already sent would stall that peer until the hold runs
-    /// out, or until our next call if the application goes elsewhere.
-    pub fn queued_acks_are_for_replies(&self) -> bool {
+    /// Whether every queued ACK may wait for the application's next send
+    /// (`FI_UET_DEFER_ACKS`). `replies_follow`: the application has been
+    /// seen answering the messages it takes.
+    ///
+    /// A reply (nothing of ours to that peer is unacknowledged, or an ACK
+    /// for ours came riding on it) may wait once the application is seen
+    /// answering. A request that crossed ours in flight (both ends sent
+    /// before either took the other's, as in a halo exchange) is no reply:
+    /// its sender may wait for this ACK to complete its own send, and
+    /// holding it for an answer already sent would stall that peer until
+    /// the hold runs out, or until our next call if the application goes
+    /// elsewhere. Unless its sender said nothing of its waits for the ACK
+    /// (`NO_WAIT`, as after an `fi_inject`): holding it then stalls nobody,
+    /// so it waits for our next send whatever the application did before,
+    /// and an exchange whose ranks compute between rounds spends no system
+    /// call on it either.
+    pub fn queued_acks_may_wait(&self, replies_follow: bool) -> bool {
         self.ack_queue.iter().all(|&p| {
             let peer = &self.peers[p];
-            peer.tx.in_flight() == 0 || self.trailer_acks.iter().any(|a| a.from == peer.addr)
+            let reply =
+                peer.tx.in_flight() == 0 || self.trailer_acks.iter().any(|a| a.from == peer.addr);
+            if reply {
+                replies_follow
+            } else {
+                peer.rx.as_ref().is_some_and(|rx| !rx.ack_awaited)
+            }
         })
     }
 

@@ -826,7 +826,7 @@ impl Endpoint {
             self.awaiting_peer = self.engine.first_queued_ack_peer();
         }
         self.awaiting_reply = answerable || waiting;
-        let hold = answerable && self.replies_follow && self.engine.queued_acks_are_for_replies();
+        let hold = answerable && self.engine.queued_acks_may_wait(self.replies_follow);
         busy |= self.flush_holding_acks(now, hold);
         if self.engine.has_host_copies() {
             // Our shares of same-host copies, now that the pulls handing

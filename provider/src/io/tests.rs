@@ -812,6 +812,92 @@ fn a_request_that_crossed_ours_is_acknowledged_at_once() {
 }
 
 #[test]
+fn a_crossing_inject_is_acknowledged_with_the_next_send() {
+    // The same halo exchange with an fi_inject on a's side: nothing there
+    // waits for the ACK (NO_WAIT), so b holds it for its next send
+    // instead of spending a system call on it between taking the message
+    // and handing it to the application.
+    let (mut a, mut b, _) = holding_an_ack(&long_hold_config());
+    let acks = a.engine_stats().acks_sent;
+    b.send(send_op(a.local_addr(), pattern(4, 64), 4)).unwrap();
+    acknowledge(&mut a, acks);
+    b.send(send_op(a.local_addr(), pattern(6, 64), 6)).unwrap();
+    let (op, _buf) = recv_op(64, 7);
+    b.recv(op).unwrap();
+    let before = b.engine_stats().acks_sent;
+    let inject = SendOp {
+        signal: false,
+        ..send_op(b.local_addr(), pattern(7, 64), 7)
+    };
+    a.send(inject).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    'arrival: loop {
+        assert!(Instant::now() < deadline, "message 7 did not arrive");
+        b.progress_app();
+        while let Some(c) = b.poll_completion() {
+            if c.kind == CompletionKind::Recv {
+                break 'arrival;
+            }
+        }
+    }
+    assert_eq!(
+        b.engine_stats().acks_sent,
+        before,
+        "crossing inject's ACK sent alone"
+    );
+    let sent = b.stats().sent[0];
+    let piggybacked = b.engine_stats().acks_piggybacked;
+    b.send(send_op(a.local_addr(), pattern(8, 64), 8)).unwrap();
+    assert_eq!(
+        b.stats().sent[0],
+        sent + 1,
+        "one datagram: the send and the ACK"
+    );
+    assert_eq!(b.engine_stats().acks_piggybacked, piggybacked + 1);
+}
+
+#[test]
+fn a_crossing_inject_waits_for_the_next_send_even_before_any_answer() {
+    // Ranks that compute between exchanges never answer within the hold,
+    // so nothing marks b's application as one that answers; a's inject
+    // crossing b's message waits for b's next send all the same (nothing
+    // at a waits for its ACK), however long b takes to post it.
+    let (mut a, mut b) = pair(&long_hold_config());
+    let (op, _buf) = recv_op(64, 1);
+    b.recv(op).unwrap();
+    b.send(send_op(a.local_addr(), pattern(2, 64), 2)).unwrap();
+    let before = b.engine_stats().acks_sent;
+    let inject = SendOp {
+        signal: false,
+        ..send_op(b.local_addr(), pattern(1, 64), 1)
+    };
+    a.send(inject).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    'arrival: loop {
+        assert!(Instant::now() < deadline, "message 1 did not arrive");
+        b.progress_app();
+        while let Some(c) = b.poll_completion() {
+            if c.kind == CompletionKind::Recv {
+                break 'arrival;
+            }
+        }
+    }
+    assert_eq!(
+        b.engine_stats().acks_sent,
+        before,
+        "crossing inject's ACK sent alone"
+    );
+    let sent = b.stats().sent[0];
+    b.send(send_op(a.local_addr(), pattern(3, 64), 3)).unwrap();
+    assert_eq!(
+        b.stats().sent[0],
+        sent + 1,
+        "one datagram: the send and the ACK"
+    );
+    assert_eq!(b.engine_stats().acks_piggybacked, 1);
+}
+
+#[test]
 fn an_answer_after_the_hold_answers_nothing() {
     // b takes a message, goes elsewhere past the hold without calling in,
     // then sends to its sender: a waited for its ACK all that time, so b

@@ -58,6 +58,9 @@ pub struct RxPdc {
     pub ecn_echo: bool,
     /// Packets that arrived ahead of a hole since the last ACK.
     pub ooo_count: u16,
+    /// A packet since the last ACK asked for it (AR) without NO_WAIT: its
+    /// sender waits for that ACK, which must not be held for our reply.
+    pub ack_awaited: bool,
     /// An ACK is owed; `ack_due` is when it must leave at the latest.
     pub ack_pending: bool,
     pub ack_due: u64,
@@ -94,6 +97,7 @@ impl RxPdc {
             answering_probe: false,
             ecn_echo: false,
             ooo_count: 0,
+            ack_awaited: false,
             ack_pending: false,
             ack_due: 0,
             ordered: false,
@@ -208,6 +212,7 @@ impl RxPdc {
             ..AckRepr::default()
         };
         self.ack_pending = false;
+        self.ack_awaited = false;
         self.ecn_echo = false;
         self.unacked_bytes = 0;
         self.ooo_count = 0;

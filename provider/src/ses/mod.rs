@@ -162,6 +162,13 @@ impl TxMessage {
         matches!(self.rma, Some(RmaTx::ReadData { .. }))
     }
 
+    /// The application waits for this message's ACKs: a completion or a
+    /// counter is due once they are in. Sends that report only failure
+    /// (fi_inject, selective completion) and finished ones do not wait.
+    pub fn awaits_ack(&self) -> bool {
+        self.signal && !self.completed
+    }
+
     /// Something only the peer can still do for this message: pull it,
     /// answer it, or confirm its delivery (SES response).
     pub fn awaits_peer(&self) -> bool {

@@ -106,6 +106,11 @@ pub mod flags {
     pub const RETX: u8 = 0x10;
     pub const AR: u8 = 0x08;
     pub const SYN: u8 = 0x04;
+    /// Request flags, a uet extension in a bit UET leaves reserved: with
+    /// AR, nothing at the sender waits for this ACK (no completion or
+    /// counter, no full window), so the receiver may hold it for the reply
+    /// it is about to send even when our packets crossed in flight.
+    pub const NO_WAIT: u8 = 0x02;
     /// ACK flags: ECN echo.
     pub const ACK_M: u8 = 0x20;
     /// ACK flags: the triggering packet was a retransmission.
