@@ -312,9 +312,14 @@ BENCH_STAMP := $(shell date -u +%Y%m%dT%H%M%SZ)
 BENCH_OUT ?= $(CURDIR)/results/bench/$(BENCH_STAMP)
 T_BENCH   := 1500
 
-bench: install bench-micro bench-nscc ## uet vs tcp, udp;ofi_rxd, raw UDP (BENCH_QUICK=1: short run)
+bench: install bench-micro bench-nscc ## uet vs tcp, udp;ofi_rxd, raw UDP (BENCH_QUICK=1: short run; MPICH=0: no MPICH halo)
 	@echo "== fi_pingpong, streaming bandwidth and raw UDP; results in $(BENCH_OUT)"
-	UET_BW=$(BUILD)/bin/uet_bw timeout $(T_BENCH) $(BENCH_PY) fabtests/scripts/bench.py \
+ifneq ($(MPICH),0)
+	$(MAKE) --no-print-directory $(BUILD)/mpich-bin/mpi_halo
+endif
+	UET_BW=$(BUILD)/bin/uet_bw \
+	  $(if $(filter-out 0,$(MPICH)),MPICH_HOME=$(MPICH_HOME) MPICH_HALO=$(BUILD)/mpich-bin/mpi_halo) \
+	  timeout $(T_BENCH) $(BENCH_PY) fabtests/scripts/bench.py \
 	  $(PREFIX) $(BENCH_OUT) $(if $(BENCH_QUICK),--quick)
 	@ln -sfn $(BENCH_OUT) $(CURDIR)/results/bench/latest
 

@@ -43,6 +43,11 @@ UDP_GSO_BW = os.environ.get("UDP_GSO_BW", os.path.join(ROOT, "build", "bin", "ud
 LIBDIR = os.path.join(PREFIX, "lib", "libfabric")
 MPI_HALO = os.path.join(PREFIX, "bin", "mpi_halo")
 MPI_SH = os.path.join(HERE, "mpi.sh")
+# MPICH ch4:ofi (the Makefile's MPICH wheel, with its own libfabric 2.x and
+# that library's tcp provider); its rows are skipped when these are unset.
+MPICH_HOME = os.environ.get("MPICH_HOME", "")
+MPICH_HALO = os.environ.get("MPICH_HALO", "")
+MPICH_SH = os.path.join(HERE, "mpich.sh")
 
 KI, MI = 1024, 1024 * 1024
 # name -> (libfabric provider, extra environment)
@@ -77,7 +82,8 @@ SOCKPERF_SIZES = [64, 1 * KI, 4 * KI, 65000]
 # MPI halo exchange: (message bytes, compute us per iteration); udp;ofi_rxd
 # is left out (Open MPI over it is not what its users run).
 MPI_CONFIGS = ["uet-4k", "uet-64k", "uet-host", "tcp"]
-MPI_CASES = [(8 * KI, 200)] if QUICK else [(64, 200), (8 * KI, 200), (8 * KI, 0)]
+MPI_CASES = [(8 * KI, 200)] if QUICK else [(64, 200), (64, 0), (8 * KI, 200), (8 * KI, 0)]
+MPI_LIBRARIES = ["openmpi"] + (["mpich"] if MPICH_HOME and MPICH_HALO else [])
 MPI_ITERS = 500 if QUICK else 1000
 
 
@@ -295,21 +301,26 @@ def run_udp_gso(segment):
     return None
 
 
-def run_halo(config, size, compute_us):
-    """mpi_halo with two ranks over `config`: mean us per iteration and per
-    exchange (posting to the end of MPI_Waitall), the slower rank's."""
+def run_halo(library, config, size, compute_us):
+    """mpi_halo with two ranks over `config` under `library` (openmpi or
+    mpich): mean us per iteration and per exchange (posting to the end of
+    MPI_Waitall), the slower rank's."""
     prov, env = CONFIGS[config]
     full_env = dict(os.environ, **env, PROVIDER=prov, MPI_TIMEOUT="60")
-    cmd = ["timeout", "-k", "5", "90", MPI_SH, PREFIX, "2", MPI_HALO, str(size),
-           str(compute_us), str(MPI_ITERS)]
+    if library == "mpich":
+        cmd = [MPICH_SH, MPICH_HOME, PREFIX, "2", MPICH_HALO]
+    else:
+        cmd = [MPI_SH, PREFIX, "2", MPI_HALO]
+    cmd = ["timeout", "-k", "5", "90"] + cmd + [str(size), str(compute_us), str(MPI_ITERS)]
     c = subprocess.run(cmd, env=full_env, capture_output=True, text=True)
     m = re.search(r"iteration ([0-9.]+) us, exchange ([0-9.]+) us$", c.stdout, re.M)
     if c.returncode == 0 and m:
         return {"iter_us": float(m.group(1)), "exchange_us": float(m.group(2))}
     lines = (c.stdout + c.stderr).strip().splitlines()
     err = f"status {c.returncode}: {' | '.join(lines[-2:])}"
-    FAILURES.append(f"mpi_halo {config} {size} B compute {compute_us} us: {err}")
-    log(f"   FAILED mpi_halo {config} {size} B compute {compute_us} us: {err}")
+    what = f"mpi_halo {library} {config} {size} B compute {compute_us} us"
+    FAILURES.append(f"{what}: {err}")
+    log(f"   FAILED {what}: {err}")
     return None
 
 
@@ -355,12 +366,13 @@ def main():
             for size, r in res.items():
                 bw_rows.append({"rep": rep, "config": config, "size": size, **r})
         log(f"   streaming bandwidth done ({time.time() - t0:.0f} s)")
-        for size, compute_us in MPI_CASES:
-            for config in rotate(MPI_CONFIGS, rep + size.bit_length()):
-                r = run_halo(config, size, compute_us)
-                if r:
-                    mpi_rows.append({"rep": rep, "config": config, "size": size,
-                                     "compute_us": compute_us, **r})
+        for library in MPI_LIBRARIES:
+            for size, compute_us in MPI_CASES:
+                for config in rotate(MPI_CONFIGS, rep + size.bit_length()):
+                    r = run_halo(library, config, size, compute_us)
+                    if r:
+                        mpi_rows.append({"rep": rep, "library": library, "config": config,
+                                         "size": size, "compute_us": compute_us, **r})
         log(f"   MPI halo exchanges done ({time.time() - t0:.0f} s)")
         for mode in PP_MODES:
             for size in PP_SIZES:
@@ -380,16 +392,27 @@ def main():
     write_csv("stream.csv", bw_rows, ["rep", "config", "size", "mbps", "cpu_s_per_gb"])
     write_csv("raw.csv", raw_rows, ["rep", "test", "size", "lat_us", "p50_us", "mbps",
                                     "cpu_s_per_gb"])
-    write_csv("mpi.csv", mpi_rows, ["rep", "config", "size", "compute_us", "iter_us",
-                                    "exchange_us"])
+    write_csv("mpi.csv", mpi_rows, ["rep", "library", "config", "size", "compute_us",
+                                    "iter_us", "exchange_us"])
     report(pp_rows, bw_rows, raw_rows, mpi_rows)
     log(f"== bench finished in {time.time() - t0:.0f} s; load average at end: "
         f"{os.getloadavg()[0]:.2f}; results in {OUT}")
 
 
+MPI_TITLES = {
+    "openmpi": "Open MPI cm/ofi, Debian's libfabric and its tcp",
+    "mpich": "MPICH ch4:ofi, MPICH's own libfabric 2.x and its tcp",
+}
+
+
 def report_mpi(rows):
-    log("\n== MPI halo exchange (mpi_halo, 2 ranks, Open MPI cm/ofi): median us per "
-        "exchange [min-max], ratio to tcp (lower is better)")
+    for library in MPI_LIBRARIES:
+        report_mpi_library([r for r in rows if r["library"] == library], library)
+
+
+def report_mpi_library(rows, library):
+    log(f"\n== MPI halo exchange (mpi_halo, 2 ranks, {MPI_TITLES[library]}): median us "
+        "per exchange [min-max], ratio to tcp (lower is better)")
     log(f"{'size':>6} {'compute':>8} " + " ".join(f"{c:>22}" for c in MPI_CONFIGS))
     for size, compute_us in MPI_CASES:
         t = med(rows, "exchange_us", config="tcp", size=size, compute_us=compute_us)[0]

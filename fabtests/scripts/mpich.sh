@@ -8,13 +8,16 @@
 # shared memory out, so every message between ranks goes through uet. The
 # run fails unless MPICH reports uet as the provider it chose. FI_UET_*
 # parameters reach every rank (hydra passes the environment on).
+# PROVIDER=tcp (any other name) runs over that provider of MPICH's own
+# libfabric instead, for comparison.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 source "$here/lib.sh"
 [[ $# -ge 4 ]] || { echo "usage: $0 MPICH_HOME PREFIX NP PROGRAM [args]" >&2; exit 2; }
 mpich=$1 prefix=$2 np=$3; shift 3
-provider_env "$prefix"
-export FI_PROVIDER=uet MPIR_CVAR_CH4_NETMOD=ofi MPIR_CVAR_NOLOCAL=1 MPIR_CVAR_DEBUG_SUMMARY=1
+provider=${PROVIDER:-uet}
+[[ $provider == uet ]] && provider_env "$prefix"
+export FI_PROVIDER=$provider MPIR_CVAR_CH4_NETMOD=ofi MPIR_CVAR_NOLOCAL=1 MPIR_CVAR_DEBUG_SUMMARY=1
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 status=0
@@ -28,7 +31,7 @@ if [[ $status -ne 0 ]]; then
     tail -n 40 "$out" >&2
     exit "$status"
 fi
-if ! grep -q '^libfabric provider: uet' "$out"; then
-    echo "mpich.sh: MPICH did not report uet as its provider" >&2
+if ! grep -q "^libfabric provider: $provider\b" "$out"; then
+    echo "mpich.sh: MPICH did not report $provider as its provider" >&2
     exit 1
 fi
