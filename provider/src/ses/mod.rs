@@ -162,11 +162,15 @@ impl TxMessage {
         matches!(self.rma, Some(RmaTx::ReadData { .. }))
     }
 
-    /// The application waits for this message's ACKs: a completion or a
-    /// counter is due once they are in. Sends that report only failure
-    /// (fi_inject, selective completion) and finished ones do not wait.
+    /// Something at this end waits for this message's ACKs: a completion
+    /// or a counter the application will see, or, for reads, atomics,
+    /// rendezvous sends and their answers, the engine (answer budgets,
+    /// pulls). Only eager sends and RMA writes that report nothing but
+    /// failure (fi_inject, selective completion), or whose completion is
+    /// out already, leave nobody waiting.
     pub fn awaits_ack(&self) -> bool {
-        self.signal && !self.completed
+        let plain = matches!(self.rma, None | Some(RmaTx::Write { .. }));
+        !plain || (self.signal && !self.completed)
     }
 
     /// Something only the peer can still do for this message: pull it,
@@ -410,4 +414,51 @@ pub fn write_clipped(recv: &mut RecvOp, offset: u64, data: &[u8]) {
     }
     let n = (cap - offset).min(data.len() as u64) as usize;
     recv.buffer.write_at(offset as usize, &data[..n]);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn message(signal: bool, completed: bool, rma: Option<RmaTx>) -> TxMessage {
+        TxMessage {
+            tagged: false,
+            tag: 0,
+            cq_data: None,
+            payload: Payload::Owned(vec![0; 8]),
+            context: 0,
+            level: CompletionLevel::Transmit,
+            signal,
+            next_offset: 0,
+            started: false,
+            unacked_packets: 0,
+            completed,
+            delivered: false,
+            failed: false,
+            rma,
+        }
+    }
+
+    #[test]
+    fn only_sends_and_writes_without_a_pending_completion_leave_nobody_waiting() {
+        let write = Some(RmaTx::Write { addr: 0, key: 1 });
+        // fi_inject, fi_inject_write, and a send whose completion is out.
+        assert!(!message(false, false, None).awaits_ack());
+        assert!(!message(false, false, write).awaits_ack());
+        assert!(!message(true, true, None).awaits_ack());
+        // A transmit-complete send or write the application waits for.
+        assert!(message(true, false, None).awaits_ack());
+        assert!(message(true, false, write).awaits_ack());
+        // Engine flows an ACK moves on, completion or not: read answers
+        // free answer budget, pulls and their data keep rendezvous going.
+        let answer = Some(RmaTx::ReadData { read_id: 3 });
+        assert!(message(false, true, answer).awaits_ack());
+        let pull = Some(RmaTx::Pull {
+            key: 1,
+            addr: 0,
+            len: 8,
+            token: 2,
+        });
+        assert!(message(false, true, pull).awaits_ack());
+    }
 }
