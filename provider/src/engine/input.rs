@@ -302,6 +302,16 @@ impl Engine {
         rx.heard(now);
         rx.last_was_retx = req.flags & pflags::RETX != 0;
         rx.answering_probe = false;
+        // Its sender waits for the ACK this packet calls for unless it said
+        // otherwise (AR with NO_WAIT); a duplicate or a packet out of order
+        // means it retransmits or has to go back, whatever the flags.
+        if req.flags & pflags::AR != 0 && req.flags & pflags::NO_WAIT == 0
+            || arrival != Arrival::New
+        {
+            rx.ack_awaited = true;
+        } else if req.flags & pflags::AR != 0 {
+            rx.ack_may_wait = true;
+        }
         let ce = Ecn::from_tos(tos) == Ecn::Ce;
         if ce {
             // Echoed in the next ACK's M flag, which leaves at once.
@@ -337,9 +347,7 @@ impl Engine {
         let immediate = ce
             || req.flags & (pflags::AR | pflags::SYN | pflags::RETX) != 0
             || rx.unacked_bytes >= ACK_COALESCE_BYTES;
-        if req.flags & pflags::AR != 0 && req.flags & pflags::NO_WAIT == 0 {
-            rx.ack_awaited = true;
-        }
+
         if immediate {
             self.queue_ack(p);
         } else if !rx.ack_pending {
@@ -763,6 +771,7 @@ impl Engine {
                 Some(&p) if self.peers[p].addr == from => {
                     if let Some(rx) = self.peers[p].rx.as_mut() {
                         rx.answering_probe = true;
+                        rx.ack_awaited = true;
                         rx.heard(now);
                     }
                     self.queue_ack(p)

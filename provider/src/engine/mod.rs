@@ -1091,9 +1091,9 @@ mod tests {
         ];
         println!("{sizes:?}");
         let documented = [
-            ("Peer", 976),
+            ("Peer", 984),
             ("TxPdc", 208),
-            ("RxPdc", 96),
+            ("RxPdc", 104),
             ("TxSlot", 48),
             ("TxMessage", 136),
             ("Inbound", 248),

@@ -318,16 +318,23 @@ impl Engine {
         peer.in_flight_bytes += next_bytes;
         // Ask for an immediate ACK when the backlog empties or the next
         // packet would not fit the window (NSCC.md section 6). When only
-        // the backlog emptied and no send of ours waits for its ACKs, say
-        // so (NO_WAIT): the receiver may then let the ACK ride on its
-        // reply even if that reply is already on its way to us.
+        // the backlog emptied, no send of ours waits for its ACKs and the
+        // window still has room for a full packet (whatever is posted next
+        // leaves without this ACK), say so (NO_WAIT): the receiver may then
+        // let the ACK ride on its reply even if that reply is already on
+        // its way to us.
         let window_full =
             peer.tx.in_flight() >= window || !peer.cc.can_send(peer.in_flight_bytes, next_bytes);
         let flags = if window_full {
             pflags::AR
         } else if !peer.queue.is_empty() {
             0
-        } else if peer.messages.values().any(TxMessage::awaits_ack) {
+        } else if peer.tx.in_flight() + 1 >= window
+            || !peer
+                .cc
+                .can_send(peer.in_flight_bytes, (max_payload + DATA_HEADERS) as u64)
+            || peer.messages.values().any(TxMessage::awaits_ack)
+        {
             pflags::AR
         } else {
             pflags::AR | pflags::NO_WAIT

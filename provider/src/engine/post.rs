@@ -269,26 +269,37 @@ impl Engine {
     /// seen answering the messages it takes.
     ///
     /// A reply (nothing of ours to that peer is unacknowledged, or an ACK
-    /// for ours came riding on it) may wait once the application is seen
-    /// answering. A request that crossed ours in flight (both ends sent
+    /// for all of ours came riding on it) may wait once the application is
+    /// seen answering. A request that crossed ours in flight (both ends sent
     /// before either took the other's, as in a halo exchange) is no reply:
     /// its sender may wait for this ACK to complete its own send, and
     /// holding it for an answer already sent would stall that peer until
     /// the hold runs out, or until our next call if the application goes
     /// elsewhere. Unless its sender said nothing of its waits for the ACK
-    /// (`NO_WAIT`, as after an `fi_inject`): holding it then stalls nobody,
+    /// (`NO_WAIT`, as after an `fi_inject`; ACKs nobody asked for, such
+    /// as those of a stream's every 16 KiB, are no such ACKs: they clock
+    /// the sender's window): holding it then stalls nobody,
     /// so it waits for our next send whatever the application did before,
     /// and an exchange whose ranks compute between rounds spends no system
     /// call on it either.
     pub fn queued_acks_may_wait(&self, replies_follow: bool) -> bool {
         self.ack_queue.iter().all(|&p| {
             let peer = &self.peers[p];
-            let reply =
-                peer.tx.in_flight() == 0 || self.trailer_acks.iter().any(|a| a.from == peer.addr);
+            // A trailer for only some of ours (our next round's message
+            // crossed it) makes no reply of this one.
+            let last_sent = peer.tx.next_psn().wrapping_sub(1);
+            let reply = peer.tx.in_flight() == 0
+                || self.trailer_acks.iter().any(|a| {
+                    a.from == peer.addr
+                        && crate::wire::ack::Packet::new_unchecked(&a.bytes[..]).cack_psn()
+                            == last_sent
+                });
             if reply {
                 replies_follow
             } else {
-                peer.rx.as_ref().is_some_and(|rx| !rx.ack_awaited)
+                peer.rx
+                    .as_ref()
+                    .is_some_and(|rx| rx.ack_may_wait && !rx.ack_awaited)
             }
         })
     }

@@ -58,9 +58,13 @@ pub struct RxPdc {
     pub ecn_echo: bool,
     /// Packets that arrived ahead of a hole since the last ACK.
     pub ooo_count: u16,
-    /// A packet since the last ACK asked for it (AR) without NO_WAIT: its
-    /// sender waits for that ACK, which must not be held for our reply.
+    /// A packet since the last ACK asked for it (AR) without NO_WAIT, or
+    /// came again or out of order: its sender waits for that ACK, which
+    /// must not be held for our reply.
     pub ack_awaited: bool,
+    /// A packet since the last ACK asked for it with NO_WAIT: unless
+    /// `ack_awaited`, the ACK may wait for our next send.
+    pub ack_may_wait: bool,
     /// An ACK is owed; `ack_due` is when it must leave at the latest.
     pub ack_pending: bool,
     pub ack_due: u64,
@@ -98,6 +102,7 @@ impl RxPdc {
             ecn_echo: false,
             ooo_count: 0,
             ack_awaited: false,
+            ack_may_wait: false,
             ack_pending: false,
             ack_due: 0,
             ordered: false,
@@ -213,6 +218,7 @@ impl RxPdc {
         };
         self.ack_pending = false;
         self.ack_awaited = false;
+        self.ack_may_wait = false;
         self.ecn_echo = false;
         self.unacked_bytes = 0;
         self.ooo_count = 0;
