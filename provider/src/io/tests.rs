@@ -897,6 +897,94 @@ fn a_crossing_inject_waits_for_the_next_send_even_before_any_answer() {
     assert_eq!(b.engine_stats().acks_piggybacked, 1);
 }
 
+/// Progress `to` (as its application) until a message arrives.
+fn take_message(to: &mut Endpoint, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        assert!(Instant::now() < deadline, "{what} did not arrive");
+        to.progress_app();
+        while let Some(c) = to.poll_completion() {
+            if c.kind == CompletionKind::Recv {
+                return;
+            }
+        }
+    }
+}
+
+#[test]
+fn a_trailer_for_only_some_of_ours_makes_no_reply() {
+    // Both applications answer. a injects a5, which b takes and holds
+    // the ACK of for its answer; a injects a6 meanwhile. b's answer b7 is
+    // a send whose completion b waits for, carrying the ACK of a5 only:
+    // it crossed a6, so it is no reply, and a acknowledges it at once
+    // rather than holding that ACK for a send it may post much later.
+    let (mut a, mut b) = pair(&long_hold_config());
+    deliver(&mut b, &mut a, 1);
+    answer(&mut b, &mut a, 2);
+    deliver(&mut a, &mut b, 3);
+    answer(&mut a, &mut b, 4);
+    let inject = |dest, seed| SendOp {
+        signal: false,
+        ..send_op(dest, pattern(seed, 64), seed)
+    };
+    for seed in [5, 6] {
+        let (op, _buf) = recv_op(64, seed);
+        b.recv(op).unwrap();
+    }
+    let (op, _buf) = recv_op(64, 7);
+    a.recv(op).unwrap();
+    a.send(inject(b.local_addr(), 5)).unwrap();
+    take_message(&mut b, "a5");
+    a.send(inject(b.local_addr(), 6)).unwrap();
+    let piggybacked = b.engine_stats().acks_piggybacked;
+    b.send(send_op(a.local_addr(), pattern(7, 64), 7)).unwrap();
+    assert_eq!(
+        b.engine_stats().acks_piggybacked,
+        piggybacked + 1,
+        "b7 carries a5's ACK"
+    );
+    let before = a.engine_stats().acks_sent;
+    take_message(&mut a, "b7");
+    assert_eq!(
+        a.engine_stats().acks_sent,
+        before + 1,
+        "ACK b waits for held"
+    );
+}
+
+#[test]
+fn a_duplicate_makes_the_ack_awaited_whatever_the_flags() {
+    // The inject of a_crossing_inject_waits_for_the_next_send_even_before_
+    // any_answer, delivered twice (a resend): its sender is retransmitting,
+    // so it waits for this ACK, which leaves at once.
+    let cfg = long_hold_config();
+    let dup = Config {
+        fault_dup: 1000,
+        ..cfg.clone()
+    };
+    let mut a = Endpoint::bind(&dup, LOOPBACK.parse().unwrap()).unwrap();
+    let mut b = Endpoint::bind(&cfg, LOOPBACK.parse().unwrap()).unwrap();
+    let (op, _buf) = recv_op(64, 1);
+    b.recv(op).unwrap();
+    b.send(send_op(a.local_addr(), pattern(2, 64), 2)).unwrap();
+    let before = b.engine_stats().acks_sent;
+    let inject = SendOp {
+        signal: false,
+        ..send_op(b.local_addr(), pattern(1, 64), 1)
+    };
+    a.send(inject).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while b.engine_stats().duplicates == 0 {
+        assert!(Instant::now() < deadline, "no duplicate arrived");
+        b.progress_app();
+    }
+    b.progress_app();
+    assert!(
+        b.engine_stats().acks_sent > before,
+        "ACK of a resent packet held"
+    );
+}
+
 #[test]
 fn an_answer_after_the_hold_answers_nothing() {
     // b takes a message, goes elsewhere past the hold without calling in,
