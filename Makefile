@@ -318,7 +318,7 @@ ifneq ($(MPICH),0)
 	$(MAKE) --no-print-directory $(BUILD)/mpich-bin/mpi_halo
 endif
 	UET_BW=$(BUILD)/bin/uet_bw \
-	  $(if $(filter-out 0,$(MPICH)),MPICH_HOME=$(MPICH_HOME) MPICH_HALO=$(BUILD)/mpich-bin/mpi_halo) \
+	  $(if $(filter 0,$(MPICH)),,MPICH_HOME=$(MPICH_HOME) MPICH_HALO=$(BUILD)/mpich-bin/mpi_halo) \
 	  timeout $(T_BENCH) $(BENCH_PY) fabtests/scripts/bench.py \
 	  $(PREFIX) $(BENCH_OUT) $(if $(BENCH_QUICK),--quick)
 	@ln -sfn $(BENCH_OUT) $(CURDIR)/results/bench/latest

@@ -331,7 +331,9 @@ def rotate(seq, k):
 
 def main():
     os.makedirs(OUT, exist_ok=True)
-    for tool in ["fi_pingpong", "sockperf", "iperf3", "mpirun", UET_BW, UDP_GSO_BW, MPI_HALO]:
+    mpich_tools = [MPICH_HALO, os.path.join(MPICH_HOME, "bin", "mpiexec")] if MPICH_HALO else []
+    for tool in ["fi_pingpong", "sockperf", "iperf3", "mpirun", UET_BW, UDP_GSO_BW, MPI_HALO,
+                 *mpich_tools]:
         if subprocess.run(["sh", "-c", f"command -v '{tool}'"],
                           capture_output=True).returncode:
             sys.exit(f"bench: {tool} not found (make deps / make bench builds it)")

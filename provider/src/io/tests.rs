@@ -811,6 +811,40 @@ fn a_request_that_crossed_ours_is_acknowledged_at_once() {
     assert_eq!(after, before + 1, "ACK of a crossing request held");
 }
 
+/// `send_op` as `fi_inject` posts it: nothing reports but failure.
+fn inject_op(dest: SocketAddr, seed: u64) -> SendOp {
+    SendOp {
+        signal: false,
+        ..send_op(dest, pattern(seed, 64), seed)
+    }
+}
+
+/// a injects message `seed` to b, which has a message of its own in flight
+/// to a (the two crossed): b takes it and holds its ACK, which rides on
+/// b's next send, one datagram for both.
+fn crossing_inject_rides_on_the_next_send(a: &mut Endpoint, b: &mut Endpoint, seed: u64) {
+    let (op, _buf) = recv_op(64, seed);
+    b.recv(op).unwrap();
+    let before = b.engine_stats().acks_sent;
+    a.send(inject_op(b.local_addr(), seed)).unwrap();
+    take_message(b, "the inject");
+    assert_eq!(
+        b.engine_stats().acks_sent,
+        before,
+        "crossing inject's ACK sent alone"
+    );
+    let sent = b.stats().sent[0];
+    let piggybacked = b.engine_stats().acks_piggybacked;
+    b.send(send_op(a.local_addr(), pattern(seed + 1, 64), seed + 1))
+        .unwrap();
+    assert_eq!(
+        b.stats().sent[0],
+        sent + 1,
+        "one datagram: the send and the ACK"
+    );
+    assert_eq!(b.engine_stats().acks_piggybacked, piggybacked + 1);
+}
+
 #[test]
 fn a_crossing_inject_is_acknowledged_with_the_next_send() {
     // The same halo exchange with an fi_inject on a's side: nothing there
@@ -822,38 +856,7 @@ fn a_crossing_inject_is_acknowledged_with_the_next_send() {
     b.send(send_op(a.local_addr(), pattern(4, 64), 4)).unwrap();
     acknowledge(&mut a, acks);
     b.send(send_op(a.local_addr(), pattern(6, 64), 6)).unwrap();
-    let (op, _buf) = recv_op(64, 7);
-    b.recv(op).unwrap();
-    let before = b.engine_stats().acks_sent;
-    let inject = SendOp {
-        signal: false,
-        ..send_op(b.local_addr(), pattern(7, 64), 7)
-    };
-    a.send(inject).unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    'arrival: loop {
-        assert!(Instant::now() < deadline, "message 7 did not arrive");
-        b.progress_app();
-        while let Some(c) = b.poll_completion() {
-            if c.kind == CompletionKind::Recv {
-                break 'arrival;
-            }
-        }
-    }
-    assert_eq!(
-        b.engine_stats().acks_sent,
-        before,
-        "crossing inject's ACK sent alone"
-    );
-    let sent = b.stats().sent[0];
-    let piggybacked = b.engine_stats().acks_piggybacked;
-    b.send(send_op(a.local_addr(), pattern(8, 64), 8)).unwrap();
-    assert_eq!(
-        b.stats().sent[0],
-        sent + 1,
-        "one datagram: the send and the ACK"
-    );
-    assert_eq!(b.engine_stats().acks_piggybacked, piggybacked + 1);
+    crossing_inject_rides_on_the_next_send(&mut a, &mut b, 7);
 }
 
 #[test]
@@ -863,38 +866,8 @@ fn a_crossing_inject_waits_for_the_next_send_even_before_any_answer() {
     // crossing b's message waits for b's next send all the same (nothing
     // at a waits for its ACK), however long b takes to post it.
     let (mut a, mut b) = pair(&long_hold_config());
-    let (op, _buf) = recv_op(64, 1);
-    b.recv(op).unwrap();
     b.send(send_op(a.local_addr(), pattern(2, 64), 2)).unwrap();
-    let before = b.engine_stats().acks_sent;
-    let inject = SendOp {
-        signal: false,
-        ..send_op(b.local_addr(), pattern(1, 64), 1)
-    };
-    a.send(inject).unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    'arrival: loop {
-        assert!(Instant::now() < deadline, "message 1 did not arrive");
-        b.progress_app();
-        while let Some(c) = b.poll_completion() {
-            if c.kind == CompletionKind::Recv {
-                break 'arrival;
-            }
-        }
-    }
-    assert_eq!(
-        b.engine_stats().acks_sent,
-        before,
-        "crossing inject's ACK sent alone"
-    );
-    let sent = b.stats().sent[0];
-    b.send(send_op(a.local_addr(), pattern(3, 64), 3)).unwrap();
-    assert_eq!(
-        b.stats().sent[0],
-        sent + 1,
-        "one datagram: the send and the ACK"
-    );
-    assert_eq!(b.engine_stats().acks_piggybacked, 1);
+    crossing_inject_rides_on_the_next_send(&mut a, &mut b, 10);
 }
 
 /// Progress `to` (as its application) until a message arrives.
@@ -923,19 +896,15 @@ fn a_trailer_for_only_some_of_ours_makes_no_reply() {
     answer(&mut b, &mut a, 2);
     deliver(&mut a, &mut b, 3);
     answer(&mut a, &mut b, 4);
-    let inject = |dest, seed| SendOp {
-        signal: false,
-        ..send_op(dest, pattern(seed, 64), seed)
-    };
     for seed in [5, 6] {
         let (op, _buf) = recv_op(64, seed);
         b.recv(op).unwrap();
     }
     let (op, _buf) = recv_op(64, 7);
     a.recv(op).unwrap();
-    a.send(inject(b.local_addr(), 5)).unwrap();
+    a.send(inject_op(b.local_addr(), 5)).unwrap();
     take_message(&mut b, "a5");
-    a.send(inject(b.local_addr(), 6)).unwrap();
+    a.send(inject_op(b.local_addr(), 6)).unwrap();
     let piggybacked = b.engine_stats().acks_piggybacked;
     b.send(send_op(a.local_addr(), pattern(7, 64), 7)).unwrap();
     assert_eq!(
@@ -954,9 +923,9 @@ fn a_trailer_for_only_some_of_ours_makes_no_reply() {
 
 #[test]
 fn a_duplicate_makes_the_ack_awaited_whatever_the_flags() {
-    // The inject of a_crossing_inject_waits_for_the_next_send_even_before_
-    // any_answer, delivered twice (a resend): its sender is retransmitting,
-    // so it waits for this ACK, which leaves at once.
+    // A crossing inject as in a_crossing_inject_waits_for_the_next_send_
+    // even_before_any_answer, delivered twice (a resend): its sender is
+    // retransmitting, so it waits for this ACK, which leaves at once.
     let cfg = long_hold_config();
     let dup = Config {
         fault_dup: 1000,
@@ -968,11 +937,7 @@ fn a_duplicate_makes_the_ack_awaited_whatever_the_flags() {
     b.recv(op).unwrap();
     b.send(send_op(a.local_addr(), pattern(2, 64), 2)).unwrap();
     let before = b.engine_stats().acks_sent;
-    let inject = SendOp {
-        signal: false,
-        ..send_op(b.local_addr(), pattern(1, 64), 1)
-    };
-    a.send(inject).unwrap();
+    a.send(inject_op(b.local_addr(), 1)).unwrap();
     let deadline = Instant::now() + Duration::from_secs(10);
     while b.engine_stats().duplicates == 0 {
         assert!(Instant::now() < deadline, "no duplicate arrived");
