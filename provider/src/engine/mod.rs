@@ -332,6 +332,13 @@ struct Closing {
 }
 
 impl Peer {
+    /// The congestion window has room for one more packet of the largest
+    /// size, whatever is sent next.
+    fn full_packet_fits(&self, max_payload: usize) -> bool {
+        self.cc
+            .can_send(self.in_flight_bytes, (max_payload + DATA_HEADERS) as u64)
+    }
+
     /// Something can go out now: a retransmission, or the next piece of
     /// new data if both the packet window and the congestion window admit
     /// it (judged by its own size: a small message fits beside another in
@@ -344,7 +351,7 @@ impl Peer {
                     && !self.queue.is_empty()
                     // Asked after every packet: a full one fitting settles
                     // it without sizing the next.
-                    && (self.cc.can_send(self.in_flight_bytes, (max_payload + DATA_HEADERS) as u64)
+                    && (self.full_packet_fits(max_payload)
                         || self
                             .next_new_bytes(max_payload)
                             .is_some_and(|bytes| self.cc.can_send(self.in_flight_bytes, bytes)))))

@@ -330,9 +330,7 @@ impl Engine {
         } else if !peer.queue.is_empty() {
             0
         } else if peer.tx.in_flight() + 1 >= window
-            || !peer
-                .cc
-                .can_send(peer.in_flight_bytes, (max_payload + DATA_HEADERS) as u64)
+            || !peer.full_packet_fits(max_payload)
             || peer.messages.values().any(TxMessage::awaits_ack)
         {
             pflags::AR
