@@ -311,14 +311,16 @@ BENCH_PY  ?= /usr/bin/python3
 BENCH_STAMP := $(shell date -u +%Y%m%dT%H%M%SZ)
 BENCH_OUT ?= $(CURDIR)/results/bench/$(BENCH_STAMP)
 T_BENCH   := 1500
+# The MPICH halo program the bench runs (none with MPICH=0, as test-mpi).
+BENCH_MPICH_HALO := $(if $(filter 0,$(MPICH)),,$(BUILD)/mpich-bin/mpi_halo)
 
 bench: install bench-micro bench-nscc ## uet vs tcp, udp;ofi_rxd, raw UDP (BENCH_QUICK=1: short run; MPICH=0: no MPICH halo)
 	@echo "== fi_pingpong, streaming bandwidth and raw UDP; results in $(BENCH_OUT)"
-ifneq ($(MPICH),0)
-	$(MAKE) --no-print-directory $(BUILD)/mpich-bin/mpi_halo
+ifneq ($(BENCH_MPICH_HALO),)
+	$(MAKE) --no-print-directory $(BENCH_MPICH_HALO)
 endif
 	UET_BW=$(BUILD)/bin/uet_bw \
-	  $(if $(filter 0,$(MPICH)),,MPICH_HOME=$(MPICH_HOME) MPICH_HALO=$(BUILD)/mpich-bin/mpi_halo) \
+	  $(if $(BENCH_MPICH_HALO),MPICH_HOME=$(MPICH_HOME) MPICH_HALO=$(BENCH_MPICH_HALO)) \
 	  timeout $(T_BENCH) $(BENCH_PY) fabtests/scripts/bench.py \
 	  $(PREFIX) $(BENCH_OUT) $(if $(BENCH_QUICK),--quick)
 	@ln -sfn $(BENCH_OUT) $(CURDIR)/results/bench/latest
