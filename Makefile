@@ -17,6 +17,19 @@ SO        := target/release/libuet_fi.so
 
 export CARGO_TERM_COLOR ?= never
 
+# PGO=1: install the profile-guided provider (`make pgo`) instead of the
+# plain release build. `make bench` measures it unless PGO=0 is given.
+ifneq ($(filter bench,$(MAKECMDGOALS)),)
+PGO       ?= 1
+endif
+PGO       ?= 0
+PGO_DIR   := $(CURDIR)/target/pgo
+# Evaluated when used: only `make pgo` needs rustc here.
+HOST_TRIPLE = $(shell rustc -vV | sed -n 's/^host: //p')
+PGO_SO     = $(PGO_DIR)/use/$(HOST_TRIPLE)/release/libuet_fi.so
+LLVM_PROFDATA = $(shell rustc --print sysroot)/lib/rustlib/$(HOST_TRIPLE)/bin/llvm-profdata
+INSTALL_SO = $(if $(filter 1,$(PGO)),$(PGO_SO),$(SO))
+
 # Debian packages: libfabric headers/tools and Open MPI for the C tests,
 # libclang for bindgen, valgrind for leak runs; python3 and iproute2 (ss)
 # are used by fabtests/scripts.
@@ -71,7 +84,7 @@ T_MATRIX  := 120
 
 TEST_STAGES := test-lint test-rust test-discovery test-functional test-pingpong test-mpi test-big test-matrix
 
-.PHONY: all build rust c-progs deps install test $(TEST_STAGES) demo demo-all bench bench-micro bench-nscc lint fmt clean help fuzz
+.PHONY: all build rust c-progs deps install pgo test $(TEST_STAGES) demo demo-all bench bench-micro bench-nscc lint fmt clean help fuzz
 
 all: build ## Default: deps, the Rust workspace (release) and the C test programs
 
@@ -142,12 +155,41 @@ $(BUILD)/mpich-bin/%: fabtests/mpi/%.c $(MPI_HDR) $(MPICH_HOME)/bin/mpicc
 	@mkdir -p $(@D)
 	$(MPICH_HOME)/bin/mpicc $(CFLAGS) -pthread -I$(CURDIR)/include -o $@ $<
 
-install: build ## Install into PREFIX (default ./install; no root needed)
+install: build $(if $(filter 1,$(PGO)),pgo) ## Install into PREFIX (default ./install; no root needed; PGO=1: the profile-guided provider)
 	install -d $(LIBDIR) $(PREFIX)/include/rdma $(PREFIX)/bin
-	install -m 0755 $(SO) $(LIBDIR)/libuet-fi.so
+	install -m 0755 $(INSTALL_SO) $(LIBDIR)/libuet-fi.so
 	install -m 0644 include/rdma/fi_ext_uet.h $(PREFIX)/include/rdma/
 	install -m 0755 target/release/uet-emu $(FUNC_BIN) $(MATRIX_BIN) $(MPI_BIN) $(BENCH_BIN) \
 	  $(SCRIPTS) $(PREFIX)/bin/
+
+# Profile-guided optimisation of the provider: build it instrumented
+# (target/pgo/gen), run the training of fabtests/scripts/pgo_train.sh over
+# it, rebuild it with the merged profile (target/pgo/use). The profile lays
+# the hot paths out together and the cold ones aside, which is what a
+# per-message path bigger than the instruction cache needs (README,
+# "Benchmarks"). --target keeps the flags off build scripts. Ends with a
+# data-checked fi_pingpong over the result.
+pgo: build ## Profile-guided provider in target/pgo (what install uses with PGO=1)
+	@command -v rustup >/dev/null 2>&1 || { \
+	  echo "make pgo needs rustup (for its llvm-tools component)"; exit 1; }
+	@rustup component list --installed 2>/dev/null | grep -q '^llvm-tools' || \
+	  rustup component add llvm-tools
+	@echo "== PGO [1/3] instrumented provider"
+	rm -rf $(PGO_DIR)/profiles $(PGO_DIR)/prefix
+	mkdir -p $(PGO_DIR)/profiles $(PGO_DIR)/prefix/lib/libfabric
+	RUSTFLAGS="$$RUSTFLAGS -Cprofile-generate=$(PGO_DIR)/profiles" \
+	  $(CARGO) build --release -p uet-fi --target $(HOST_TRIPLE) --target-dir $(PGO_DIR)/gen
+	install -m 0755 $(PGO_DIR)/gen/$(HOST_TRIPLE)/release/libuet_fi.so \
+	  $(PGO_DIR)/prefix/lib/libfabric/libuet-fi.so
+	@echo "== PGO [2/3] training runs"
+	fabtests/scripts/pgo_train.sh $(PGO_DIR)/prefix $(BUILD)/bin
+	$(LLVM_PROFDATA) merge -o $(PGO_DIR)/uet.profdata $(PGO_DIR)/profiles
+	@echo "== PGO [3/3] provider built with the profile"
+	RUSTFLAGS="$$RUSTFLAGS -Cprofile-use=$(PGO_DIR)/uet.profdata" \
+	  $(CARGO) build --release -p uet-fi --target $(HOST_TRIPLE) --target-dir $(PGO_DIR)/use
+	install -m 0755 $(PGO_SO) $(PGO_DIR)/prefix/lib/libfabric/libuet-fi.so
+	timeout $(T_PP) fabtests/scripts/pingpong.sh $(PGO_DIR)/prefix -S all -I 50 -c >/dev/null
+	@echo "== PGO: $(PGO_SO)"
 
 # The stages run one after another (also under -j) and the first failure
 # stops make.
@@ -319,7 +361,7 @@ bench: install bench-micro bench-nscc ## uet vs tcp, udp;ofi_rxd, raw UDP (BENCH
 ifneq ($(BENCH_MPICH_HALO),)
 	$(MAKE) --no-print-directory $(BENCH_MPICH_HALO)
 endif
-	UET_BW=$(BUILD)/bin/uet_bw \
+	UET_BW=$(BUILD)/bin/uet_bw UET_BUILD="$(if $(filter 1,$(PGO)),profile-guided (PGO=1),plain release (PGO=0))" \
 	  $(if $(BENCH_MPICH_HALO),MPICH_HOME=$(MPICH_HOME) MPICH_HALO=$(BENCH_MPICH_HALO)) \
 	  timeout $(T_BENCH) $(BENCH_PY) fabtests/scripts/bench.py \
 	  $(PREFIX) $(BENCH_OUT) $(if $(BENCH_QUICK),--quick)

@@ -48,6 +48,9 @@ MPI_SH = os.path.join(HERE, "mpi.sh")
 MPICH_HOME = os.environ.get("MPICH_HOME", "")
 MPICH_HALO = os.environ.get("MPICH_HALO", "")
 MPICH_SH = os.path.join(HERE, "mpich.sh")
+# Which build of the provider PREFIX holds (the Makefile says: plain or
+# profile-guided, PGO=1); printed and kept with the results.
+UET_BUILD = os.environ.get("UET_BUILD", "not stated")
 
 KI, MI = 1024, 1024 * 1024
 # name -> (libfabric provider, extra environment)
@@ -346,6 +349,9 @@ def main():
     # Busy-polling benchmarks measure the scheduler when the cores are busy.
     log("== load average at start: %.2f %.2f %.2f on %d cores"
         % (*os.getloadavg(), os.cpu_count() or 0))
+    log(f"== uet provider build: {UET_BUILD}")
+    with open(os.path.join(OUT, "build.txt"), "w") as f:
+        f.write(UET_BUILD + "\n")
     n_pp = REPS * len(PP_MODES) * len(PP_SIZES)
     done = 0
     for rep in range(REPS):
