@@ -23,11 +23,21 @@ ifneq ($(filter bench,$(MAKECMDGOALS)),)
 PGO       ?= 1
 endif
 PGO       ?= 0
+ifneq ($(filter-out 0 1,$(PGO)),)
+$(error PGO must be 0 or 1, not '$(PGO)')
+endif
 PGO_DIR   := $(CURDIR)/target/pgo
-# Evaluated when used: only `make pgo` needs rustc here.
-HOST_TRIPLE = $(shell rustc -vV | sed -n 's/^host: //p')
+comma     := ,
+# The compiler cargo runs; the profile tool must come from its toolchain.
+# Evaluated when used: only `make pgo` needs them.
+RUSTC     ?= rustc
+HOST_TRIPLE = $(shell $(RUSTC) -vV | sed -n 's/^host: //p')
 PGO_SO     = $(PGO_DIR)/use/$(HOST_TRIPLE)/release/libuet_fi.so
-LLVM_PROFDATA = $(shell rustc --print sysroot)/lib/rustlib/$(HOST_TRIPLE)/bin/llvm-profdata
+LLVM_PROFDATA = $(shell $(RUSTC) --print sysroot)/lib/rustlib/$(HOST_TRIPLE)/bin/llvm-profdata
+# Settings that would take the profile flags out of cargo's hands
+# (CARGO_ENCODED_RUSTFLAGS wins over RUSTFLAGS) or send the profiles
+# elsewhere.
+PGO_ENV   := env -u CARGO_ENCODED_RUSTFLAGS -u LLVM_PROFILE_FILE RUSTC=$(RUSTC)
 INSTALL_SO = $(if $(filter 1,$(PGO)),$(PGO_SO),$(SO))
 
 # Debian packages: libfabric headers/tools and Open MPI for the C tests,
@@ -169,23 +179,29 @@ install: build $(if $(filter 1,$(PGO)),pgo) ## Install into PREFIX (default ./in
 # per-message path bigger than the instruction cache needs (README,
 # "Benchmarks"). --target keeps the flags off build scripts. Ends with a
 # data-checked fi_pingpong over the result.
-pgo: build ## Profile-guided provider in target/pgo (what install uses with PGO=1)
+pgo: build ## Build (not install) the profile-guided provider in target/pgo; make install PGO=1 installs it
 	@command -v rustup >/dev/null 2>&1 || { \
-	  echo "make pgo needs rustup (for its llvm-tools component)"; exit 1; }
+	  echo "make pgo needs rustup (for its llvm-tools component); make bench PGO=0 measures the plain build"; \
+	  exit 1; }
 	@rustup component list --installed 2>/dev/null | grep -q '^llvm-tools' || \
 	  rustup component add llvm-tools
+	@test -x $(LLVM_PROFDATA) || { \
+	  echo "no $(LLVM_PROFDATA): the llvm-tools component of the toolchain $(RUSTC) belongs to is missing"; \
+	  exit 1; }
 	@echo "== PGO [1/3] instrumented provider"
 	rm -rf $(PGO_DIR)/profiles $(PGO_DIR)/prefix
 	mkdir -p $(PGO_DIR)/profiles $(PGO_DIR)/prefix/lib/libfabric
-	RUSTFLAGS="$$RUSTFLAGS -Cprofile-generate=$(PGO_DIR)/profiles" \
+	$(PGO_ENV) RUSTFLAGS="$$RUSTFLAGS -Cprofile-generate=$(PGO_DIR)/profiles" \
 	  $(CARGO) build --release -p uet-fi --target $(HOST_TRIPLE) --target-dir $(PGO_DIR)/gen
 	install -m 0755 $(PGO_DIR)/gen/$(HOST_TRIPLE)/release/libuet_fi.so \
 	  $(PGO_DIR)/prefix/lib/libfabric/libuet-fi.so
 	@echo "== PGO [2/3] training runs"
-	fabtests/scripts/pgo_train.sh $(PGO_DIR)/prefix $(BUILD)/bin
+	$(PGO_ENV) timeout 600 fabtests/scripts/pgo_train.sh $(PGO_DIR)/prefix $(BUILD)/bin
+	@ls $(PGO_DIR)/profiles/*.profraw >/dev/null 2>&1 || { \
+	  echo "the training runs left no profile in $(PGO_DIR)/profiles"; exit 1; }
 	$(LLVM_PROFDATA) merge -o $(PGO_DIR)/uet.profdata $(PGO_DIR)/profiles
 	@echo "== PGO [3/3] provider built with the profile"
-	RUSTFLAGS="$$RUSTFLAGS -Cprofile-use=$(PGO_DIR)/uet.profdata" \
+	$(PGO_ENV) RUSTFLAGS="$$RUSTFLAGS -Cprofile-use=$(PGO_DIR)/uet.profdata" \
 	  $(CARGO) build --release -p uet-fi --target $(HOST_TRIPLE) --target-dir $(PGO_DIR)/use
 	install -m 0755 $(PGO_SO) $(PGO_DIR)/prefix/lib/libfabric/libuet-fi.so
 	timeout $(T_PP) fabtests/scripts/pingpong.sh $(PGO_DIR)/prefix -S all -I 50 -c >/dev/null
@@ -356,12 +372,16 @@ T_BENCH   := 1500
 # The MPICH halo program the bench runs (none with MPICH=0, as test-mpi).
 BENCH_MPICH_HALO := $(if $(filter 0,$(MPICH)),,$(BUILD)/mpich-bin/mpi_halo)
 
-bench: install bench-micro bench-nscc ## uet vs tcp, udp;ofi_rxd, raw UDP (BENCH_QUICK=1: short run; MPICH=0: no MPICH halo)
+# The parts run one after another, also under -j: a benchmark must not
+# share the machine with a build.
+bench: install ## uet vs tcp, udp;ofi_rxd, raw UDP (BENCH_QUICK=1: short run; MPICH=0: no MPICH halo; PGO=0: the plain build)
+	$(MAKE) --no-print-directory bench-micro
+	$(MAKE) --no-print-directory bench-nscc
 	@echo "== fi_pingpong, streaming bandwidth and raw UDP; results in $(BENCH_OUT)"
 ifneq ($(BENCH_MPICH_HALO),)
 	$(MAKE) --no-print-directory $(BENCH_MPICH_HALO)
 endif
-	UET_BW=$(BUILD)/bin/uet_bw UET_BUILD="$(if $(filter 1,$(PGO)),profile-guided (PGO=1),plain release (PGO=0))" \
+	UET_BW=$(BUILD)/bin/uet_bw UET_BUILD="$(if $(filter 1,$(PGO)),profile-guided (PGO=1),plain release (PGO=0))$(comma) as installed in $(LIBDIR)" \
 	  $(if $(BENCH_MPICH_HALO),MPICH_HOME=$(MPICH_HOME) MPICH_HALO=$(BENCH_MPICH_HALO)) \
 	  timeout $(T_BENCH) $(BENCH_PY) fabtests/scripts/bench.py \
 	  $(PREFIX) $(BENCH_OUT) $(if $(BENCH_QUICK),--quick)

@@ -9,9 +9,16 @@ free_port() {
     local p
     for _ in $(seq 50); do
         p=$((20000 + RANDOM % 20000))
-        if ! ss -ltn 2>/dev/null | grep -q ":$p "; then echo "$p"; return; fi
+        if ! listening "$p"; then echo "$p"; return; fi
     done
     echo 47592
+}
+
+# Whether something listens on TCP port $1 of this host. A here-string,
+# not a pipe: under pipefail, grep -q leaving before ss has written all
+# its lines would make the pipe fail.
+listening() {
+    grep -q ":$1 " <<<"$(ss -ltn 2>/dev/null)"
 }
 
 # provider_env PREFIX: export what makes libfabric load the installed uet

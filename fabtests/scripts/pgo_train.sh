@@ -17,6 +17,8 @@ source "$here/lib.sh"
 prefix=$1
 bindir=$2
 provider_env "$prefix"
+# A run cut short leaves no server behind.
+trap 'kill $(jobs -p) 2>/dev/null || true' EXIT
 export FI_PROVIDER=uet
 limit=120
 
@@ -29,13 +31,17 @@ stream() {
     timeout "$limit" "$bindir/uet_bw" -p uet -m msg -T 60 -B "$port" >"$log" 2>&1 &
     server=$!
     for _ in $(seq 200); do
-        ss -ltn 2>/dev/null | grep -q ":$port " && break
+        listening "$port" && break
         kill -0 "$server" 2>/dev/null || break
         sleep 0.05
     done
     timeout "$limit" "$bindir/uet_bw" -p uet -m msg -T 60 -P "$port" "$@" 127.0.0.1 \
         >/dev/null || status=$?
-    wait "$server" || status=$?
+    # A client that failed before it connected leaves the server waiting.
+    [[ $status -eq 0 ]] || kill "$server" 2>/dev/null || true
+    local sstatus=0
+    wait "$server" || sstatus=$?
+    [[ $status -ne 0 ]] || status=$sstatus
     if [[ $status -ne 0 ]]; then
         echo "uet_bw $* failed (status $status); server said:" >&2
         cat "$log" >&2

@@ -24,7 +24,7 @@ timeout "$limit" fi_pingpong -p "$provider" -e rdm -B "$port" "$@" >"$log" 2>&1 
 server=$!
 # The server accepts the control connection once its endpoint is up.
 for _ in $(seq 200); do
-    ss -ltn 2>/dev/null | grep -q ":$port " && break
+    listening "$port" && break
     kill -0 "$server" 2>/dev/null || break
     sleep 0.05
 done
