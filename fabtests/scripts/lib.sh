@@ -21,6 +21,22 @@ listening() {
     grep -q ":$1 " <<<"$(ss -ltn 2>/dev/null)"
 }
 
+# start_server PORT LOG LIMIT COMMAND...: run COMMAND, a server that takes
+# its control connection on TCP port PORT of 127.0.0.1, in the background
+# under `timeout LIMIT` with its output in LOG; return once it listens (it
+# does once its endpoint is up) or has died. Its PID is in $server_pid.
+start_server() {
+    local port=$1 log=$2 limit=$3
+    shift 3
+    timeout "$limit" "$@" >"$log" 2>&1 &
+    server_pid=$!
+    for _ in $(seq 200); do
+        listening "$port" && return 0
+        kill -0 "$server_pid" 2>/dev/null || return 0
+        sleep 0.05
+    done
+}
+
 # provider_env PREFIX: export what makes libfabric load the installed uet
 # provider. Other providers (PROVIDER=tcp, sockets) need nothing.
 provider_env() {

@@ -28,13 +28,8 @@ stream() {
     local port log server status=0
     port=$(free_port)
     log=$(mktemp)
-    timeout "$limit" "$bindir/uet_bw" -p uet -m msg -T 60 -B "$port" >"$log" 2>&1 &
-    server=$!
-    for _ in $(seq 200); do
-        listening "$port" && break
-        kill -0 "$server" 2>/dev/null || break
-        sleep 0.05
-    done
+    start_server "$port" "$log" "$limit" "$bindir/uet_bw" -p uet -m msg -T 60 -B "$port"
+    server=$server_pid
     timeout "$limit" "$bindir/uet_bw" -p uet -m msg -T 60 -P "$port" "$@" 127.0.0.1 \
         >/dev/null || status=$?
     # A client that failed before it connected leaves the server waiting.

@@ -20,14 +20,8 @@ port=$(free_port)
 log=$(mktemp)
 server=
 trap 'rm -f "$log"; [[ -n $server ]] && kill "$server" 2>/dev/null; true' EXIT
-timeout "$limit" fi_pingpong -p "$provider" -e rdm -B "$port" "$@" >"$log" 2>&1 &
-server=$!
-# The server accepts the control connection once its endpoint is up.
-for _ in $(seq 200); do
-    listening "$port" && break
-    kill -0 "$server" 2>/dev/null || break
-    sleep 0.05
-done
+start_server "$port" "$log" "$limit" fi_pingpong -p "$provider" -e rdm -B "$port" "$@"
+server=$server_pid
 status=0
 timeout "$limit" fi_pingpong -p "$provider" -e rdm -P "$port" "$@" 127.0.0.1 || status=$?
 sstatus=0
