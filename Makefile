@@ -381,7 +381,11 @@ bench: install ## uet vs tcp, udp;ofi_rxd, raw UDP (BENCH_QUICK=1: short run; MP
 ifneq ($(BENCH_MPICH_HALO),)
 	$(MAKE) --no-print-directory $(BENCH_MPICH_HALO)
 endif
+ifeq ($(PGO),1)
+	install -D -m 0755 $(SO) $(BUILD)/plain-provider/libuet-fi.so
+endif
 	UET_BW=$(BUILD)/bin/uet_bw UET_BUILD="$(if $(filter 1,$(PGO)),profile-guided (PGO=1),plain release (PGO=0))$(comma) as installed in $(LIBDIR)" \
+	  $(if $(filter 1,$(PGO)),UET_PLAIN_LIBDIR=$(BUILD)/plain-provider) \
 	  $(if $(BENCH_MPICH_HALO),MPICH_HOME=$(MPICH_HOME) MPICH_HALO=$(BENCH_MPICH_HALO)) \
 	  timeout $(T_BENCH) $(BENCH_PY) fabtests/scripts/bench.py \
 	  $(PREFIX) $(BENCH_OUT) $(if $(BENCH_QUICK),--quick)

@@ -16,6 +16,10 @@ its default auto MTU (large datagrams on loopback), uet-host (the default
 MTU plus the same-host paths: datagrams through shared-memory rings,
 FI_UET_HOST_RING=1, and large messages copied in place, FI_UET_HOST_READ=1,
 with rendezvous from 16 KiB so more of each is copied), tcp and udp;ofi_rxd.
+When PREFIX holds the profile-guided provider and UET_PLAIN_LIBDIR names a
+directory with the plain build's libuet-fi.so, that build (uet-64k-plain)
+also runs the 64 B ping-pongs, interleaved with the others, and the report
+compares the two.
 
 Writes OUTDIR/{pingpong,stream,raw,mpi}.csv (every run), OUTDIR/summary.csv
 (medians) and OUTDIR/bench.png, and prints per size the medians, the spread
@@ -51,6 +55,11 @@ MPICH_SH = os.path.join(HERE, "mpich.sh")
 # Which build of the provider PREFIX holds (the Makefile says: plain or
 # profile-guided, PGO=1); printed and kept with the results.
 UET_BUILD = os.environ.get("UET_BUILD", "not stated")
+# With a profile-guided provider in PREFIX, the plain build of the same
+# source (a directory holding its libuet-fi.so): its 64 B ping-pong runs
+# beside uet-64k's, so every run shows what the profile buys.
+PLAIN_LIBDIR = os.environ.get("UET_PLAIN_LIBDIR", "")
+PLAIN = "uet-64k-plain"
 
 KI, MI = 1024, 1024 * 1024
 # name -> (libfabric provider, extra environment)
@@ -62,6 +71,8 @@ CONFIGS = {
     "tcp": ("tcp", {}),
     "rxd": ("udp;ofi_rxd", {}),
 }
+if PLAIN_LIBDIR:
+    CONFIGS[PLAIN] = ("uet", {"FI_PROVIDER_PATH": PLAIN_LIBDIR})
 UETS = ["uet-4k", "uet-64k", "uet-host"]
 # uet-4k is compared with raw UDP at 4 KiB datagrams, the others at 64 KiB.
 RAW_DGRAM = {"uet-4k": 4096, "uet-64k": 65000, "uet-host": 65000}
@@ -343,7 +354,8 @@ def main():
     if not os.path.exists(os.path.join(LIBDIR, "libuet-fi.so")):
         sys.exit(f"bench: no provider in {LIBDIR} (make install)")
 
-    configs = list(CONFIGS)
+    # The plain build only joins the 64 B ping-pongs (msg and tagged).
+    configs = [c for c in CONFIGS if c != PLAIN]
     pp_rows, bw_rows, raw_rows, mpi_rows = [], [], [], []
     t0 = time.time()
     # Busy-polling benchmarks measure the scheduler when the cores are busy.
@@ -386,7 +398,8 @@ def main():
             for size in PP_SIZES:
                 # Interleave: every configuration at this size, in an order
                 # that rotates per size and repetition.
-                for config in rotate(configs, rep + size.bit_length()):
+                here = configs + ([PLAIN] if PLAIN_LIBDIR and size == 64 else [])
+                for config in rotate(here, rep + size.bit_length()):
                     r = run_pingpong(config, mode, size)
                     if r:
                         pp_rows.append({"rep": rep, "config": config, "mode": mode,
@@ -544,12 +557,32 @@ def report(pp, bw, raw, mpi):
                "raw_lat_us", "uet_mbps", "tcp_mbps", "rxd_mbps", "raw_mbps", "raw_offload_mbps",
                "uet_cpu_s_per_gb", "tcp_cpu_s_per_gb", "rxd_cpu_s_per_gb"])
     report_mpi(mpi)
+    if PLAIN_LIBDIR:
+        report_plain(pp)
     targets(pp, bw, sock, offload_bw)
     plot(pp, bw, iperf, sock, gso)
     if FAILURES:
         log(f"\n== {len(FAILURES)} failed run(s):")
         for f in FAILURES:
             log(f"   {f}")
+
+
+def report_plain(pp):
+    """The profile-guided provider (uet-64k) against the plain build of the
+    same source, at 64 B, run by run (they ran next to each other)."""
+    log("\n== profile-guided (uet-64k) against the plain build (uet-64k-plain): "
+        "fi_pingpong 64 B, one-way us")
+    for mode in PP_MODES:
+        g, g_lo, g_hi = med(pp, "lat_us", config="uet-64k", mode=mode, size=64)
+        p, p_lo, p_hi = med(pp, "lat_us", config=PLAIN, mode=mode, size=64)
+        lat = {(r["config"], r["rep"]): r["lat_us"] for r in pp
+               if r["mode"] == mode and r["size"] == 64}
+        pairs = [(lat[("uet-64k", k)], lat[(PLAIN, k)]) for k in range(REPS)
+                 if ("uet-64k", k) in lat and (PLAIN, k) in lat]
+        faster = sum(1 for a, b in pairs if a < b)
+        log(f"   {mode:6} profile-guided {fmt(g, 5)} [{fmt(g_lo, 1)}-{fmt(g_hi, 1)}]  "
+            f"plain {fmt(p, 5)} [{fmt(p_lo, 1)}-{fmt(p_hi, 1)}]  "
+            f"ratio {fmt(ratio(g, p), 1)}; faster in {faster} of {len(pairs)} repetitions")
 
 
 def targets(pp, bw, sock, offload_bw):
@@ -613,7 +646,7 @@ def plot(pp, bw, iperf, sock, gso):
         log("(matplotlib missing: no plot; install python3-matplotlib)")
         return
     fig, ax = plt.subplots(1, 3, figsize=(17, 5))
-    for config in CONFIGS:
+    for config in [c for c in CONFIGS if c != PLAIN]:
         xs = [s for s in PP_SIZES if med(pp, "lat_us", config=config, mode="msg", size=s)[0]]
         ax[0].plot(xs, [med(pp, "lat_us", config=config, mode="msg", size=s)[0] for s in xs],
                    "o-", label=config)
