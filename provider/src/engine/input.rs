@@ -89,7 +89,7 @@ impl Engine {
         let peer = &mut self.peers[p];
         if peer.addr == from
             && peer.tx.in_flight() > 0
-            && ack.cack_psn.wrapping_add(1) == peer.tx.next_psn()
+            && peer.tx.acked_through_last(ack.cack_psn)
             && peer.queue.is_empty()
             && peer.tx.retransmit.is_empty()
         {
@@ -347,7 +347,6 @@ impl Engine {
         let immediate = ce
             || req.flags & (pflags::AR | pflags::SYN | pflags::RETX) != 0
             || rx.unacked_bytes >= ACK_COALESCE_BYTES;
-
         if immediate {
             self.queue_ack(p);
         } else if !rx.ack_pending {

@@ -95,6 +95,12 @@ struct TrailerAck {
     bytes: [u8; AckRepr::LEN],
 }
 
+impl TrailerAck {
+    fn cack_psn(&self) -> u32 {
+        crate::wire::ack::Packet::new_unchecked(&self.bytes[..]).cack_psn()
+    }
+}
+
 /// Counters for diagnostics and tests.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Stats {

@@ -287,13 +287,11 @@ impl Engine {
             let peer = &self.peers[p];
             // A trailer for only some of ours (our next round's message
             // crossed it) makes no reply of this one.
-            let last_sent = peer.tx.next_psn().wrapping_sub(1);
             let reply = peer.tx.in_flight() == 0
-                || self.trailer_acks.iter().any(|a| {
-                    a.from == peer.addr
-                        && crate::wire::ack::Packet::new_unchecked(&a.bytes[..]).cack_psn()
-                            == last_sent
-                });
+                || self
+                    .trailer_acks
+                    .iter()
+                    .any(|a| a.from == peer.addr && peer.tx.acked_through_last(a.cack_psn()));
             if reply {
                 replies_follow
             } else {

@@ -205,6 +205,12 @@ impl TxPdc {
         self.base.wrapping_add(self.slots.len() as u32)
     }
 
+    /// Whether an ACK with cumulative PSN `cack_psn` covers every packet
+    /// sent so far.
+    pub fn acked_through_last(&self, cack_psn: u32) -> bool {
+        cack_psn.wrapping_add(1) == self.next_psn()
+    }
+
     /// Offset of a PSN from the start PSN, for the SYN field (12 bits).
     pub fn syn_offset(&self, psn: u32) -> Option<u16> {
         let off = psn.wrapping_sub(self.start_psn);
