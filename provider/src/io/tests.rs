@@ -785,18 +785,25 @@ fn held_acks_outlast_calls_made_before_the_answer() {
     assert_eq!(after, before);
 }
 
+/// The first half of a halo exchange round: b, whose application has been
+/// seen answering (it would hold the next ACK of a request-response
+/// exchange), has message 6 in flight to a, unacknowledged.
+fn b_sends_first_in_a_halo_round() -> (Endpoint, Endpoint) {
+    let (mut a, mut b, _) = holding_an_ack(&long_hold_config());
+    let acks = a.engine_stats().acks_sent;
+    b.send(send_op(a.local_addr(), pattern(4, 64), 4)).unwrap();
+    acknowledge(&mut a, acks);
+    b.send(send_op(a.local_addr(), pattern(6, 64), 6)).unwrap();
+    (a, b)
+}
+
 #[test]
 fn a_request_that_crossed_ours_is_acknowledged_at_once() {
     // A halo exchange: both ends send before either takes the other's
     // message. b's application has been seen answering, but a's message
     // answers nothing of b's (b's own is still unacknowledged): a waits
     // for this ACK to complete its send, so b does not hold it.
-    let (mut a, mut b, _) = holding_an_ack(&long_hold_config());
-    let acks = a.engine_stats().acks_sent;
-    b.send(send_op(a.local_addr(), pattern(4, 64), 4)).unwrap();
-    acknowledge(&mut a, acks);
-    // b would hold the next ACK of a request-response exchange.
-    b.send(send_op(a.local_addr(), pattern(6, 64), 6)).unwrap();
+    let (mut a, mut b) = b_sends_first_in_a_halo_round();
     let (before, after) = deliver(&mut a, &mut b, 7);
     assert_eq!(after, before + 1, "ACK of a crossing request held");
 }
@@ -841,11 +848,7 @@ fn a_crossing_inject_is_acknowledged_with_the_next_send() {
     // waits for the ACK (NO_WAIT), so b holds it for its next send
     // instead of spending a system call on it between taking the message
     // and handing it to the application.
-    let (mut a, mut b, _) = holding_an_ack(&long_hold_config());
-    let acks = a.engine_stats().acks_sent;
-    b.send(send_op(a.local_addr(), pattern(4, 64), 4)).unwrap();
-    acknowledge(&mut a, acks);
-    b.send(send_op(a.local_addr(), pattern(6, 64), 6)).unwrap();
+    let (mut a, mut b) = b_sends_first_in_a_halo_round();
     crossing_inject_rides_on_the_next_send(&mut a, &mut b, 7);
 }
 
