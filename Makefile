@@ -38,7 +38,9 @@ LLVM_PROFDATA = $(shell $(RUSTC) --print sysroot)/lib/rustlib/$(HOST_TRIPLE)/bin
 # (CARGO_ENCODED_RUSTFLAGS wins over RUSTFLAGS) or send the profiles
 # elsewhere.
 PGO_ENV   := env -u CARGO_ENCODED_RUSTFLAGS -u LLVM_PROFILE_FILE RUSTC=$(RUSTC)
-INSTALL_SO = $(if $(filter 1,$(PGO)),$(PGO_SO),$(SO))
+# Non-empty when the profile-guided provider is the one installed.
+PGO_ON    := $(filter 1,$(PGO))
+INSTALL_SO = $(if $(PGO_ON),$(PGO_SO),$(SO))
 
 # Debian packages: libfabric headers/tools and Open MPI for the C tests,
 # libclang for bindgen, valgrind for leak runs; python3 and iproute2 (ss)
@@ -165,7 +167,7 @@ $(BUILD)/mpich-bin/%: fabtests/mpi/%.c $(MPI_HDR) $(MPICH_HOME)/bin/mpicc
 	@mkdir -p $(@D)
 	$(MPICH_HOME)/bin/mpicc $(CFLAGS) -pthread -I$(CURDIR)/include -o $@ $<
 
-install: build $(if $(filter 1,$(PGO)),pgo) ## Install into PREFIX (default ./install; no root needed; PGO=1: the profile-guided provider)
+install: build $(if $(PGO_ON),pgo) ## Install into PREFIX (default ./install; no root needed; PGO=1: the profile-guided provider)
 	install -d $(LIBDIR) $(PREFIX)/include/rdma $(PREFIX)/bin
 	install -m 0755 $(INSTALL_SO) $(LIBDIR)/libuet-fi.so
 	install -m 0644 include/rdma/fi_ext_uet.h $(PREFIX)/include/rdma/
@@ -381,11 +383,11 @@ bench: install ## uet vs tcp, udp;ofi_rxd, raw UDP (BENCH_QUICK=1: short run; MP
 ifneq ($(BENCH_MPICH_HALO),)
 	$(MAKE) --no-print-directory $(BENCH_MPICH_HALO)
 endif
-ifeq ($(PGO),1)
+ifneq ($(PGO_ON),)
 	install -D -m 0755 $(SO) $(BUILD)/plain-provider/libuet-fi.so
 endif
-	UET_BW=$(BUILD)/bin/uet_bw UET_BUILD="$(if $(filter 1,$(PGO)),profile-guided (PGO=1),plain release (PGO=0))$(comma) as installed in $(LIBDIR)" \
-	  $(if $(filter 1,$(PGO)),UET_PLAIN_LIBDIR=$(BUILD)/plain-provider) \
+	UET_BW=$(BUILD)/bin/uet_bw UET_BUILD="$(if $(PGO_ON),profile-guided (PGO=1),plain release (PGO=0))$(comma) as installed in $(LIBDIR)" \
+	  $(if $(PGO_ON),UET_PLAIN_LIBDIR=$(BUILD)/plain-provider) \
 	  $(if $(BENCH_MPICH_HALO),MPICH_HOME=$(MPICH_HOME) MPICH_HALO=$(BENCH_MPICH_HALO)) \
 	  timeout $(T_BENCH) $(BENCH_PY) fabtests/scripts/bench.py \
 	  $(PREFIX) $(BENCH_OUT) $(if $(BENCH_QUICK),--quick)
