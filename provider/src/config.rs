@@ -206,6 +206,11 @@ pub const PARAMS: &[ParamSpec] = &[
         help: "Whether NSCC's QuickAdapt starts a new window when the sender resumes after its pipe drained with nothing left to send (on, default), treating each busy period as a new flow; off keeps one window across idle gaps, so the first ACK after a gap can cut the window to what the gap let through.",
     },
     ParamSpec {
+        name: "nscc_qa_window_limited",
+        kind: ParamKind::Bool,
+        help: "Whether NSCC's QuickAdapt fires on extreme delay (above 4 target delays) only after a window in which the sender had more to send than its window let out (on, default); a sender with less to send measured its application, not the network, and its delay may be the receiving host's. Off: the reference simulator's rule, any sender. NACKs fire QuickAdapt either way.",
+    },
+    ParamSpec {
         name: "entropies",
         kind: ParamKind::Int,
         help: "UDP sockets per endpoint, bound to consecutive ports; the source port carries a packet's entropy (path choice). Socket 0 is the endpoint's address (default 16; 1..256). With the single load balancer only socket 0 is bound.",
@@ -324,6 +329,7 @@ pub struct Config {
     pub nscc_fast_increase_mtus: u32,
     pub nscc_min_maxwnd_packets: u32,
     pub nscc_qa_idle_restart: bool,
+    pub nscc_qa_window_limited: bool,
     /// Sockets (source ports) per endpoint; socket 0 is its address.
     pub entropies: u16,
     /// UDP GSO on transmit and GRO on receive.
@@ -382,6 +388,7 @@ impl Default for Config {
             nscc_fast_increase_mtus: 2,
             nscc_min_maxwnd_packets: 16,
             nscc_qa_idle_restart: true,
+            nscc_qa_window_limited: true,
             entropies: 16,
             gso: true,
             send_burst_us: 20,
@@ -474,6 +481,7 @@ impl Config {
             "nscc_variant" => return Some(ParamValue::Str(self.nscc_variant.name())),
             "nscc_trimming" => return Some(ParamValue::Bool(self.trimming)),
             "nscc_qa_idle_restart" => return Some(ParamValue::Bool(self.nscc_qa_idle_restart)),
+            "nscc_qa_window_limited" => return Some(ParamValue::Bool(self.nscc_qa_window_limited)),
             "gso" => return Some(ParamValue::Bool(self.gso)),
             "send_burst_us" => return Some(ParamValue::Int(self.send_burst_us.into())),
             "defer_acks" => return Some(ParamValue::Bool(self.defer_acks)),
@@ -607,6 +615,7 @@ impl Config {
             }
             "nscc_trimming" => self.trimming = boolean()?,
             "nscc_qa_idle_restart" => self.nscc_qa_idle_restart = boolean()?,
+            "nscc_qa_window_limited" => self.nscc_qa_window_limited = boolean()?,
             "defer_acks" => self.defer_acks = boolean()?,
             "ack_piggyback" => self.ack_piggyback = boolean()?,
             "ack_hold_us" => self.ack_hold_us = int(0, 1_000_000)? as u64,

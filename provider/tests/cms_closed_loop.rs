@@ -171,7 +171,12 @@ impl Sim {
             self.at(t, Ev::TrySend(i));
             return;
         }
-        if f.retx + f.unsent == 0 || !f.cc.can_send(f.in_flight, MTU) {
+        if f.retx + f.unsent == 0 {
+            return;
+        }
+        if !f.cc.can_send(f.in_flight, MTU) {
+            // As the engine does: the window holds data back.
+            f.cc.on_window_limited();
             return; // an ACK or NACK wakes us
         }
         let times_sent = if f.retx > 0 {

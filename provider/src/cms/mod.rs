@@ -241,6 +241,10 @@ pub struct CcConfig {
     /// QuickAdapt starts a new window when the sender resumes after an
     /// application-limited idle gap ([`nscc::Nscc::on_idle_restart`]).
     pub qa_idle_restart: bool,
+    /// QuickAdapt's extreme-delay trigger counts only in a window in which
+    /// the sender was held back by its window ([`CongestionControl::on_window_limited`]);
+    /// false = the simulator's rule (any sender).
+    pub qa_window_limited: bool,
 }
 
 impl CcConfig {
@@ -261,6 +265,7 @@ impl CcConfig {
             delay_ewma_weight: 0.0125,
             min_maxwnd_packets: 0,
             qa_idle_restart: true,
+            qa_window_limited: true,
         }
     }
 
@@ -279,6 +284,7 @@ impl CcConfig {
             fixed_window: (cfg.window as u64 * mtu as u64).min(u32::MAX as u64) as u32,
             min_maxwnd_packets: cfg.nscc_min_maxwnd_packets,
             qa_idle_restart: cfg.nscc_qa_idle_restart,
+            qa_window_limited: cfg.nscc_qa_window_limited,
             ..CcConfig::nscc(cfg.link_rate_gbps(), mtu, mss)
         }
     }
@@ -438,6 +444,13 @@ impl CongestionControl {
     pub fn on_idle_restart(&mut self) {
         if let CongestionControl::Nscc(c) = self {
             c.on_idle_restart()
+        }
+    }
+
+    /// The sender has data its congestion or packet window holds back.
+    pub fn on_window_limited(&mut self) {
+        if let CongestionControl::Nscc(c) = self {
+            c.on_window_limited()
         }
     }
 

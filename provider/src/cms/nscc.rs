@@ -31,6 +31,14 @@
 //!   for a new flow ([`Nscc::on_idle_restart`], `FI_UET_NSCC_QA_IDLE_RESTART`).
 //!   Otherwise the first ACK of each message of a ping-pong closes a window
 //!   stretched over the idle gap and finds almost nothing achieved in it.
+//! * QuickAdapt's extreme-delay trigger counts only after a window in which
+//!   the sender had more to send than its window let out
+//!   ([`Nscc::on_window_limited`], `FI_UET_NSCC_QA_WINDOW_LIMITED`). What
+//!   an application-limited sender achieved is its offered load, and its
+//!   ACK's delay may be the peer's host. On loopback, a rendezvous pull
+//!   request ACKed late by a peer busy with its own sends cut the window
+//!   to one packet just before the pulled megabyte left. NACKs fire it
+//!   whatever the sender had to send.
 //! * The very first multiplicative decrease is not rate-limited (there is no
 //!   previous one to be a base RTT away from).
 //! * Wait-to-Decrease (paper) only adds the fair decrease in the ECN +
@@ -121,6 +129,8 @@ impl NsccDerived {
 const FLAG_FAST_INCREASE: u8 = 1;
 const FLAG_TRIGGER_QA: u8 = 2;
 const FLAG_BASE_MEASURED: u8 = 4;
+/// The sender was held back by its window in the current QuickAdapt window.
+const FLAG_WINDOW_LIMITED: u8 = 8;
 
 /// The algorithm state of one flow (see the module docs for its size).
 #[derive(Clone, Debug, Default)]
@@ -322,9 +332,14 @@ impl Nscc {
         }
         let mut fired = false;
         if now > self.s.qa_end {
+            // Extreme delay says the network delivers only `achieved` per
+            // window if the sender offered more: one that had less to send
+            // than its window measured its application, and its delay may be
+            // the peer's host (a receiver busy with its own sends).
+            let delay_counts = !self.cfg.qa_window_limited || self.flag(FLAG_WINDOW_LIMITED);
             let triggered = self.flag(FLAG_TRIGGER_QA)
                 || loss
-                || delay > QA_DELAY_FACTOR * self.d.target_qdelay_ns;
+                || delay_counts && delay > QA_DELAY_FACTOR * self.d.target_qdelay_ns;
             if self.s.qa_end != 0
                 && triggered
                 && (self.s.achieved as u64) < self.d.maxwnd >> QA_GATE_SHIFT
@@ -347,6 +362,7 @@ impl Nscc {
             // A trigger is judged once, at the end of the window it arose in,
             // so an old NACK cannot reset an application-limited flow later.
             self.set_flag(FLAG_TRIGGER_QA, false);
+            self.set_flag(FLAG_WINDOW_LIMITED, false);
             self.s.achieved = 0;
             self.s.qa_end = now + self.d.base_rtt_ns + self.d.target_qdelay_ns as u64;
         }
@@ -541,7 +557,14 @@ impl Nscc {
         self.s.qa_end = 0;
         self.s.achieved = 0;
         self.set_flag(FLAG_TRIGGER_QA, false);
+        self.set_flag(FLAG_WINDOW_LIMITED, false);
         self.n.idle_restarts += 1;
+    }
+
+    /// The sender had more to send than its congestion or packet window
+    /// let out (see `CcConfig::qa_window_limited`).
+    pub fn on_window_limited(&mut self) {
+        self.set_flag(FLAG_WINDOW_LIMITED, true);
     }
 
     /// A packet of `bytes` timed out: shrink by it, never below one MTU.
@@ -1012,6 +1035,9 @@ mod tests {
     fn quick_adapt_fires_on_extreme_delay_without_loss() {
         let mut c = nscc(cfg());
         qa_window(&mut c, 2);
+        // Its window held the sender back: what it achieved is what the
+        // network delivered.
+        c.on_window_limited();
         // 40 us > 4 * 9 us target, no ECN, no NACK.
         ack(&mut c, 23_000, false, 40_000);
         assert_eq!(c.stats().quick_adapt_events, 1);
@@ -1019,8 +1045,48 @@ mod tests {
         // Moderate delay in the next window does not fire it.
         let mut c = nscc(cfg());
         qa_window(&mut c, 2);
+        c.on_window_limited();
         ack(&mut c, 23_000, false, 30_000);
         assert_eq!(c.stats().quick_adapt_events, 0);
+    }
+
+    #[test]
+    fn extreme_delay_of_a_sender_with_less_than_its_window_does_not_fire() {
+        // An application-limited sender (a pull request, the tail of a
+        // message) whose ACK the peer's host held back: two MTUs achieved
+        // say nothing about the network.
+        let mut c = nscc(cfg());
+        qa_window(&mut c, 2);
+        let before = c.cwnd();
+        ack(&mut c, 23_000, false, 40_000);
+        assert_eq!(c.stats().quick_adapt_events, 0);
+        assert!(c.cwnd() >= before);
+        // Held back in one window, not in the next: only the first counts.
+        let mut c = nscc(cfg());
+        qa_window(&mut c, 2);
+        c.on_window_limited();
+        ack(&mut c, 23_000, false, 3_000);
+        assert_eq!(c.stats().quick_adapt_events, 0);
+        ack(&mut c, 46_000, false, 40_000);
+        assert_eq!(c.stats().quick_adapt_events, 0);
+        // The reference simulator's rule: any sender.
+        let mut c = nscc(CcConfig {
+            qa_window_limited: false,
+            ..cfg()
+        });
+        qa_window(&mut c, 2);
+        ack(&mut c, 23_000, false, 40_000);
+        assert_eq!(c.stats().quick_adapt_events, 1);
+        assert_eq!(c.cwnd(), 3 * MTU as u64);
+    }
+
+    #[test]
+    fn a_nack_fires_quick_adapt_whatever_the_sender_had_to_send() {
+        let mut c = nscc(cfg());
+        qa_window(&mut c, 2);
+        c.on_nack(23_000, MTU as u64, false, 0);
+        assert_eq!(c.stats().quick_adapt_events, 1);
+        assert_eq!(c.cwnd(), 2 * MTU as u64);
     }
 
     #[test]
@@ -1037,8 +1103,9 @@ mod tests {
         assert_eq!(c.stats().quick_adapt_events, 0);
         assert_eq!(c.stats().idle_restarts, 1);
         assert!(c.cwnd() >= W0 - MTU as u64);
-        // The new window judges the busy period on its own: still stalled at
-        // its end, it fires.
+        // The new window judges the busy period on its own: held back by
+        // its window and still stalled at its end, it fires.
+        c.on_window_limited();
         ack(&mut c, 500_000 + 22_000, false, 40_000);
         assert_eq!(c.stats().quick_adapt_events, 1);
         assert_eq!(c.cwnd(), MTU as u64);
@@ -1050,6 +1117,7 @@ mod tests {
             ..cfg()
         });
         qa_window(&mut c, 0);
+        c.on_window_limited();
         c.on_idle_restart();
         ack(&mut c, 500_000, false, 40_000);
         assert_eq!(c.stats().idle_restarts, 0);
