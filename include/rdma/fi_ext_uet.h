@@ -85,7 +85,7 @@ extern "C" {
 #define FI_UET_PARAM_NSCC_TRIMMING     "FI_UET_NSCC_TRIMMING"     /* fabric trims (target 0.75 R0) or drops (1.0 R0) [1] */
 #define FI_UET_PARAM_NSCC_MIN_MAXWND_PACKETS "FI_UET_NSCC_MIN_MAXWND_PACKETS" /* floor of maxwnd in packets [16; 0 = 1.5 bdp only] */
 #define FI_UET_PARAM_NSCC_QA_IDLE_RESTART "FI_UET_NSCC_QA_IDLE_RESTART" /* QuickAdapt window restarts after an idle gap [1] */
-#define FI_UET_PARAM_NSCC_QA_WINDOW_LIMITED "FI_UET_NSCC_QA_WINDOW_LIMITED" /* QuickAdapt fires on delay only after a window-limited window [1; 0 = any sender] */
+#define FI_UET_PARAM_NSCC_QA_WINDOW_LIMITED "FI_UET_NSCC_QA_WINDOW_LIMITED" /* QuickAdapt fires on delay only for a sender that used its window [1; 0 = any sender] */
 #define FI_UET_PARAM_NSCC_FAST_INCREASE_MTUS "FI_UET_NSCC_FAST_INCREASE_MTUS" /* k of the paper FastIncrease [2] */
 #define FI_UET_PARAM_GSO               "FI_UET_GSO"               /* UDP GSO on transmit, GRO after a burst [1] */
 #define FI_UET_PARAM_SEND_BURST_US     "FI_UET_SEND_BURST_US"     /* sends this close together leave together at the burst's end, us [20; 0 = off] */

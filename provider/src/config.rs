@@ -208,7 +208,7 @@ pub const PARAMS: &[ParamSpec] = &[
     ParamSpec {
         name: "nscc_qa_window_limited",
         kind: ParamKind::Bool,
-        help: "Whether NSCC's QuickAdapt fires on extreme delay (above 4 target delays) only after a window in which the sender had more to send than its window let out (on, default); a sender with less to send measured its application, not the network, and its delay may be the receiving host's. Off: the reference simulator's rule, any sender. NACKs fire QuickAdapt either way.",
+        help: "Whether NSCC's QuickAdapt fires on extreme delay (above 4 target delays) only after a window in which the sender used its window: the window held data back, or at least half of it was in flight (on, default). A sender that left most of its window unused measured its application, not the network, and its delay may be the receiving host's. Off: the reference simulator's rule, any sender. NACKs fire QuickAdapt either way.",
     },
     ParamSpec {
         name: "entropies",

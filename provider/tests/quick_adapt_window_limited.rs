@@ -1,9 +1,10 @@
 //! QuickAdapt's extreme-delay trigger (NSCC.md section 3) judges only a
-//! sender that had more to send than its window let out
-//! (`FI_UET_NSCC_QA_WINDOW_LIMITED`): the engine tells its controller when
-//! the window holds data back. A sender with less to send than its window,
-//! whose ACKs come back late (the peer's host busy), keeps its window; one
-//! whose window is full shrinks to what it achieved, as in the reference.
+//! sender that used its window (`FI_UET_NSCC_QA_WINDOW_LIMITED`): the
+//! engine tells its controller when a window holds data back, and the
+//! controller counts a window at least half in flight as used. A sender
+//! that leaves most of its window unused, whose ACKs come back late (the
+//! peer's host busy), keeps its window; one that fills it shrinks to what
+//! it achieved, as in the reference.
 
 mod common;
 
@@ -111,6 +112,19 @@ fn config(window_limited_only: bool) -> Config {
         nscc_qa_window_limited: window_limited_only,
         ..Config::default()
     }
+}
+
+#[test]
+fn a_sender_held_back_by_its_packet_window_counts_as_using_its_window() {
+    // 64 B messages posted faster than eight packets in flight let them
+    // leave, with late ACKs: few bytes in flight, far below half the
+    // congestion window, but the packet window holds messages back.
+    let cfg = Config {
+        window: 8,
+        ..config(true)
+    };
+    let r = run(&cfg, Wire::LateAcks, 64, 400, 0);
+    assert!(r.quick_adapts > 0, "QuickAdapt never fired");
 }
 
 #[test]

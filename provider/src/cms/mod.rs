@@ -242,8 +242,9 @@ pub struct CcConfig {
     /// application-limited idle gap ([`nscc::Nscc::on_idle_restart`]).
     pub qa_idle_restart: bool,
     /// QuickAdapt's extreme-delay trigger counts only in a window in which
-    /// the sender was held back by its window ([`CongestionControl::on_window_limited`]);
-    /// false = the simulator's rule (any sender).
+    /// the sender was held back by its window ([`CongestionControl::on_window_limited`])
+    /// or had at least half of it in flight; false = the simulator's rule
+    /// (any sender).
     pub qa_window_limited: bool,
 }
 

@@ -32,13 +32,14 @@
 //!   Otherwise the first ACK of each message of a ping-pong closes a window
 //!   stretched over the idle gap and finds almost nothing achieved in it.
 //! * QuickAdapt's extreme-delay trigger counts only after a window in which
-//!   the sender had more to send than its window let out
-//!   ([`Nscc::on_window_limited`], `FI_UET_NSCC_QA_WINDOW_LIMITED`). What
-//!   an application-limited sender achieved is its offered load, and its
-//!   ACK's delay may be the peer's host. On loopback, a rendezvous pull
-//!   request ACKed late by a peer busy with its own sends cut the window
-//!   to one packet just before the pulled megabyte left. NACKs fire it
-//!   whatever the sender had to send.
+//!   the sender used its window: its window held data back
+//!   ([`Nscc::on_window_limited`]) or at least half of it was in flight
+//!   when an ACK came (RFC 7661's validated window; a flow's tail qualifies)
+//!   (`FI_UET_NSCC_QA_WINDOW_LIMITED`). What an application-limited sender
+//!   achieved is its offered load, and its ACK's delay may be the peer's
+//!   host. On loopback, a rendezvous pull request ACKed late by a peer busy
+//!   with its own sends cut the window to one packet just before the
+//!   pulled megabyte left. NACKs fire it whatever the sender had to send.
 //! * The very first multiplicative decrease is not rate-limited (there is no
 //!   previous one to be a base RTT away from).
 //! * Wait-to-Decrease (paper) only adds the fair decrease in the ECN +
@@ -129,7 +130,8 @@ impl NsccDerived {
 const FLAG_FAST_INCREASE: u8 = 1;
 const FLAG_TRIGGER_QA: u8 = 2;
 const FLAG_BASE_MEASURED: u8 = 4;
-/// The sender was held back by its window in the current QuickAdapt window.
+/// In the current QuickAdapt window the sender was held back by its window
+/// or had at least half of it in flight.
 const FLAG_WINDOW_LIMITED: u8 = 8;
 
 /// The algorithm state of one flow (see the module docs for its size).
@@ -333,9 +335,9 @@ impl Nscc {
         let mut fired = false;
         if now > self.s.qa_end {
             // Extreme delay says the network delivers only `achieved` per
-            // window if the sender offered more: one that had less to send
-            // than its window measured its application, and its delay may be
-            // the peer's host (a receiver busy with its own sends).
+            // window if the sender used its window: one that kept most of it
+            // unused measured its application, and its delay may be the
+            // peer's host (a receiver busy with its own sends).
             let delay_counts = !self.cfg.qa_window_limited || self.flag(FLAG_WINDOW_LIMITED);
             let triggered = self.flag(FLAG_TRIGGER_QA)
                 || loss
@@ -483,6 +485,11 @@ impl Nscc {
             self.s.avg_wtd = WTD_WEIGHT * mark + (1.0 - WTD_WEIGHT) * self.s.avg_wtd;
         }
 
+        // At least half the window in flight before this ACK: the window
+        // was in use (RFC 7661's validated window), as at a flow's tail.
+        if (fb.in_flight_bytes + newly) * 2 >= self.s.cwnd as u64 {
+            self.set_flag(FLAG_WINDOW_LIMITED, true);
+        }
         if self.quick_adapt(now, ecn, false, delay, fb.in_flight_bytes) {
             self.clamp();
             return;
@@ -1050,32 +1057,46 @@ mod tests {
         assert_eq!(c.stats().quick_adapt_events, 0);
     }
 
+    /// [`qa_window`] for a sender that keeps at most one packet in flight.
+    fn qa_window_one_in_flight(c: &mut Nscc, n: usize) {
+        ack_in_flight(c, 1_000, false, 3_000, 0);
+        for _ in 0..n {
+            ack_in_flight(c, 5_000, false, 3_000, 0);
+        }
+    }
+
     #[test]
-    fn extreme_delay_of_a_sender_with_less_than_its_window_does_not_fire() {
-        // An application-limited sender (a pull request, the tail of a
-        // message) whose ACK the peer's host held back: two MTUs achieved
-        // say nothing about the network.
+    fn extreme_delay_of_a_sender_that_left_its_window_unused_does_not_fire() {
+        // An application-limited sender (a pull request, a small message)
+        // whose ACK the peer's host held back: two MTUs achieved say
+        // nothing about the network.
         let mut c = nscc(cfg());
-        qa_window(&mut c, 2);
+        qa_window_one_in_flight(&mut c, 2);
         let before = c.cwnd();
-        ack(&mut c, 23_000, false, 40_000);
+        ack_in_flight(&mut c, 23_000, false, 40_000, 0);
         assert_eq!(c.stats().quick_adapt_events, 0);
         assert!(c.cwnd() >= before);
         // Held back in one window, not in the next: only the first counts.
         let mut c = nscc(cfg());
-        qa_window(&mut c, 2);
+        qa_window_one_in_flight(&mut c, 2);
         c.on_window_limited();
-        ack(&mut c, 23_000, false, 3_000);
+        ack_in_flight(&mut c, 23_000, false, 3_000, 0);
         assert_eq!(c.stats().quick_adapt_events, 0);
-        ack(&mut c, 46_000, false, 40_000);
+        ack_in_flight(&mut c, 46_000, false, 40_000, 0);
         assert_eq!(c.stats().quick_adapt_events, 0);
+        // Half the window in flight is a window in use (a flow's tail,
+        // everything sent): it fires.
+        let mut c = nscc(cfg());
+        qa_window_one_in_flight(&mut c, 2);
+        ack_in_flight(&mut c, 23_000, false, 40_000, W0 / 2);
+        assert_eq!(c.stats().quick_adapt_events, 1);
         // The reference simulator's rule: any sender.
         let mut c = nscc(CcConfig {
             qa_window_limited: false,
             ..cfg()
         });
-        qa_window(&mut c, 2);
-        ack(&mut c, 23_000, false, 40_000);
+        qa_window_one_in_flight(&mut c, 2);
+        ack_in_flight(&mut c, 23_000, false, 40_000, 0);
         assert_eq!(c.stats().quick_adapt_events, 1);
         assert_eq!(c.cwnd(), 3 * MTU as u64);
     }

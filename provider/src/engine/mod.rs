@@ -838,9 +838,15 @@ impl Engine {
     fn mark_ready(&mut self, p: usize) {
         let max_payload = self.max_payload();
         let peer = &mut self.peers[p];
-        if !peer.in_send_ring && peer.has_work(self.window, max_payload, self.ordered) {
+        if peer.in_send_ring {
+            return;
+        }
+        if peer.has_work(self.window, max_payload, self.ordered) {
             peer.in_send_ring = true;
             self.send_ring.push_back(p);
+        } else if !peer.queue.is_empty() && peer.closing.is_none() && !peer.data_held {
+            // Data waits and only the windows keep it back.
+            peer.cc.on_window_limited();
         }
     }
 

@@ -330,9 +330,6 @@ impl Engine {
         // its way to us.
         let window_full =
             peer.tx.in_flight() >= window || !peer.cc.can_send(peer.in_flight_bytes, next_bytes);
-        if window_full && !peer.queue.is_empty() {
-            peer.cc.on_window_limited();
-        }
         let flags = if window_full {
             pflags::AR
         } else if !peer.queue.is_empty() {
