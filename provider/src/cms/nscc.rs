@@ -979,9 +979,14 @@ mod tests {
     /// Opens a QuickAdapt window at t=1000 (ends at 1000 + 12000 + 9000 =
     /// 22000) and acks `n` MTUs in it.
     fn qa_window(c: &mut Nscc, n: usize) {
-        ack(c, 1_000, false, 3_000);
+        qa_window_in_flight(c, n, 50_000);
+    }
+
+    /// [`qa_window`] with `in_flight` bytes left after each ACK.
+    fn qa_window_in_flight(c: &mut Nscc, n: usize, in_flight: u64) {
+        ack_in_flight(c, 1_000, false, 3_000, in_flight);
         for _ in 0..n {
-            ack(c, 5_000, false, 3_000);
+            ack_in_flight(c, 5_000, false, 3_000, in_flight);
         }
     }
 
@@ -1057,28 +1062,20 @@ mod tests {
         assert_eq!(c.stats().quick_adapt_events, 0);
     }
 
-    /// [`qa_window`] for a sender that keeps at most one packet in flight.
-    fn qa_window_one_in_flight(c: &mut Nscc, n: usize) {
-        ack_in_flight(c, 1_000, false, 3_000, 0);
-        for _ in 0..n {
-            ack_in_flight(c, 5_000, false, 3_000, 0);
-        }
-    }
-
     #[test]
     fn extreme_delay_of_a_sender_that_left_its_window_unused_does_not_fire() {
         // An application-limited sender (a pull request, a small message)
         // whose ACK the peer's host held back: two MTUs achieved say
         // nothing about the network.
         let mut c = nscc(cfg());
-        qa_window_one_in_flight(&mut c, 2);
+        qa_window_in_flight(&mut c, 2, 0);
         let before = c.cwnd();
         ack_in_flight(&mut c, 23_000, false, 40_000, 0);
         assert_eq!(c.stats().quick_adapt_events, 0);
         assert!(c.cwnd() >= before);
         // Held back in one window, not in the next: only the first counts.
         let mut c = nscc(cfg());
-        qa_window_one_in_flight(&mut c, 2);
+        qa_window_in_flight(&mut c, 2, 0);
         c.on_window_limited();
         ack_in_flight(&mut c, 23_000, false, 3_000, 0);
         assert_eq!(c.stats().quick_adapt_events, 0);
@@ -1087,7 +1084,7 @@ mod tests {
         // Half the window in flight is a window in use (a flow's tail,
         // everything sent): it fires.
         let mut c = nscc(cfg());
-        qa_window_one_in_flight(&mut c, 2);
+        qa_window_in_flight(&mut c, 2, 0);
         ack_in_flight(&mut c, 23_000, false, 40_000, W0 / 2);
         assert_eq!(c.stats().quick_adapt_events, 1);
         // The reference simulator's rule: any sender.
@@ -1095,7 +1092,7 @@ mod tests {
             qa_window_limited: false,
             ..cfg()
         });
-        qa_window_one_in_flight(&mut c, 2);
+        qa_window_in_flight(&mut c, 2, 0);
         ack_in_flight(&mut c, 23_000, false, 40_000, 0);
         assert_eq!(c.stats().quick_adapt_events, 1);
         assert_eq!(c.cwnd(), 3 * MTU as u64);

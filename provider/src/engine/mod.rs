@@ -845,7 +845,8 @@ impl Engine {
             peer.in_send_ring = true;
             self.send_ring.push_back(p);
         } else if !peer.queue.is_empty() && peer.closing.is_none() && !peer.data_held {
-            // Data waits and only the windows keep it back.
+            // Data waits and only the windows keep it back. Every refusal
+            // passes here: `take_transmit` asks again after each packet.
             peer.cc.on_window_limited();
         }
     }

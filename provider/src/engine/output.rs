@@ -254,16 +254,12 @@ impl Engine {
             ));
         }
         if peer.tx.in_flight() >= window {
-            if !peer.queue.is_empty() {
-                peer.cc.on_window_limited();
-            }
             return None;
         }
         // NSCC.md section 6: send only while in_flight + packet <= cwnd.
         let (kind, next_bytes, last_of_item, trailer_here) = match *peer.queue.front()? {
             TxItem::Response { msg_id, len, code } => {
                 if !peer.cc.can_send(peer.in_flight_bytes, RESPONSE_BYTES) {
-                    peer.cc.on_window_limited();
                     return None;
                 }
                 (
@@ -283,7 +279,6 @@ impl Engine {
                 let offset = m.next_offset;
                 let (len, bytes) = next_piece(m, max_payload);
                 if !peer.cc.can_send(peer.in_flight_bytes, bytes) {
-                    peer.cc.on_window_limited();
                     return None;
                 }
                 let first = offset == 0;
