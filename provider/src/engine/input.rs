@@ -69,10 +69,9 @@ impl Engine {
     fn completes_signaled_send(&self, ack: &[u8; AckRepr::LEN]) -> bool {
         let dpdcid = crate::wire::ack::Packet::new_unchecked(&ack[..]).dpdcid();
         self.tx_by_id.get(&dpdcid).is_some_and(|&p| {
-            self.peers[p]
-                .messages
-                .values()
-                .any(|m| m.signal && !m.completed)
+            let peer = &self.peers[p];
+            debug_assert!(peer.message_counts_hold());
+            peer.message_counts.completion_awaited()
         })
     }
 
@@ -1089,10 +1088,11 @@ impl Engine {
             Some(RmaTx::PullData { send_id, .. }) if m.fully_acked() => Some(send_id),
             _ => None,
         };
-        if Self::settle(m, &mut self.completions) {
+        if Self::settle(m, &mut peer.message_counts, &mut self.completions) {
             let answer = m.is_answer();
-            let payload = entry.remove().payload;
-            self.message_gone(payload, answer);
+            let gone = entry.remove();
+            peer.message_counts.remove(&gone);
+            self.message_gone(gone.payload, answer);
         }
         if let Some(send_id) = pulled_from {
             self.on_pull_data_acked(p, send_id);
@@ -1106,16 +1106,25 @@ impl Engine {
         let Entry::Occupied(mut entry) = peer.messages.entry(msg_id) else {
             return;
         };
-        if Self::settle(entry.get_mut(), &mut self.completions) {
+        if Self::settle(
+            entry.get_mut(),
+            &mut peer.message_counts,
+            &mut self.completions,
+        ) {
             let answer = entry.get().is_answer();
-            let payload = entry.remove().payload;
-            self.message_gone(payload, answer);
+            let gone = entry.remove();
+            peer.message_counts.remove(&gone);
+            self.message_gone(gone.payload, answer);
         }
     }
 
     /// [`settle_message`](Self::settle_message) on the message itself:
     /// true when it is to be retired.
-    fn settle(m: &mut TxMessage, completions: &mut VecDeque<Completion>) -> bool {
+    fn settle(
+        m: &mut TxMessage,
+        counts: &mut MessageCounts,
+        completions: &mut VecDeque<Completion>,
+    ) -> bool {
         if !m.fully_acked() {
             return false;
         }
@@ -1125,7 +1134,7 @@ impl Engine {
             CompletionLevel::Inject => false,
         };
         if due && !m.completed {
-            m.completed = true;
+            counts.complete(m);
             completions.extend(Self::send_done(m));
         }
         Self::retirable(m)
@@ -1155,9 +1164,9 @@ impl Engine {
     /// Drop a message whose completion is out and whose packets are all
     /// acked.
     pub(super) fn retire_message(&mut self, p: usize, msg_id: u16) {
-        let messages = &mut self.peers[p].messages;
-        let done = messages.get(&msg_id).is_some_and(Self::retirable);
-        if let Some(m) = done.then(|| messages.remove(&msg_id)).flatten() {
+        let peer = &mut self.peers[p];
+        let done = peer.messages.get(&msg_id).is_some_and(Self::retirable);
+        if let Some(m) = done.then(|| peer.take_message(msg_id)).flatten() {
             let answer = m.is_answer();
             self.message_gone(m.payload, answer);
         }

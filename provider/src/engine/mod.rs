@@ -46,7 +46,8 @@ use crate::cms::{
 use crate::ops::*;
 use crate::pds::{AckOutcome, Arrival, RxPdc, SlotKind, TxPdc};
 use crate::ses::{
-    Inbound, InboundState, MsgHeader, PacketPayload, PostedQueues, TxMessage, Unexpected,
+    Inbound, InboundState, MessageCounts, MsgHeader, PacketPayload, PostedQueues, TxMessage,
+    Unexpected,
 };
 use crate::wire::prologue::flags as pflags;
 use crate::wire::ses::flags as sflags;
@@ -277,6 +278,9 @@ struct Peer {
     rx: Option<RxPdc>,
     queue: VecDeque<TxItem>,
     messages: FastMap<u16, TxMessage>,
+    /// What the per-packet paths ask about `messages`; every insertion,
+    /// completion and removal goes through it.
+    message_counts: MessageCounts,
     next_msg_id: u16,
     /// The oldest message ID `messages` may still hold: every earlier one
     /// is finished (see [`Peer::msg_ids_left`]).
@@ -427,7 +431,7 @@ impl Peer {
     fn queue_internal(&mut self, payload: Payload, rma: crate::ses::RmaTx) -> u16 {
         let id = self.next_msg_id;
         self.next_msg_id = id.wrapping_add(1);
-        self.messages.insert(
+        self.add_message(
             id,
             TxMessage {
                 tagged: false,
@@ -448,6 +452,29 @@ impl Peer {
         );
         self.queue.push_back(TxItem::Message(id));
         id
+    }
+
+    /// Message `id` joins `messages`.
+    fn add_message(&mut self, id: u16, m: TxMessage) {
+        self.message_counts.add(&m);
+        if let Some(old) = self.messages.insert(id, m) {
+            // IDs are not reused while a message holds one (`msg_ids_left`).
+            debug_assert!(false, "message ID {id} taken twice");
+            self.message_counts.remove(&old);
+        }
+    }
+
+    /// Message `id` leaves `messages`.
+    fn take_message(&mut self, id: u16) -> Option<TxMessage> {
+        let m = self.messages.remove(&id)?;
+        self.message_counts.remove(&m);
+        Some(m)
+    }
+
+    /// `message_counts` agrees with `messages` (a check for debug builds:
+    /// it scans them).
+    fn message_counts_hold(&self) -> bool {
+        self.message_counts == MessageCounts::of(self.messages.values())
     }
 
     /// Nothing posted, queued or unacknowledged on the send side.
@@ -800,6 +827,7 @@ impl Engine {
             rx: None,
             queue: VecDeque::new(),
             messages: FastMap::default(),
+            message_counts: MessageCounts::default(),
             next_msg_id: 0,
             oldest_msg_id: 0,
             next_match_seq: 0,
@@ -1111,7 +1139,7 @@ mod tests {
         ];
         println!("{sizes:?}");
         let documented = [
-            ("Peer", 984),
+            ("Peer", 992),
             ("TxPdc", 208),
             ("RxPdc", 104),
             ("TxSlot", 48),

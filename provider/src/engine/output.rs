@@ -325,13 +325,14 @@ impl Engine {
         // its way to us.
         let window_full =
             peer.tx.in_flight() >= window || !peer.cc.can_send(peer.in_flight_bytes, next_bytes);
+        debug_assert!(peer.message_counts_hold());
         let flags = if window_full {
             pflags::AR
         } else if !peer.queue.is_empty() {
             0
         } else if peer.tx.in_flight() + 1 >= window
             || !peer.full_packet_fits(max_payload)
-            || peer.messages.values().any(TxMessage::awaits_ack)
+            || peer.message_counts.awaits_ack()
         {
             pflags::AR
         } else {

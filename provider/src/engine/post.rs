@@ -67,7 +67,7 @@ impl Engine {
             .rendezvous_eager(p, len)
             .map(|eager| self.new_rendezvous(p, id, eager, &payload, now));
         let peer = &mut self.peers[p];
-        peer.messages.insert(
+        peer.add_message(
             id,
             TxMessage {
                 tagged: op.tag.is_some(),

@@ -265,7 +265,7 @@ impl Engine {
             }
         };
         let peer = &mut self.peers[p];
-        peer.messages.insert(
+        peer.add_message(
             id,
             TxMessage {
                 tagged: false,
@@ -693,7 +693,7 @@ impl Engine {
         }
         m.delivered = true;
         if !m.completed {
-            m.completed = true;
+            peer.message_counts.complete(m);
             let error = (r.return_code != 0).then_some(CompletionError::AccessDenied);
             if m.signal || error.is_some() {
                 self.completions.push_back(Completion {

@@ -345,6 +345,7 @@ impl Engine {
         self.reset_tx_pdc(p);
         let peer = &mut self.peers[p];
         let mut failed: Vec<(u16, TxMessage)> = peer.messages.drain().collect();
+        peer.message_counts = MessageCounts::default();
         failed.sort_by_key(|(id, _)| *id);
         for (_, m) in failed {
             if !m.completed {

@@ -169,8 +169,18 @@ impl TxMessage {
     /// failure (fi_inject, selective completion), or whose completion is
     /// out already, leave nobody waiting.
     pub fn awaits_ack(&self) -> bool {
-        let plain = matches!(self.rma, None | Some(RmaTx::Write { .. }));
-        !plain || (self.signal && !self.completed)
+        self.waits_beyond_acks() || self.completion_awaited()
+    }
+
+    /// The application will see this message's completion and has not yet.
+    pub fn completion_awaited(&self) -> bool {
+        self.signal && !self.completed
+    }
+
+    /// A read, atomic, rendezvous send or answer: the engine waits on it
+    /// for more than its ACKs, whatever the application asked to see.
+    pub fn waits_beyond_acks(&self) -> bool {
+        !matches!(self.rma, None | Some(RmaTx::Write { .. }))
     }
 
     /// Something only the peer can still do for this message: pull it,
@@ -189,6 +199,57 @@ impl TxMessage {
             && self.unacked_packets == 0
             && !self.pull_pending()
             && !self.answer_pending()
+    }
+}
+
+/// Counts over one peer's messages in flight that the per-packet paths ask
+/// about (is a completion awaited? does anything wait for ACKs?), kept
+/// current where a message is added, completes and leaves, so that no
+/// path scans the messages: a peer may have thousands queued.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MessageCounts {
+    /// Messages with [`TxMessage::completion_awaited`].
+    completion_awaited: u32,
+    /// Messages with [`TxMessage::waits_beyond_acks`].
+    beyond_acks: u32,
+}
+
+impl MessageCounts {
+    /// The counts of `messages`, taken one by one (for checks).
+    pub fn of<'a>(messages: impl IntoIterator<Item = &'a TxMessage>) -> Self {
+        let mut c = Self::default();
+        for m in messages {
+            c.add(m);
+        }
+        c
+    }
+
+    /// `m` joins the messages.
+    pub fn add(&mut self, m: &TxMessage) {
+        self.completion_awaited += u32::from(m.completion_awaited());
+        self.beyond_acks += u32::from(m.waits_beyond_acks());
+    }
+
+    /// `m` leaves the messages.
+    pub fn remove(&mut self, m: &TxMessage) {
+        self.completion_awaited -= u32::from(m.completion_awaited());
+        self.beyond_acks -= u32::from(m.waits_beyond_acks());
+    }
+
+    /// Mark `m`, one of the messages, completed.
+    pub fn complete(&mut self, m: &mut TxMessage) {
+        self.completion_awaited -= u32::from(m.completion_awaited());
+        m.completed = true;
+    }
+
+    /// Some message awaits a completion the application will see.
+    pub fn completion_awaited(&self) -> bool {
+        self.completion_awaited > 0
+    }
+
+    /// Some message has [`TxMessage::awaits_ack`].
+    pub fn awaits_ack(&self) -> bool {
+        self.completion_awaited > 0 || self.beyond_acks > 0
     }
 }
 
@@ -460,5 +521,35 @@ mod tests {
             token: 2,
         });
         assert!(message(false, true, pull).awaits_ack());
+    }
+
+    #[test]
+    fn message_counts_follow_additions_completions_and_removals() {
+        let answer = Some(RmaTx::ReadData { read_id: 3 });
+        let mut counts = MessageCounts::default();
+        assert!(!counts.awaits_ack() && !counts.completion_awaited());
+        // Injects alone: nobody waits.
+        let inject = message(false, false, None);
+        counts.add(&inject);
+        assert!(!counts.awaits_ack() && !counts.completion_awaited());
+        // A signaled send, until its completion is out.
+        let mut send = message(true, false, None);
+        counts.add(&send);
+        assert!(counts.awaits_ack() && counts.completion_awaited());
+        counts.complete(&mut send);
+        assert!(send.completed);
+        assert!(!counts.awaits_ack() && !counts.completion_awaited());
+        // Completing twice counts once.
+        counts.complete(&mut send);
+        assert_eq!(counts, MessageCounts::of([&inject, &send]));
+        // Read data waits for its ACKs without any completion.
+        let data = message(false, true, answer);
+        counts.add(&data);
+        assert!(counts.awaits_ack() && !counts.completion_awaited());
+        assert_eq!(counts, MessageCounts::of([&inject, &send, &data]));
+        for m in [&inject, &send, &data] {
+            counts.remove(m);
+        }
+        assert_eq!(counts, MessageCounts::default());
     }
 }
