@@ -362,6 +362,56 @@ static void t_cntr_msg(void)
 
 /* An endpoint bound to counters only (no CQ) works; cancel reaches the
  * receive through the counter bookkeeping. */
+/* Both endpoints bound to one CQ without a wait object: reading it
+ * progresses both, so messages each way complete with fi_cq_read alone. */
+static void t_shared_cq(void)
+{
+	char out[2][64], in[2][64];
+	int sctx[2], rctx[2], i, seen = 0;
+	double end;
+
+	open_domain();
+	E.cq[0] = open_cq(FI_WAIT_NONE);
+	for (i = 0; i < 2; i++) {
+		open_ep(i);
+		CHECK_RC(fi_ep_bind(E.ep[i], &E.cq[0]->fid, FI_TRANSMIT | FI_RECV));
+	}
+	enable_both();
+	for (i = 0; i < 2; i++) {
+		struct msg r = { i, in[i], sizeof in[i], 0, &rctx[i], 0 };
+
+		memset(in[i], 0, sizeof in[i]);
+		post(do_recv, &r, E.cq[0]);
+	}
+	for (i = 0; i < 2; i++) {
+		struct msg m = { i, out[i], sizeof out[i], E.addr[1 - i], &sctx[i], 0 };
+
+		memset(out[i], 'a' + i, sizeof out[i]);
+		post(do_send, &m, E.cq[0]);
+	}
+	/* Two sends and two receives, in any order. */
+	end = now_s() + WAIT_MS / 1000.0;
+	while (seen != 0xf) {
+		struct fi_cq_tagged_entry e;
+		ssize_t n = fi_cq_read(E.cq[0], &e, 1);
+
+		CHECK(n == 1 || n == -FI_EAGAIN, "fi_cq_read = %zd (%s)", n, fi_strerror((int)-n));
+		CHECK(now_s() < end, "completions seen 0x%x of 0xf", seen);
+		if (n != 1)
+			continue;
+		for (i = 0; i < 2; i++) {
+			if (e.op_context == &sctx[i])
+				seen |= 1 << i;
+			if (e.op_context == &rctx[i]) {
+				CHECK(e.len == sizeof in[i], "receive %d: %zu bytes", i, e.len);
+				seen |= 4 << i;
+			}
+		}
+	}
+	for (i = 0; i < 2; i++)
+		CHECK(memcmp(in[i], out[1 - i], sizeof in[i]) == 0, "endpoint %d got wrong bytes", i);
+}
+
 static void t_cntr_only(void)
 {
 	char out[32] = "counter only", in[32] = { 0 }, spare[32] = { 0 };
@@ -1964,6 +2014,7 @@ static const struct test { const char *name; void (*fn)(void); } tests[] = {
 	{ "cntr_claim", t_cntr_claim },
 	{ "cntr_wait_thread", t_cntr_wait_thread },
 	{ "cq_sread", t_cq_sread },
+	{ "shared_cq", t_shared_cq },
 	{ "cq_getwait", t_cq_getwait },
 	{ "cq_getwait_rebound", t_cq_getwait_rebound },
 	{ "eq_wait", t_eq_wait },

@@ -59,12 +59,8 @@ impl CntrInner {
         let _ = self.waker.sync(&wait::live(&self.eps));
     }
 
-    fn progress(&self) -> Vec<Arc<EpInner>> {
-        let live = wait::live(&self.eps);
-        for ep in &live {
-            ep.progress();
-        }
-        live
+    fn progress(&self) {
+        wait::for_each_live(&self.eps, |ep| ep.progress());
     }
 
     fn read(&self) -> u64 {
@@ -83,7 +79,7 @@ impl CntrInner {
         let deadline = wait::deadline(timeout);
         let errors = self.errors.load(Ordering::Acquire);
         loop {
-            let eps = self.progress();
+            self.progress();
             if self.value.load(Ordering::Acquire) >= threshold {
                 return Ok(());
             }
@@ -93,7 +89,7 @@ impl CntrInner {
             if deadline.is_some_and(|d| std::time::Instant::now() >= d) {
                 return Err(FI_ETIMEDOUT);
             }
-            wait::sleep(&eps, &self.waker, deadline);
+            wait::sleep(&wait::live(&self.eps), &self.waker, deadline);
         }
     }
 

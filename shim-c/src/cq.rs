@@ -114,12 +114,8 @@ impl CqInner {
 
     /// Progress every live bound endpoint (never under our queue lock: an
     /// endpoint pushes into CQ queues while it holds its own lock).
-    fn progress(&self) -> Vec<Arc<EpInner>> {
-        let live = wait::live(&self.eps);
-        for ep in &live {
-            ep.progress();
-        }
-        live
+    fn progress(&self) {
+        wait::for_each_live(&self.eps, |ep| ep.progress());
     }
 }
 

@@ -191,6 +191,25 @@ pub(crate) fn live(eps: &Mutex<Vec<Weak<EpInner>>>) -> Vec<Arc<EpInner>> {
     eps.iter().filter_map(Weak::upgrade).collect()
 }
 
+/// Call `f` on every live endpoint of `eps` without building a list (a
+/// busy-polling reader comes here millions of times a second), one at a
+/// time and never under the list's lock, which attaching takes. An
+/// endpoint attached or closed meanwhile may be missed or visited twice in
+/// this round; the next round sees the list as it is.
+pub(crate) fn for_each_live(eps: &Mutex<Vec<Weak<EpInner>>>, mut f: impl FnMut(&Arc<EpInner>)) {
+    let mut i = 0;
+    loop {
+        let ep = match eps.lock().get(i) {
+            Some(w) => w.upgrade(),
+            None => return,
+        };
+        i += 1;
+        if let Some(ep) = ep {
+            f(&ep);
+        }
+    }
+}
+
 /// Whether an endpoint of `eps` has input its descriptors do not show
 /// (same-host lanes): sleeping on them now could miss it.
 pub(crate) fn input_waiting(eps: &Mutex<Vec<Weak<EpInner>>>) -> bool {
