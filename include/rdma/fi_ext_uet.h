@@ -61,7 +61,7 @@ extern "C" {
 #define FI_UET_PARAM_IDLE_PROGRESS_US "FI_UET_IDLE_PROGRESS_US" /* manual progress: domain thread steps in after this idle time, us [1000] */
 #define FI_UET_PARAM_DEFER_ACKS       "FI_UET_DEFER_ACKS"       /* ACKs of an application progress call that completes a message wait for its next call [1] */
 #define FI_UET_PARAM_ACK_HOLD_US      "FI_UET_ACK_HOLD_US"      /* held ACKs survive further application progress calls for this long, us [10] */
-#define FI_UET_PARAM_ACK_PIGGYBACK    "FI_UET_ACK_PIGGYBACK"    /* held ACKs ride at the end of the reply's datagram to the same peer [1] */
+#define FI_UET_PARAM_ACK_PIGGYBACK    "FI_UET_ACK_PIGGYBACK"    /* held ACKs ride at the end of the reply's datagram to the same peer, and ACKs on delivery responses [1] */
 #define FI_UET_PARAM_DIRECT_RX        "FI_UET_DIRECT_RX"        /* receive payloads of 16 KiB or more straight into the posted buffer [1] */
 #define FI_UET_PARAM_SRC_ADDR          "FI_UET_SRC_ADDR"          /* address bound when none is named [127.0.0.1; "auto"] */
 #define FI_UET_PARAM_PORT              "FI_UET_PORT"              /* UDP port bound when none is named [0 = 4793 if free, else any] */

@@ -88,7 +88,7 @@ pub const PARAMS: &[ParamSpec] = &[
     ParamSpec {
         name: "ack_piggyback",
         kind: ParamKind::Bool,
-        help: "ACKs held for a reply (FI_UET_DEFER_ACKS) ride at the end of the reply's first datagram to the same peer that has room within FI_UET_MTU (datagrams under 16 KiB: receivers land larger payloads in place, which a trailer prevents), so a request-response exchange sends one datagram per message instead of two; a switch that trims the reply keeps the ACK (emu-net does) (default 1; 0 = held ACKs leave in datagrams of their own, after the reply).",
+        help: "ACKs held for a reply (FI_UET_DEFER_ACKS) ride at the end of the reply's first datagram to the same peer that has room within FI_UET_MTU (datagrams under 16 KiB: receivers land larger payloads in place, which a trailer prevents), so a request-response exchange sends one datagram per message instead of two; an ACK whose peer's next packet is an SES response (delivery completion) rides on that response the same way; a switch that trims the reply keeps the ACK (emu-net does) (default 1; 0 = ACKs leave in datagrams of their own).",
     },
     ParamSpec {
         name: "src_addr",

@@ -138,6 +138,47 @@ fn held_ack_rides_at_the_end_of_the_reply() {
 }
 
 #[test]
+fn a_delivery_response_carries_the_ack_of_the_message_it_answers() {
+    // A delivery-complete send completes once its packets are acknowledged
+    // and the receiver said it delivered the message: both leave the
+    // receiver in one datagram, and that datagram alone completes the send.
+    for piggyback in [true, false] {
+        let cfg = Config {
+            ack_piggyback: piggyback,
+            ..Config::default()
+        };
+        let (addrs, mut a, mut b) = engine_pair_with(&cfg);
+        b.post_recv(0, recv(8192, None, 20)).unwrap();
+        let mut op = send(addrs[1], pattern(3, 8192), None, 1);
+        op.level = uet::CompletionLevel::Delivery;
+        a.post_send(0, op).unwrap();
+        for (_, d) in drain(&mut a, 0) {
+            b.handle_datagram(10_000, addrs[0], 0, &d);
+        }
+        assert_eq!(completions(&mut b), vec![(CompletionKind::Recv, 20)]);
+        let answer = drain(&mut b, 10_000);
+        let types: Vec<PacketType> = answer.iter().map(|(t, _)| *t).collect();
+        if !piggyback {
+            // The ACK, then the response in a datagram of its own.
+            assert_eq!(types, vec![PacketType::AckCc, PacketType::RudRequest]);
+            continue;
+        }
+        assert_eq!(types, vec![PacketType::RudRequest], "one datagram");
+        let both = &answer[0].1;
+        assert_ne!(flags_of(both) & ack_trailer::FLAG, 0);
+        assert_eq!(b.stats().acks_piggybacked, 1);
+        a.handle_datagram(20_000, addrs[1], 0, both);
+        assert_eq!(completions(&mut a), vec![(CompletionKind::Send, 1)]);
+        // And a acknowledges the response.
+        let out = drain(&mut a, 20_000);
+        assert_eq!(out.len(), 1);
+        assert_eq!(out[0].0, PacketType::AckCc);
+        b.handle_datagram(30_000, addrs[0], 0, &out[0].1);
+        assert!(drain(&mut b, 30_000).is_empty());
+    }
+}
+
+#[test]
 fn a_deferred_ack_waits_for_the_answer_and_keeps_its_arrival_time() {
     // The ping was an inject: the ACK completes nothing the application
     // sees, so it can wait.

@@ -110,6 +110,9 @@ impl Engine {
             ));
         }
         if !self.acks_held {
+            if let Some(response) = self.take_response_carrying_ack(now, buf) {
+                return Some((response, None));
+            }
             if let Some(ack) = self.take_ack(now, buf) {
                 return Some((ack, None));
             }
@@ -135,8 +138,8 @@ impl Engine {
                 // application's buffer, but not those of a datagram with a
                 // trailer: a datagram that large (headers and all, so
                 // copied payloads and gathered ones alike) goes without.
-                if t.len < LANDING_MIN_PAYLOAD && trailer_here {
-                    t.len = self.attach_held_ack(p, now, buf, t.len);
+                if t.len < LANDING_MIN_PAYLOAD && trailer_here && self.acks_held {
+                    t.len = self.attach_ack(p, now, buf, t.len);
                 }
                 return Some((t, gathered));
             }
@@ -144,16 +147,39 @@ impl Engine {
         None
     }
 
+    /// The ACK first in line, at the end of an SES response to the same
+    /// peer when that response is next in its queue: the peer gets both in
+    /// one datagram. That is the pair a delivery-complete message leaves
+    /// behind (the ACK of its packets and the response that it was
+    /// delivered), and its sender completes only once both are in; alone,
+    /// the ACK would leave first in a datagram of its own.
+    fn take_response_carrying_ack(&mut self, now: u64, buf: &mut [u8]) -> Option<Transmit> {
+        let &p = self.ack_queue.front()?;
+        let peer = &self.peers[p];
+        if !self.ack_piggyback
+            || !peer.in_send_ring
+            || peer.data_held
+            || !matches!(peer.queue.front(), Some(TxItem::Response { .. }))
+        {
+            return None;
+        }
+        // The peer keeps its place in the send ring: the ring's next look
+        // at it finds whatever it has left.
+        let (mut t, _, _) = self.next_packet(p, now, buf, false)?;
+        t.len = self.attach_ack(p, now, buf, t.len);
+        Some(t)
+    }
+
     /// A request to peer `p` was just built in `buf[..len]` (all of it, or
     /// with a hole where a gathered payload goes): when an ACK for that
-    /// peer is held, it rides at the end (`wire::ack_trailer`) if the
-    /// datagram stays within the MTU. Returns the datagram's length. Held ACKs are those of
-    /// messages the application is answering, so this is the reply to
-    /// what they acknowledge; without the trailer they would follow it in
-    /// a datagram of their own.
-    fn attach_held_ack(&mut self, p: usize, now: u64, buf: &mut [u8], len: usize) -> usize {
+    /// peer is queued, it rides at the end (`wire::ack_trailer`) if the
+    /// datagram stays within the MTU. Returns the datagram's length. Held
+    /// ACKs are those of messages the application is answering, so this
+    /// is the reply to what they acknowledge; without the trailer they
+    /// would follow it in a datagram of their own.
+    fn attach_ack(&mut self, p: usize, now: u64, buf: &mut [u8], len: usize) -> usize {
         let end = len + ack_trailer::LEN;
-        if !self.acks_held || !self.ack_piggyback || end > self.mtu || end > buf.len() {
+        if !self.ack_piggyback || end > self.mtu || end > buf.len() {
             return len;
         }
         let peer = &mut self.peers[p];
