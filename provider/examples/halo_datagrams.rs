@@ -92,15 +92,10 @@ fn main() {
         Some("transmit") => CompletionLevel::Transmit,
         _ => CompletionLevel::Delivery,
     };
-    let mut cfg = Config::default();
-    for (key, value) in std::env::vars() {
-        if let Some(name) = key.strip_prefix("FI_UET_") {
-            if let Err(e) = cfg.set_text(&name.to_ascii_lowercase(), &value) {
-                eprintln!("{key}: {e}");
-                std::process::exit(1);
-            }
-        }
-    }
+    let cfg = Config::from_process_env().unwrap_or_else(|e| {
+        eprintln!("{e}");
+        std::process::exit(1);
+    });
     let any = "127.0.0.1:0".parse().expect("address");
     let (Ok(a), Ok(b)) = (Endpoint::bind(&cfg, any), Endpoint::bind(&cfg, any)) else {
         eprintln!("cannot bind UDP sockets on 127.0.0.1");

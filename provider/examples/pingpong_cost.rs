@@ -186,15 +186,10 @@ fn main() {
     let wait_send = args.next().is_some_and(|a| a == "wait-send");
     // FI_UET_<NAME>=value settings in the environment apply, as in the
     // provider (to compare two settings' costs).
-    let mut cfg = Config::default();
-    for (key, value) in std::env::vars() {
-        if let Some(name) = key.strip_prefix("FI_UET_") {
-            if let Err(e) = cfg.set_text(&name.to_ascii_lowercase(), &value) {
-                eprintln!("{key}: {e}");
-                std::process::exit(1);
-            }
-        }
-    }
+    let cfg = Config::from_process_env().unwrap_or_else(|e| {
+        eprintln!("{e}");
+        std::process::exit(1);
+    });
     let any = "127.0.0.1:0".parse().expect("address");
     let (Ok(mut a), Ok(mut b)) = (Endpoint::bind(&cfg, any), Endpoint::bind(&cfg, any)) else {
         eprintln!("cannot bind UDP sockets on 127.0.0.1");

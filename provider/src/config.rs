@@ -652,6 +652,20 @@ impl Config {
         Ok(())
     }
 
+    /// The defaults with every `FI_UET_*` variable of this process's
+    /// environment applied (see [`set_text`](Self::set_text)), for tools
+    /// that run the engine without libfabric; the first one refused stops
+    /// it.
+    pub fn from_process_env() -> Result<Config, ConfigError> {
+        let mut config = Config::default();
+        for (key, value) in std::env::vars() {
+            if let Some(name) = key.strip_prefix("FI_UET_") {
+                config.set_text(&name.to_ascii_lowercase(), &value)?;
+            }
+        }
+        Ok(config)
+    }
+
     /// Apply one parameter given as text, read the way libfabric reads an
     /// `FI_UET_*` environment variable: integers in decimal (or `0x` hex),
     /// booleans as 1/0, yes/no, true/false or on/off. For front-ends that
