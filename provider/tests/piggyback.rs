@@ -20,7 +20,7 @@ use common::{
 use uet::engine::{PayloadRef, LANDING_MIN_PAYLOAD};
 use uet::wire::ip::{self, Ecn, DSCP_TRIMMED};
 use uet::wire::{ack_trailer, AckRepr, PacketType};
-use uet::{CompletionKind, Config, Engine, ProbeFlags, RecvOp};
+use uet::{CompletionKind, Config, Engine, ProbeFlags, RecvOp, SendOp};
 
 /// UET headers in front of a data packet's payload: PDS request + SES.
 const DATA_HEADERS: usize = 12 + 44;
@@ -454,7 +454,23 @@ fn ping_pong(
     dup: f64,
     trim: f64,
 ) -> [uet::engine::Stats; 2] {
+    ping_pong_at(uet::CompletionLevel::Transmit, seed, sizes, drop, dup, trim)
+}
+
+/// [`ping_pong`] with every send completing at `level`.
+fn ping_pong_at(
+    level: uet::CompletionLevel,
+    seed: u64,
+    sizes: &[usize],
+    drop: f64,
+    dup: f64,
+    trim: f64,
+) -> [uet::engine::Stats; 2] {
     let cfg = lossy_config();
+    let send = |to, data, ctx| SendOp {
+        level,
+        ..send(to, data, None, ctx)
+    };
     let addrs = addrs();
     let mut eng = [
         Engine::new(&cfg, addrs[0], seed),
@@ -486,7 +502,7 @@ fn ping_pong(
     post(&mut eng[0], 0, 0, 0);
     post(&mut eng[1], 1, 0, 0);
     eng[0]
-        .post_send(0, send(addrs[1], pattern(0, sizes[0]), None, 0))
+        .post_send(0, send(addrs[1], pattern(0, sizes[0]), 0))
         .unwrap();
     let mut net: BinaryHeap<InFlight> = BinaryHeap::new();
     let mut seq = 0u64;
@@ -572,7 +588,7 @@ fn ping_pong(
                 }
                 if let Some((ctx, data)) = reply {
                     eng[side]
-                        .post_send(now, send(addrs[1 - side], data, None, ctx as u64))
+                        .post_send(now, send(addrs[1 - side], data, ctx as u64))
                         .unwrap();
                 }
             }
@@ -601,6 +617,21 @@ fn ping_pong(
         }
     }
     [eng[0].stats(), eng[1].stats()]
+}
+
+#[test]
+fn lossy_ping_pong_with_delivery_completion_delivers_everything_once() {
+    // Every message draws a delivery response, which carries the ACK of
+    // the message when both are due at once; loss, duplicates and
+    // trimming still complete every send exactly once.
+    let sizes = [64, 0, 1400, 3000, 1, 9000, 64, 64, 100_000, 500];
+    let mut piggybacked = 0;
+    for seed in 0..12 {
+        let level = uet::CompletionLevel::Delivery;
+        let [a, b] = ping_pong_at(level, seed, &sizes, 0.1, 0.05, 0.1);
+        piggybacked += a.acks_piggybacked + b.acks_piggybacked;
+    }
+    assert!(piggybacked > 0);
 }
 
 #[test]

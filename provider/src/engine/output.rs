@@ -156,9 +156,11 @@ impl Engine {
     fn take_response_carrying_ack(&mut self, now: u64, buf: &mut [u8]) -> Option<Transmit> {
         let &p = self.ack_queue.front()?;
         let peer = &self.peers[p];
+        // Retransmissions would go first: then the ACK waits its turn.
         if !self.ack_piggyback
             || !peer.in_send_ring
             || peer.data_held
+            || !peer.tx.retransmit.is_empty()
             || !matches!(peer.queue.front(), Some(TxItem::Response { .. }))
         {
             return None;
