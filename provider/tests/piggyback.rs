@@ -166,6 +166,10 @@ fn a_delivery_response_carries_the_ack_of_the_message_it_answers() {
         assert_eq!(types, vec![PacketType::RudRequest], "one datagram");
         let both = &answer[0].1;
         assert_ne!(flags_of(both) & ack_trailer::FLAG, 0);
+        // Nothing at b waits for the response's own ACK (its message was
+        // answered already): a may hold it for its next send.
+        let no_wait = uet::wire::prologue::flags::AR | uet::wire::prologue::flags::NO_WAIT;
+        assert_eq!(flags_of(both) & no_wait, no_wait);
         assert_eq!(b.stats().acks_piggybacked, 1);
         a.handle_datagram(20_000, addrs[1], 0, both);
         assert_eq!(completions(&mut a), vec![(CompletionKind::Send, 1)]);
@@ -176,6 +180,51 @@ fn a_delivery_response_carries_the_ack_of_the_message_it_answers() {
         b.handle_datagram(30_000, addrs[0], 0, &out[0].1);
         assert!(drain(&mut b, 30_000).is_empty());
     }
+}
+
+#[test]
+fn in_a_halo_exchange_the_response_leaves_its_ack_to_the_next_send() {
+    // Both sides send a delivery-complete message at once, as MPI ranks
+    // do in a halo exchange. b's own message still waits for its ACK
+    // when b answers a's, but its last packet asked for that ACK at once:
+    // the response asks for none (NO_WAIT), so a may hold it for its next
+    // message to b.
+    let cfg = Config {
+        mtu: 9000,
+        ..Config::default()
+    };
+    let (addrs, mut a, mut b) = engine_pair_with(&cfg);
+    let no_wait = uet::wire::prologue::flags::AR | uet::wire::prologue::flags::NO_WAIT;
+    let mut first = Vec::new();
+    for (e, to, ctx) in [(&mut a, addrs[1], 1), (&mut b, addrs[0], 2)] {
+        e.post_recv(0, recv(8192, None, 10 + ctx)).unwrap();
+        let mut op = send(to, pattern(ctx, 8192), None, ctx);
+        op.level = uet::CompletionLevel::Delivery;
+        e.post_send(0, op).unwrap();
+        let out = drain(e, 0);
+        assert_eq!(out.len(), 1);
+        // The message's last packet asks for its ACK at once.
+        assert_eq!(
+            flags_of(&out[0].1) & no_wait,
+            uet::wire::prologue::flags::AR
+        );
+        first.push(out[0].1.clone());
+    }
+    b.handle_datagram(10_000, addrs[0], 0, &first[0]);
+    let answer = drain(&mut b, 10_000);
+    assert_eq!(answer.len(), 1, "the response carrying the ACK");
+    assert_ne!(flags_of(&answer[0].1) & ack_trailer::FLAG, 0);
+    assert_eq!(flags_of(&answer[0].1) & no_wait, no_wait);
+    // a takes b's message and then the answer to its own: both of its
+    // operations complete.
+    a.handle_datagram(11_000, addrs[1], 0, &first[1]);
+    a.handle_datagram(12_000, addrs[1], 0, &answer[0].1);
+    let mut done = completions(&mut a);
+    done.sort_by_key(|&(_, ctx)| ctx);
+    assert_eq!(
+        done,
+        vec![(CompletionKind::Send, 1), (CompletionKind::Recv, 11)]
+    );
 }
 
 #[test]

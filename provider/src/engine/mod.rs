@@ -281,6 +281,9 @@ struct Peer {
     /// What the per-packet paths ask about `messages`; every insertion,
     /// completion and removal goes through it.
     message_counts: MessageCounts,
+    /// The latest new packet to this peer asked for an immediate ACK (AR
+    /// without NO_WAIT).
+    tail_asked_ack: bool,
     next_msg_id: u16,
     /// The oldest message ID `messages` may still hold: every earlier one
     /// is finished (see [`Peer::msg_ids_left`]).
@@ -828,6 +831,7 @@ impl Engine {
             queue: VecDeque::new(),
             messages: FastMap::default(),
             message_counts: MessageCounts::default(),
+            tail_asked_ack: false,
             next_msg_id: 0,
             oldest_msg_id: 0,
             next_match_seq: 0,
@@ -1139,7 +1143,7 @@ mod tests {
         ];
         println!("{sizes:?}");
         let documented = [
-            ("Peer", 992),
+            ("Peer", 1000),
             ("TxPdc", 208),
             ("RxPdc", 104),
             ("TxSlot", 48),

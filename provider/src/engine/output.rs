@@ -354,18 +354,25 @@ impl Engine {
         let window_full =
             peer.tx.in_flight() >= window || !peer.cc.can_send(peer.in_flight_bytes, next_bytes);
         debug_assert!(peer.message_counts_hold());
+        // Nothing here waits for a response's own ACK: what of ours waits
+        // for ACKs went out before it, and either nothing else is in flight
+        // or the packet before it asked for an immediate ACK, which reports
+        // everything up to there.
+        let response_alone = matches!(kind, SlotKind::Response { .. })
+            && (peer.tx.in_flight() == 1 || peer.tail_asked_ack);
         let flags = if window_full {
             pflags::AR
         } else if !peer.queue.is_empty() {
             0
         } else if peer.tx.in_flight() + 1 >= window
             || !peer.full_packet_fits(max_payload)
-            || peer.message_counts.awaits_ack()
+            || (peer.message_counts.awaits_ack() && !response_alone)
         {
             pflags::AR
         } else {
             pflags::AR | pflags::NO_WAIT
         };
+        peer.tail_asked_ack = flags & pflags::AR != 0 && flags & pflags::NO_WAIT == 0;
         let (len, gathered) = build_packet(peer, psn, kind, flags, &opts, buf);
         self.stats.packets_sent += 1;
         Some((
