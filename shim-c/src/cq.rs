@@ -93,25 +93,6 @@ impl CqInner {
         self.waker.epoll_fd(&wait::live(&self.eps))
     }
 
-    /// [`progress`](Self::progress) without building the list when one
-    /// endpoint is bound (the usual case): a busy-polling reader calls this
-    /// millions of times a second.
-    fn progress_bound(&self) {
-        let single = {
-            let eps = self.eps.lock();
-            match eps.as_slice() {
-                [one] => one.upgrade(),
-                _ => None,
-            }
-        };
-        match single {
-            Some(ep) => ep.progress(),
-            None => {
-                self.progress();
-            }
-        }
-    }
-
     /// Progress every live bound endpoint (never under our queue lock: an
     /// endpoint pushes into CQ queues while it holds its own lock).
     fn progress(&self) {
@@ -332,7 +313,7 @@ fn read(cq: &CqInner, buf: *mut c_void, count: usize, src_addr: *mut fi_addr_t) 
     if buf.is_null() && count > 0 {
         return Err(FI_EINVAL);
     }
-    cq.progress_bound();
+    cq.progress();
     let mut q = cq.queue.lock();
     match q.front() {
         None => return Err(FI_EAGAIN),

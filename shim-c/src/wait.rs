@@ -193,20 +193,25 @@ pub(crate) fn live(eps: &Mutex<Vec<Weak<EpInner>>>) -> Vec<Arc<EpInner>> {
 
 /// Call `f` on every live endpoint of `eps` without building a list (a
 /// busy-polling reader comes here millions of times a second), one at a
-/// time and never under the list's lock, which attaching takes. An
-/// endpoint attached or closed meanwhile may be missed or visited twice in
-/// this round; the next round sees the list as it is.
+/// time and never under the list's lock, which attaching takes; one lock
+/// per endpoint, so a single bound endpoint costs one. An endpoint
+/// attached or closed meanwhile may be missed or visited twice in this
+/// round; the next round sees the list as it is.
 pub(crate) fn for_each_live(eps: &Mutex<Vec<Weak<EpInner>>>, mut f: impl FnMut(&Arc<EpInner>)) {
     let mut i = 0;
     loop {
-        let ep = match eps.lock().get(i) {
-            Some(w) => w.upgrade(),
-            None => return,
+        let (ep, more) = {
+            let eps = eps.lock();
+            let Some(w) = eps.get(i) else { return };
+            (w.upgrade(), i + 1 < eps.len())
         };
-        i += 1;
         if let Some(ep) = ep {
             f(&ep);
         }
+        if !more {
+            return;
+        }
+        i += 1;
     }
 }
 
