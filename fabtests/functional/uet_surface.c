@@ -10,6 +10,7 @@
  * closes everything it opened, pass or fail.
  */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <errno.h>
 #include <poll.h>
 #include <pthread.h>
@@ -410,6 +411,83 @@ static void t_shared_cq(void)
 	}
 	for (i = 0; i < 2; i++)
 		CHECK(memcmp(in[i], out[1 - i], sizeof in[i]) == 0, "endpoint %d got wrong bytes", i);
+}
+
+/* Context switches of this process's idle-progress threads so far
+ * (each wake-up from a sleep is at least one), -1 when there is none. */
+static long progress_thread_switches(void)
+{
+	char path[300], line[256];
+	long total = -1;
+	DIR *tasks = opendir("/proc/self/task");
+	struct dirent *d;
+
+	CHECK(tasks != NULL, "cannot list /proc/self/task");
+	while ((d = readdir(tasks)) != NULL) {
+		FILE *f;
+
+		if (d->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof path, "/proc/self/task/%s/comm", d->d_name);
+		f = fopen(path, "r");
+		if (!f)
+			continue;
+		if (!fgets(line, sizeof line, f) || strncmp(line, "uet-progress", 12) != 0) {
+			fclose(f);
+			continue;
+		}
+		fclose(f);
+		snprintf(path, sizeof path, "/proc/self/task/%s/status", d->d_name);
+		f = fopen(path, "r");
+		if (!f)
+			continue;
+		while (fgets(line, sizeof line, f)) {
+			long n;
+
+			if (sscanf(line, "voluntary_ctxt_switches: %ld", &n) == 1 ||
+			    sscanf(line, "nonvoluntary_ctxt_switches: %ld", &n) == 1)
+				total = (total < 0 ? 0 : total) + n;
+		}
+		fclose(f);
+	}
+	closedir(tasks);
+	return total;
+}
+
+/* Manual progress with the idle-progress thread on (1 ms grace): while the
+ * application polls its CQ, the thread sleeps instead of waking every grace
+ * period to check (on a busy machine each wake-up takes a core from a
+ * rank). Its wake-ups over 400 ms of polling stay far below one per
+ * period; a thread looking every period wakes about 400 times. */
+static void t_idle_thread_sleeps_while_polled(void)
+{
+	enum { POLL_MS = 400 };
+	long before, after;
+	double end;
+
+	setenv("FI_UET_IDLE_PROGRESS_US", "1000", 1);
+	open_domain();
+	unsetenv("FI_UET_IDLE_PROGRESS_US");
+	E.cq[0] = open_cq(FI_WAIT_NONE);
+	open_ep(0);
+	CHECK_RC(fi_ep_bind(E.ep[0], &E.cq[0]->fid, FI_TRANSMIT | FI_RECV));
+	CHECK_RC(fi_enable(E.ep[0]));
+	/* The thread names itself once it runs. */
+	end = now_s() + WAIT_MS / 1000.0;
+	while ((before = progress_thread_switches()) < 0 && now_s() < end)
+		usleep(1000);
+	CHECK(before >= 0, "no uet-progress thread with FI_UET_IDLE_PROGRESS_US=1000");
+	end = now_s() + POLL_MS / 1000.0;
+	while (now_s() < end) {
+		struct fi_cq_tagged_entry e;
+		ssize_t n = fi_cq_read(E.cq[0], &e, 1);
+
+		CHECK(n == -FI_EAGAIN, "fi_cq_read = %zd on an idle endpoint", n);
+	}
+	after = progress_thread_switches();
+	CHECK(after - before <= POLL_MS / 4 + 10,
+	      "the idle-progress thread woke %ld times in %d ms of polling", after - before,
+	      POLL_MS);
 }
 
 static void t_cntr_only(void)
@@ -2015,6 +2093,7 @@ static const struct test { const char *name; void (*fn)(void); } tests[] = {
 	{ "cntr_wait_thread", t_cntr_wait_thread },
 	{ "cq_sread", t_cq_sread },
 	{ "shared_cq", t_shared_cq },
+	{ "idle_thread_sleeps_while_polled", t_idle_thread_sleeps_while_polled },
 	{ "cq_getwait", t_cq_getwait },
 	{ "cq_getwait_rebound", t_cq_getwait_rebound },
 	{ "eq_wait", t_eq_wait },

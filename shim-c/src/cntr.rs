@@ -89,7 +89,7 @@ impl CntrInner {
             if deadline.is_some_and(|d| std::time::Instant::now() >= d) {
                 return Err(FI_ETIMEDOUT);
             }
-            wait::sleep(&wait::live(&self.eps), &self.waker, deadline);
+            wait::sleep(&wait::live(&self.eps), &[], &self.waker, deadline);
         }
     }
 

@@ -360,7 +360,7 @@ fn sread(
         {
             return Err(FI_EAGAIN);
         }
-        wait::sleep(&wait::live(&cq.eps), &cq.waker, deadline);
+        wait::sleep(&wait::live(&cq.eps), &[], &cq.waker, deadline);
     }
 }
 

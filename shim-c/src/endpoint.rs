@@ -29,6 +29,7 @@ use crate::eq::{self, EqInner};
 use crate::errors::{fi_errno, guard, ret_int, unsupported, FiResult};
 use crate::getinfo::{CAPS, IOV_LIMIT, ROD_ORDER};
 use crate::object::{self, fid_ops, ops_ptr};
+use crate::progress::IdleTimer;
 use crate::{msg, rma_atomic, tagged};
 
 /// What an endpoint is bound to, and its mutable state.
@@ -147,11 +148,13 @@ pub(crate) struct EpInner {
     state: Mutex<EpState>,
     domain: Arc<DomainInner>,
     caps: u64,
-    /// Progress calls made by the application; the domain's idle-progress
-    /// thread watches it to tell whether the application still polls.
-    app_progress: AtomicU64,
-    /// `app_progress` as the idle-progress thread last saw it.
-    watched_progress: AtomicU64,
+    /// Endpoint time (`Endpoint::clock_ns`) of the application's last
+    /// progress call; the domain's idle-progress thread reads it to tell
+    /// whether the application still polls.
+    app_progressed_at: AtomicU64,
+    /// Fires when the application may have stopped polling (manual
+    /// progress with the idle-progress thread on; see `progress.rs`).
+    idle_timer: Option<IdleTimer>,
     /// fi_endpoint's context: the op_context of errors of operations that
     /// have none of their own (the inject calls; fi_endpoint(3)).
     ep_context: u64,
@@ -249,9 +252,14 @@ impl EpInner {
     /// the application, which may answer what it reads before this call's
     /// ACKs leave (`FI_UET_DEFER_ACKS`).
     pub(crate) fn progress(&self) {
-        self.app_progress.fetch_add(1, Ordering::Relaxed);
         let mut guard = self.state.lock();
         self.progress_locked(&mut guard, true);
+        if let Some(at) = guard.ep.as_ref().map(|e| e.progressed_at()) {
+            self.app_progressed_at.store(at, Ordering::Relaxed);
+            if let Some(timer) = &self.idle_timer {
+                timer.push_out(at);
+            }
+        }
     }
 
     /// [`progress`](Self::progress) for the domain's auto-progress thread:
@@ -261,19 +269,40 @@ impl EpInner {
         self.progress_locked(&mut guard, false);
     }
 
-    /// Progress on behalf of an application that has not called in since the
-    /// last look (manual progress), never waiting for the lock: an
-    /// application holding it is progressing already. Returns whether the
-    /// endpoint was idle.
-    pub(crate) fn progress_if_idle(&self) -> bool {
-        let seen = self.app_progress.load(Ordering::Relaxed);
-        if self.watched_progress.swap(seen, Ordering::Relaxed) != seen {
+    /// Progress on behalf of an application that has made no progress call
+    /// for `grace_ns` (manual progress), never waiting for the lock: an
+    /// application holding it is in a call. Otherwise the idle timer is set
+    /// for the moment the application will have been quiet that long.
+    /// Returns whether the endpoint was idle.
+    pub(crate) fn progress_if_idle(&self, grace_ns: u64) -> bool {
+        if let Some(timer) = &self.idle_timer {
+            timer.drain();
+        }
+        let Some(mut guard) = self.state.try_lock() else {
+            // Not every call that holds the lock pushes the timer out (a
+            // post does not): look again soon.
+            if let Some(timer) = &self.idle_timer {
+                timer.fire_in(grace_ns / 2);
+            }
+            return false;
+        };
+        let Some(now) = guard.ep.as_ref().map(|e| e.clock_ns()) else {
+            return true;
+        };
+        let quiet = now.saturating_sub(self.app_progressed_at.load(Ordering::Relaxed));
+        if quiet < grace_ns {
+            if let Some(timer) = &self.idle_timer {
+                timer.fire_in(grace_ns - quiet);
+            }
             return false;
         }
-        if let Some(mut guard) = self.state.try_lock() {
-            self.progress_locked(&mut guard, false);
-        }
+        self.progress_locked(&mut guard, false);
         true
+    }
+
+    /// The idle timer's descriptor, for the idle-progress thread's sleep.
+    pub(crate) fn idle_timer_fd(&self) -> Option<RawFd> {
+        self.idle_timer.as_ref().map(IdleTimer::fd)
     }
 
     fn progress_locked(&self, st: &mut EpState, app: bool) {
@@ -891,8 +920,13 @@ fn create(
         }),
         domain: Arc::clone(&dom.inner),
         caps,
-        app_progress: AtomicU64::new(0),
-        watched_progress: AtomicU64::new(0),
+        app_progressed_at: AtomicU64::new(0),
+        idle_timer: dom
+            .inner
+            .auto_progress
+            .as_ref()
+            .and_then(|p| p.idle_grace())
+            .and_then(|grace| IdleTimer::new(grace.as_nanos().min(u64::MAX as u128) as u64)),
         ep_context: context as u64,
         sleepers: Mutex::default(),
         sleepers_left: Condvar::new(),

@@ -195,7 +195,7 @@ extern "C" fn eq_sread(
                 return -(FI_EAGAIN as isize);
             }
             // Only fi_eq_write produces events: sleep on the eventfd alone.
-            wait::sleep(&[], &e.inner.waker, deadline);
+            wait::sleep(&[], &[], &e.inner.waker, deadline);
         }
     })
 }

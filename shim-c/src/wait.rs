@@ -240,18 +240,27 @@ pub(crate) fn deadline(timeout_ms: c_int) -> Option<Instant> {
         .map(|ms| Instant::now() + Duration::from_millis(ms))
 }
 
-/// Sleep until input arrives on an endpoint of `eps`, `waker` fires, the
-/// engines need a timer run, or `deadline` passes.
-pub(crate) fn sleep(eps: &[Arc<EpInner>], waker: &Waker, deadline: Option<Instant>) {
+/// Sleep until input arrives on an endpoint of `eps`, a descriptor of
+/// `also` becomes readable, `waker` fires, the engines need a timer run, or
+/// `deadline` passes.
+pub(crate) fn sleep(
+    eps: &[Arc<EpInner>],
+    also: &[RawFd],
+    waker: &Waker,
+    deadline: Option<Instant>,
+) {
     let mut budget = MAX_SLEEP;
     if let Some(d) = deadline {
         budget = budget.min(d.saturating_duration_since(Instant::now()));
     }
-    let mut fds = vec![libc::pollfd {
-        fd: waker.event_fd,
-        events: libc::POLLIN,
-        revents: 0,
-    }];
+    let mut fds: Vec<libc::pollfd> = std::iter::once(waker.event_fd)
+        .chain(also.iter().copied())
+        .map(|fd| libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        })
+        .collect();
     // Endpoints whose sockets we sleep on (and whose same-host senders
     // ring the doorbell meanwhile).
     let mut sleeping: Vec<&Arc<EpInner>> = Vec::with_capacity(eps.len());

@@ -254,6 +254,8 @@ pub struct Endpoint {
     local: SocketAddr,
     /// `sys::monotonic_ns` at bind: the engine's time is counted from it.
     epoch_ns: u64,
+    /// Engine time at the start of the last progress call.
+    progressed_at: u64,
     rx: sys::RecvBatch,
     tx_buf: Vec<u8>,
     /// Datagrams the kernel refused with EAGAIN, sent first next time
@@ -476,6 +478,7 @@ impl Endpoint {
             sockets,
             local,
             epoch_ns,
+            progressed_at: 0,
             rx: sys::RecvBatch::new(rx_batch, MAX_DATAGRAM),
             tx_buf: vec![0; tx_len],
             stalled: VecDeque::new(),
@@ -564,6 +567,18 @@ impl Endpoint {
 
     fn now(&self) -> u64 {
         engine_time(self.epoch_ns)
+    }
+
+    /// The endpoint's clock: nanoseconds since it was bound.
+    pub fn clock_ns(&self) -> u64 {
+        self.now()
+    }
+
+    /// [`clock_ns`](Self::clock_ns) when the last progress call began: what
+    /// a caller that just progressed takes for "now" without reading the
+    /// clock again.
+    pub fn progressed_at(&self) -> u64 {
+        self.progressed_at
     }
 
     /// Post a send and push its first packets out at once.
@@ -739,6 +754,7 @@ impl Endpoint {
 
     fn progress_holding(&mut self, may_hold: bool) -> bool {
         let mut now = self.now();
+        self.progressed_at = now;
         self.end_send_burst(now);
 
         let mut busy = false;
