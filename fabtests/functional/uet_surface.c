@@ -413,8 +413,9 @@ static void t_shared_cq(void)
 		CHECK(memcmp(in[i], out[1 - i], sizeof in[i]) == 0, "endpoint %d got wrong bytes", i);
 }
 
-/* Context switches of this process's idle-progress threads so far
- * (each wake-up from a sleep is at least one), -1 when there is none. */
+/* Voluntary context switches of this process's idle-progress threads so
+ * far (one per sleep, so one per wake-up; preemptions by a loaded machine
+ * are not counted), -1 when there is none. */
 static long progress_thread_switches(void)
 {
 	char path[300], line[256];
@@ -444,8 +445,7 @@ static long progress_thread_switches(void)
 		while (fgets(line, sizeof line, f)) {
 			long n;
 
-			if (sscanf(line, "voluntary_ctxt_switches: %ld", &n) == 1 ||
-			    sscanf(line, "nonvoluntary_ctxt_switches: %ld", &n) == 1)
+			if (sscanf(line, "voluntary_ctxt_switches: %ld", &n) == 1)
 				total = (total < 0 ? 0 : total) + n;
 		}
 		fclose(f);
@@ -457,8 +457,9 @@ static long progress_thread_switches(void)
 /* Manual progress with the idle-progress thread on (1 ms grace): while the
  * application polls its CQ, the thread sleeps instead of waking every grace
  * period to check (on a busy machine each wake-up takes a core from a
- * rank). Its wake-ups over 400 ms of polling stay far below one per
- * period; a thread looking every period wakes about 400 times. */
+ * rank). Over 400 ms of polling it wakes about 20 times (its longest sleep
+ * is 20 ms; more when the machine is loaded and the application's calls
+ * stall); a thread looking every period wakes about 400 times. */
 static void t_idle_thread_sleeps_while_polled(void)
 {
 	enum { POLL_MS = 400 };
@@ -485,7 +486,7 @@ static void t_idle_thread_sleeps_while_polled(void)
 		CHECK(n == -FI_EAGAIN, "fi_cq_read = %zd on an idle endpoint", n);
 	}
 	after = progress_thread_switches();
-	CHECK(after - before <= POLL_MS / 4 + 10,
+	CHECK(after - before < POLL_MS / 2,
 	      "the idle-progress thread woke %ld times in %d ms of polling", after - before,
 	      POLL_MS);
 }

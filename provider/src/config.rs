@@ -68,7 +68,7 @@ pub const PARAMS: &[ParamSpec] = &[
     ParamSpec {
         name: "idle_progress_us",
         kind: ParamKind::Int,
-        help: "With FI_PROGRESS_MANUAL, a domain thread progresses any endpoint the application has not progressed for this many microseconds, so retransmissions, ACKs and held packets still move while the application blocks elsewhere; it notices within up to 4 ms more, by a timer the application's own calls push out, so it never wakes while they come (default 1000; 0 = only the application progresses).",
+        help: "With FI_PROGRESS_MANUAL, a domain thread progresses any endpoint the application has not progressed for this many microseconds, so retransmissions, ACKs and held packets still move while the application blocks elsewhere; it notices within up to 4 ms more, by a timer the application's own calls push out, so while they come it wakes only every 20 ms (default 1000; 0 = only the application progresses).",
     },
     ParamSpec {
         name: "direct_rx",

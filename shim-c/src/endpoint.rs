@@ -1251,6 +1251,12 @@ extern "C" fn ep_setname(f: fid_t, a: *mut c_void, addrlen: usize) -> c_int {
                 e.set_memory_regions(ep.inner.domain.regions.clone());
                 st.ep = Some(e);
                 st.socket_set = new_socket_set();
+                // The new endpoint's clock starts at zero: times taken from
+                // the old one would make the application look busy.
+                ep.inner.app_progressed_at.store(0, Ordering::Relaxed);
+                if let Some(timer) = &ep.inner.idle_timer {
+                    timer.restart_clock();
+                }
                 0
             }
             Err(e) => -(fi_errno(&e) as c_int),

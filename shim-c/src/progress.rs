@@ -209,6 +209,11 @@ impl IdleTimer {
         }
     }
 
+    /// The endpoint's clock restarted (a new bind): forget the last push.
+    pub(crate) fn restart_clock(&self) {
+        self.pushed_at.store(NEVER, Ordering::Relaxed);
+    }
+
     /// Fire `ns` from now, give or take a scheduler tick (re-arming also
     /// clears an expiry not yet read).
     pub(crate) fn fire_in(&self, ns: u64) {
