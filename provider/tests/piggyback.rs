@@ -22,6 +22,9 @@ use uet::wire::ip::{self, Ecn, DSCP_TRIMMED};
 use uet::wire::{ack_trailer, AckRepr, PacketType};
 use uet::{CompletionKind, Config, Engine, ProbeFlags, RecvOp, SendOp};
 
+/// An ACK request the receiver may hold for its next send.
+const AR_NO_WAIT: u8 = uet::wire::prologue::flags::AR | uet::wire::prologue::flags::NO_WAIT;
+
 /// UET headers in front of a data packet's payload: PDS request + SES.
 const DATA_HEADERS: usize = 12 + 44;
 
@@ -168,8 +171,7 @@ fn a_delivery_response_carries_the_ack_of_the_message_it_answers() {
         assert_ne!(flags_of(both) & ack_trailer::FLAG, 0);
         // Nothing at b waits for the response's own ACK (its message was
         // answered already): a may hold it for its next send.
-        let no_wait = uet::wire::prologue::flags::AR | uet::wire::prologue::flags::NO_WAIT;
-        assert_eq!(flags_of(both) & no_wait, no_wait);
+        assert_eq!(flags_of(both) & AR_NO_WAIT, AR_NO_WAIT);
         assert_eq!(b.stats().acks_piggybacked, 1);
         a.handle_datagram(20_000, addrs[1], 0, both);
         assert_eq!(completions(&mut a), vec![(CompletionKind::Send, 1)]);
@@ -194,7 +196,6 @@ fn in_a_halo_exchange_the_response_leaves_its_ack_to_the_next_send() {
         ..Config::default()
     };
     let (addrs, mut a, mut b) = engine_pair_with(&cfg);
-    let no_wait = uet::wire::prologue::flags::AR | uet::wire::prologue::flags::NO_WAIT;
     let mut first = Vec::new();
     for (e, to, ctx) in [(&mut a, addrs[1], 1), (&mut b, addrs[0], 2)] {
         e.post_recv(0, recv(8192, None, 10 + ctx)).unwrap();
@@ -205,7 +206,7 @@ fn in_a_halo_exchange_the_response_leaves_its_ack_to_the_next_send() {
         assert_eq!(out.len(), 1);
         // The message's last packet asks for its ACK at once.
         assert_eq!(
-            flags_of(&out[0].1) & no_wait,
+            flags_of(&out[0].1) & AR_NO_WAIT,
             uet::wire::prologue::flags::AR
         );
         first.push(out[0].1.clone());
@@ -214,7 +215,7 @@ fn in_a_halo_exchange_the_response_leaves_its_ack_to_the_next_send() {
     let answer = drain(&mut b, 10_000);
     assert_eq!(answer.len(), 1, "the response carrying the ACK");
     assert_ne!(flags_of(&answer[0].1) & ack_trailer::FLAG, 0);
-    assert_eq!(flags_of(&answer[0].1) & no_wait, no_wait);
+    assert_eq!(flags_of(&answer[0].1) & AR_NO_WAIT, AR_NO_WAIT);
     // a takes b's message and then the answer to its own: both of its
     // operations complete.
     a.handle_datagram(11_000, addrs[1], 0, &first[1]);

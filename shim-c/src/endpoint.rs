@@ -925,8 +925,8 @@ fn create(
             .inner
             .auto_progress
             .as_ref()
-            .and_then(|p| p.idle_grace())
-            .and_then(|grace| IdleTimer::new(grace.as_nanos().min(u64::MAX as u128) as u64)),
+            .and_then(|p| p.idle_grace_ns())
+            .and_then(IdleTimer::new),
         ep_context: context as u64,
         sleepers: Mutex::default(),
         sleepers_left: Condvar::new(),

@@ -73,10 +73,11 @@ impl AutoProgress {
         })
     }
 
-    /// The grace period of manual progress (`None` with FI_PROGRESS_AUTO).
-    pub(crate) fn idle_grace(&self) -> Option<Duration> {
+    /// The grace period of manual progress in nanoseconds (`None` with
+    /// FI_PROGRESS_AUTO).
+    pub(crate) fn idle_grace_ns(&self) -> Option<u64> {
         match self.mode {
-            Mode::WhenIdle(grace) => Some(grace),
+            Mode::WhenIdle(grace) => Some(nanos(grace)),
             Mode::Always => None,
         }
     }
@@ -117,7 +118,7 @@ fn run(s: &Shared, mode: Mode) {
                 wait::sleep(&eps, &[], &s.waker, None);
             }
             Mode::WhenIdle(grace) => {
-                let grace_ns = grace.as_nanos().min(u64::MAX as u128) as u64;
+                let grace_ns = nanos(grace);
                 let idle: Vec<Arc<EpInner>> = eps
                     .iter()
                     .filter(|ep| ep.progress_if_idle(grace_ns))
@@ -134,6 +135,11 @@ fn run(s: &Shared, mode: Mode) {
             }
         }
     }
+}
+
+/// `d` in nanoseconds, the unit of the endpoints' clocks.
+fn nanos(d: Duration) -> u64 {
+    d.as_nanos().min(u64::MAX as u128) as u64
 }
 
 /// Run this thread under SCHED_BATCH: woken by its timer, it then waits for
