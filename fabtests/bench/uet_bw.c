@@ -3,16 +3,24 @@
  * fi_* API, in the manner of libfabric's bandwidth benchmarks: the sender
  * keeps a window of sends outstanding, the receiver a window of receives.
  *
- *   server: uet_bw -p <prov> [-m msg|tagged] -B <ctrl port>
- *   client: uet_bw -p <prov> [-m msg|tagged] -P <ctrl port> [-S s1,s2,..]
- *                  [-W window] [-b bytes per size] [-I max iters] 127.0.0.1
+ *   server: uet_bw -p <prov> [-m msg|tagged] [-w] [-L] -B <ctrl port>
+ *   client: uet_bw -p <prov> [-m msg|tagged] [-w] [-L] -P <ctrl port>
+ *                  [-S s1,s2,..] [-W window] [-b bytes per size]
+ *                  [-I max iters] 127.0.0.1
+ *
+ * -w waits for completions in fi_cq_sread (the CQ gets a wait object)
+ * instead of polling fi_cq_read, as an application that blocks does.
+ * -L measures latency instead: the two sides take turns, one message each
+ * way per iteration (a ping-pong; each side's send completions are reaped
+ * as they come, not waited for before the next message).
  *
  * A TCP control connection carries the endpoint names and, per size, the
  * parameters, a "receives posted" signal and the receiver's "all received"
  * answer with the CPU time it spent. The client times from its first send
  * to that answer and prints one line per size:
  *
- *   size iters seconds MB/s cpu_s_per_GB
+ *   size iters seconds MB/s cpu_s_per_GB       (streaming)
+ *   size iters seconds us_one_way cpu_s_per_GB (-L)
  *
  * where MB/s is 10^6 bytes per second of payload and cpu_s_per_GB is the
  * user+system CPU time of both processes (all threads) per 10^9 bytes.
@@ -47,6 +55,7 @@
 
 static const char *prov = "uet";
 static int tagged;
+static int blocking; /* -w: fi_cq_sread */
 static double deadline_s = 60.0;
 
 static struct fid_fabric *fabric;
@@ -180,7 +189,8 @@ static void ctrl_connect(const char *host, int port, int server)
 static void fabric_open(size_t max_size)
 {
 	struct fi_info *hints = fi_allocinfo();
-	struct fi_cq_attr cq_attr = { .format = FI_CQ_FORMAT_CONTEXT };
+	struct fi_cq_attr cq_attr = { .format = FI_CQ_FORMAT_CONTEXT,
+				      .wait_obj = blocking ? FI_WAIT_UNSPEC : FI_WAIT_NONE };
 	struct fi_av_attr av_attr = { .type = FI_AV_MAP };
 
 	if (!hints)
@@ -254,14 +264,16 @@ static void exchange_names(int server)
 /* Completions seen since the last reset, split by direction. */
 static uint64_t sends_done, recvs_done;
 
-static int progress(void)
+/* Reap completions; with -w and `wait` set, sleep in fi_cq_sread up to
+ * 100 ms for the first (the callers' deadlines are checked between). */
+static int reap(int wait)
 {
 	struct fi_cq_entry e[64];
 	ssize_t n;
 
 	if (!cq) /* control traffic before the fabric is open */
 		return 0;
-	n = fi_cq_read(cq, e, 64);
+	n = wait && blocking ? fi_cq_sread(cq, e, 64, NULL, 100) : fi_cq_read(cq, e, 64);
 
 	if (n == -FI_EAGAIN)
 		return 0;
@@ -283,6 +295,17 @@ static int progress(void)
 			recvs_done++;
 	}
 	return (int)n;
+}
+
+static int progress(void)
+{
+	return reap(0);
+}
+
+/* Wait for the next completion: poll, or sleep with -w. */
+static int await_completion(void)
+{
+	return reap(1);
 }
 
 static void post(int send, size_t size, unsigned slot)
@@ -325,13 +348,51 @@ static void stream(int send, size_t size, uint64_t iters, unsigned window)
 		ctrl_send(&ready);
 	}
 	while (*done < iters) {
-		if (!progress() && now_s() > end)
+		if (!await_completion() && now_s() > end)
 			die("timed out at size %zu: %llu of %llu %s complete", size,
 			    (unsigned long long)*done, (unsigned long long)iters,
 			    send ? "sends" : "receives");
 		while (posted < iters && posted - *done < window)
 			post(send, size, posted++ % MAX_WINDOW);
 	}
+}
+
+/* Wait until `*done` reaches `target`, or die at the deadline. */
+static void await_count(const uint64_t *done, uint64_t target, size_t size, const char *what)
+{
+	double end = now_s() + deadline_s;
+
+	while (*done < target)
+		if (!await_completion() && now_s() > end)
+			die("timed out at size %zu waiting for %s %llu", size, what,
+			    (unsigned long long)target);
+}
+
+/* Ping-pong: the client sends first, the server answers each message. A
+ * receive is always posted before the message it takes can arrive. */
+static void pingpong(int client, size_t size, uint64_t iters)
+{
+	sends_done = recvs_done = 0;
+	post(0, size, 0);
+	/* Tell the client the first receive is in place. */
+	if (!client) {
+		struct ctrl ready = { 0 };
+
+		ctrl_send(&ready);
+	}
+	for (uint64_t i = 0; i < iters; i++) {
+		/* Send slots are reused round the window: reap the oldest. */
+		if (i >= MAX_WINDOW)
+			await_count(&sends_done, i - MAX_WINDOW + 1, size, "send");
+		if (client)
+			post(1, size, i % MAX_WINDOW);
+		await_count(&recvs_done, i + 1, size, "receive");
+		if (i + 1 < iters)
+			post(0, size, (i + 1) % MAX_WINDOW);
+		if (!client)
+			post(1, size, i % MAX_WINDOW);
+	}
+	await_count(&sends_done, iters, size, "send");
 }
 
 static size_t parse_size(const char *s)
@@ -350,13 +411,15 @@ static size_t parse_size(const char *s)
 int main(int argc, char **argv)
 {
 	size_t sizes[MAX_SIZES] = { 64, 4096, 65536, 1 << 20, 4 << 20 };
-	int nsizes = 5, ctl_port = 47593, server, opt;
+	int nsizes = 5, ctl_port = 47593, server, opt, latency = 0;
 	unsigned window = 64;
 	uint64_t bytes_per_size = 256ull << 20, max_iters = 20000;
 	size_t max_size = 0;
 
-	while ((opt = getopt(argc, argv, "p:m:B:P:S:W:b:I:T:")) != -1) {
+	while ((opt = getopt(argc, argv, "p:m:B:P:S:W:b:I:T:wL")) != -1) {
 		switch (opt) {
+		case 'w': blocking = 1; break;
+		case 'L': latency = 1; break;
 		case 'p': prov = optarg; break;
 		case 'm': tagged = !strcmp(optarg, "tagged"); break;
 		case 'B': case 'P': ctl_port = atoi(optarg); break;
@@ -406,8 +469,8 @@ int main(int argc, char **argv)
 	fabric_open(max_size);
 	exchange_names(server);
 	if (!server)
-		printf("%-10s %8s %10s %10s %12s\n", "size", "iters", "seconds", "MB/s",
-		       "cpu_s/GB");
+		printf("%-10s %8s %10s %10s %12s\n", "size", "iters", "seconds",
+		       latency ? "us_one_way" : "MB/s", "cpu_s/GB");
 
 	for (int i = 0; i < nsizes; i++) {
 		size_t size = sizes[i];
@@ -418,7 +481,10 @@ int main(int argc, char **argv)
 
 			ctrl_recv(&m); /* iterations and window for this size */
 			cpu0 = cpu_s();
-			stream(0, size, m.a, (unsigned)m.b);
+			if (latency)
+				pingpong(0, size, m.a);
+			else
+				stream(0, size, m.a, (unsigned)m.b);
 			m.d = cpu_s() - cpu0;
 			ctrl_send(&m);
 		} else {
@@ -437,13 +503,18 @@ int main(int argc, char **argv)
 			ctrl_recv(&m); /* receives posted */
 			cpu0 = cpu_s();
 			t0 = now_s();
-			stream(1, size, iters, w);
+			if (latency)
+				pingpong(1, size, iters);
+			else
+				stream(1, size, iters, w);
 			ctrl_recv(&m); /* all received, with the server's CPU time */
 			t = now_s() - t0;
 			cpu = cpu_s() - cpu0 + m.d;
+			/* A ping-pong moves each iteration's bytes both ways. */
 			printf("%-10zu %8llu %10.4f %10.2f %12.3f\n", size,
-			       (unsigned long long)iters, t, iters * size / t / 1e6,
-			       size ? cpu / (iters * size / 1e9) : 0.0);
+			       (unsigned long long)iters, t,
+			       latency ? t / iters / 2 * 1e6 : iters * size / t / 1e6,
+			       size ? cpu / (iters * size * (latency ? 2 : 1) / 1e9) : 0.0);
 			fflush(stdout);
 		}
 	}

@@ -24,6 +24,7 @@
 #include <unistd.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 
 #include <rdma/fabric.h>
@@ -603,6 +604,53 @@ static void t_cq_sread(void)
 	CHECK_RC(fi_cq_signal(E.cq[1]));
 	n = fi_cq_sread(E.cq[1], &e, 1, NULL, -1);
 	CHECK(n == -FI_EAGAIN, "signalled sread = %zd", n);
+}
+
+/* Times the calling thread went to sleep (voluntary context switches;
+ * yielding the CPU while runnable is not one). */
+static long thread_sleeps(void)
+{
+	struct rusage ru;
+
+	CHECK(getrusage(RUSAGE_THREAD, &ru) == 0, "getrusage: %s", strerror(errno));
+	return ru.ru_nvcsw;
+}
+
+/* Voluntary context switches of one 200 ms fi_cq_sread on an empty CQ,
+ * with FI_UET_WAIT_SPIN_US = `spin_us` (and no idle-progress thread). */
+static long empty_sread_sleeps(const char *spin_us)
+{
+	struct fi_cq_tagged_entry e;
+	long before;
+	ssize_t n;
+
+	setenv("FI_UET_WAIT_SPIN_US", spin_us, 1);
+	setenv("FI_UET_IDLE_PROGRESS_US", "0", 1);
+	two_eps(FI_WAIT_FD);
+	unsetenv("FI_UET_WAIT_SPIN_US");
+	unsetenv("FI_UET_IDLE_PROGRESS_US");
+	before = thread_sleeps();
+	n = fi_cq_sread(E.cq[1], &e, 1, NULL, 200);
+	CHECK(n == -FI_EAGAIN, "empty sread = %zd", n);
+	return thread_sleeps() - before;
+}
+
+/* FI_UET_WAIT_SPIN_US: a blocking read polls that long before it sleeps.
+ * Without the spin, 200 ms of waiting take about ten sleeps (none lasts
+ * over 20 ms; five, at least, under valgrind); with a spin longer than the
+ * wait, the thread keeps polling (a scheduler or valgrind may still park
+ * it now and then). */
+static void t_sread_spins_before_sleeping(void)
+{
+	long sleeping, spinning;
+
+	sleeping = empty_sread_sleeps("0");
+	teardown();
+	spinning = empty_sread_sleeps("10000000");
+	CHECK(sleeping >= 5, "a 200 ms sread without spin slept only %ld times", sleeping);
+	CHECK(spinning * 2 < sleeping,
+	      "a 200 ms sread inside a 10 s spin slept %ld times (%ld without spin)", spinning,
+	      sleeping);
 }
 
 /* FI_GETWAIT + fi_trywait + poll(2): the fd becomes readable for a message. */
@@ -2093,6 +2141,7 @@ static const struct test { const char *name; void (*fn)(void); } tests[] = {
 	{ "cntr_claim", t_cntr_claim },
 	{ "cntr_wait_thread", t_cntr_wait_thread },
 	{ "cq_sread", t_cq_sread },
+	{ "sread_spins_before_sleeping", t_sread_spins_before_sleeping },
 	{ "shared_cq", t_shared_cq },
 	{ "idle_thread_sleeps_while_polled", t_idle_thread_sleeps_while_polled },
 	{ "cq_getwait", t_cq_getwait },

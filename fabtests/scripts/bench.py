@@ -4,6 +4,9 @@
 Runs, interleaved and repeated, on 127.0.0.1:
   * fi_pingpong -e rdm (msg and tagged) per message size,
   * uet_bw (build/bin, a window of outstanding sends) per message size,
+  * uet_bw -L -w: a ping-pong whose two sides wait in fi_cq_sread, as an
+    application that blocks does (uet also with FI_UET_WAIT_SPIN_US=0, to
+    show what polling before sleeping buys),
   * raw-UDP anchors: sockperf ping-pong with busy-polling (--nonblocked),
     iperf3 UDP at 4 KiB and 64 KiB datagrams (one datagram per system
     call), and udp_gso_bw (build/bin) streaming 4 KiB segments with UDP GSO
@@ -21,7 +24,7 @@ directory with the plain build's libuet-fi.so, that build (uet-64k-plain)
 also runs the 64 B ping-pongs, interleaved with the others, and the report
 compares the two.
 
-Writes OUTDIR/{pingpong,stream,raw,mpi}.csv (every run), OUTDIR/summary.csv
+Writes OUTDIR/{pingpong,stream,wait,raw,mpi}.csv (every run), OUTDIR/summary.csv
 (medians) and OUTDIR/bench.png, and prints per size the medians, the spread
 (min-max over repetitions) and the ratios uet/tcp, uet/rxd and uet/raw, then
 one PASS/MISS line per target. Every run is bounded by `timeout`; a failed
@@ -73,6 +76,9 @@ CONFIGS = {
 }
 if PLAIN_LIBDIR:
     CONFIGS[PLAIN] = ("uet", {"FI_PROVIDER_PATH": PLAIN_LIBDIR})
+# Only in the blocking-wait ping-pong: uet-64k sleeping at once.
+NOSPIN = "uet-64k-nospin"
+CONFIGS[NOSPIN] = ("uet", {"FI_PROVIDER_PATH": LIBDIR, "FI_UET_WAIT_SPIN_US": "0"})
 UETS = ["uet-4k", "uet-64k", "uet-host"]
 # uet-4k is compared with raw UDP at 4 KiB datagrams, the others at 64 KiB.
 RAW_DGRAM = {"uet-4k": 4096, "uet-64k": 65000, "uet-host": 65000}
@@ -93,6 +99,10 @@ else:
     BW_BYTES = "128m"
     RAW_TIME = 2
 SOCKPERF_SIZES = [64, 1 * KI, 4 * KI, 65000]
+# Blocking-wait ping-pong (uet_bw -L -w): sizes and round trips per size.
+WAIT_SIZES = [64, 4 * KI, 64 * KI]
+WAIT_ITERS = 1000 if QUICK else 3000
+WAIT_CONFIGS = UETS + [NOSPIN, "tcp", "rxd"]
 # MPI halo exchange: (message bytes, compute us per iteration); udp;ofi_rxd
 # is left out (Open MPI over it is not what its users run).
 MPI_CONFIGS = ["uet-4k", "uet-64k", "uet-host", "tcp"]
@@ -253,6 +263,27 @@ def run_stream(config):
     return res
 
 
+def run_wait_pingpong(config):
+    """One-way latency (us) per size of a ping-pong waiting in fi_cq_sread."""
+    prov, env = CONFIGS[config]
+    port = free_port()
+    sizes = ",".join(str(s) for s in WAIT_SIZES)
+    common = [UET_BW, "-p", prov, "-m", "msg", "-L", "-w", "-T", "40"]
+    ok, out, err = client_server(common + ["-B", str(port)],
+                                 common + ["-P", str(port), "-S", sizes, "-I",
+                                           str(WAIT_ITERS), "127.0.0.1"],
+                                 env, 120, listen_port=port)
+    res = {}
+    for line in out.splitlines():
+        f = line.split()
+        if len(f) == 5 and f[0].isdigit():
+            res[int(f[0])] = {"lat_us": float(f[3]), "iters": int(f[1])}
+    if not ok:
+        FAILURES.append(f"uet_bw -L -w {config}: {err}")
+        log(f"   FAILED uet_bw -L -w {config}: {err}")
+    return res
+
+
 def run_sockperf(size):
     port = free_port()
     srv = ["sockperf", "server", "-i", "127.0.0.1", "-p", str(port), "--nonblocked"]
@@ -354,9 +385,10 @@ def main():
     if not os.path.exists(os.path.join(LIBDIR, "libuet-fi.so")):
         sys.exit(f"bench: no provider in {LIBDIR} (make install)")
 
-    # The plain build only joins the 64 B ping-pongs (msg and tagged).
-    configs = [c for c in CONFIGS if c != PLAIN]
-    pp_rows, bw_rows, raw_rows, mpi_rows = [], [], [], []
+    # The plain build only joins the 64 B ping-pongs (msg and tagged), the
+    # spinless one the blocking-wait ping-pong.
+    configs = [c for c in CONFIGS if c not in (PLAIN, NOSPIN)]
+    pp_rows, bw_rows, wait_rows, raw_rows, mpi_rows = [], [], [], [], []
     t0 = time.time()
     # Busy-polling benchmarks measure the scheduler when the cores are busy.
     log("== load average at start: %.2f %.2f %.2f on %d cores"
@@ -386,6 +418,10 @@ def main():
             for size, r in res.items():
                 bw_rows.append({"rep": rep, "config": config, "size": size, **r})
         log(f"   streaming bandwidth done ({time.time() - t0:.0f} s)")
+        for config in rotate(WAIT_CONFIGS, rep):
+            for size, r in run_wait_pingpong(config).items():
+                wait_rows.append({"rep": rep, "config": config, "size": size, **r})
+        log(f"   blocking-wait ping-pong done ({time.time() - t0:.0f} s)")
         for library in MPI_LIBRARIES:
             for size, compute_us in MPI_CASES:
                 for config in rotate(MPI_CONFIGS, rep + size.bit_length()):
@@ -411,11 +447,12 @@ def main():
     write_csv("pingpong.csv", pp_rows, ["rep", "config", "mode", "size", "iters", "lat_us",
                                         "mbps"])
     write_csv("stream.csv", bw_rows, ["rep", "config", "size", "mbps", "cpu_s_per_gb"])
+    write_csv("wait.csv", wait_rows, ["rep", "config", "size", "iters", "lat_us"])
     write_csv("raw.csv", raw_rows, ["rep", "test", "size", "lat_us", "p50_us", "mbps",
                                     "cpu_s_per_gb"])
     write_csv("mpi.csv", mpi_rows, ["rep", "library", "config", "size", "compute_us",
                                     "iter_us", "exchange_us"])
-    report(pp_rows, bw_rows, raw_rows, mpi_rows)
+    report(pp_rows, bw_rows, wait_rows, raw_rows, mpi_rows)
     log(f"== bench finished in {time.time() - t0:.0f} s; load average at end: "
         f"{os.getloadavg()[0]:.2f}; results in {OUT}")
 
@@ -477,7 +514,7 @@ def size_label(s):
     return str(s)
 
 
-def report(pp, bw, raw, mpi):
+def report(pp, bw, wait, raw, mpi):
     summary = []
     sock = {s: med(raw, "lat_us", test="sockperf", size=s)[0] for s in SOCKPERF_SIZES}
     sock[64 * KI] = sock.pop(65000)
@@ -552,6 +589,7 @@ def report(pp, bw, raw, mpi):
                             "uet_cpu_s_per_gb": uc, "tcp_cpu_s_per_gb": tc,
                             "rxd_cpu_s_per_gb": xc})
 
+    summary += report_wait(wait)
     write_csv("summary.csv", summary,
               ["test", "mode", "uet", "size", "uet_lat_us", "tcp_lat_us", "rxd_lat_us",
                "raw_lat_us", "uet_mbps", "tcp_mbps", "rxd_mbps", "raw_mbps", "raw_offload_mbps",
@@ -565,6 +603,29 @@ def report(pp, bw, raw, mpi):
         log(f"\n== {len(FAILURES)} failed run(s):")
         for f in FAILURES:
             log(f"   {f}")
+
+
+def report_wait(rows):
+    """Prints the blocking-wait ping-pong table; returns its summary rows."""
+    summary = []
+    log("\n== ping-pong waiting in fi_cq_sread (uet_bw -L -w): median one-way latency "
+        "in us, spread (min-max) of uet-64k, ratios uet-64k time / other time; "
+        "nospin = uet-64k with FI_UET_WAIT_SPIN_US=0")
+    names = [c.replace("uet-64k-nospin", "nospin") for c in WAIT_CONFIGS]
+    log(f"{'size':>6} " + " ".join(f"{n:>9}" for n in names)
+        + f" {'spread':>15} {'/tcp':>6} {'/rxd':>6} {'/nospin':>7}")
+    for s in WAIT_SIZES:
+        m = {c: med(rows, "lat_us", config=c, size=s)[0] for c in WAIT_CONFIGS}
+        u, lo, hi = med(rows, "lat_us", config="uet-64k", size=s)
+        spread = f"{fmt(lo, 1)}-{fmt(hi, 1)}" if lo is not None else "-"
+        log(f"{size_label(s):>6} " + " ".join(fmt(m[c]) for c in WAIT_CONFIGS)
+            + f" {spread:>15} {fmt(ratio(u, m['tcp']), 6)} {fmt(ratio(u, m['rxd']), 6)} "
+            f"{fmt(ratio(u, m[NOSPIN]), 7)}")
+        for uet in UETS + [NOSPIN]:
+            summary.append({"test": "wait_pingpong", "mode": "msg", "uet": uet, "size": s,
+                            "uet_lat_us": m[uet], "tcp_lat_us": m["tcp"],
+                            "rxd_lat_us": m["rxd"]})
+    return summary
 
 
 def report_plain(pp):

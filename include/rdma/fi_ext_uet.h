@@ -58,6 +58,7 @@ extern "C" {
 #define FI_UET_PARAM_SOCKBUF           "FI_UET_SOCKBUF"           /* socket buffer request, bytes [8388608] */
 #define FI_UET_PARAM_INJECT_SIZE       "FI_UET_INJECT_SIZE"       /* largest fi_inject, bytes [4096] */
 #define FI_UET_PARAM_SPIN_BEFORE_YIELD "FI_UET_SPIN_BEFORE_YIELD" /* empty progress calls before yielding [64] */
+#define FI_UET_PARAM_WAIT_SPIN_US     "FI_UET_WAIT_SPIN_US"     /* fi_cq_sread, fi_cntr_wait poll this long before sleeping, us [50] */
 #define FI_UET_PARAM_IDLE_PROGRESS_US "FI_UET_IDLE_PROGRESS_US" /* manual progress: domain thread steps in after this idle time, us [1000] */
 #define FI_UET_PARAM_DEFER_ACKS       "FI_UET_DEFER_ACKS"       /* ACKs of an application progress call that completes a message wait for its next call [1] */
 #define FI_UET_PARAM_ACK_HOLD_US      "FI_UET_ACK_HOLD_US"      /* held ACKs survive further application progress calls for this long, us [10] */

@@ -66,6 +66,11 @@ pub const PARAMS: &[ParamSpec] = &[
         help: "Empty progress calls before the polling thread yields its core, so oversubscribed ranks make progress (default 64; 0 = always yield).",
     },
     ParamSpec {
+        name: "wait_spin_us",
+        kind: ParamKind::Int,
+        help: "Microseconds a blocking wait (fi_cq_sread, fi_cntr_wait) keeps polling before it sleeps: a completion due within them is seen without the tens of microseconds a wake-up costs (default 50; 0 = sleep at once, for hosts with more processes than cores).",
+    },
+    ParamSpec {
         name: "idle_progress_us",
         kind: ParamKind::Int,
         help: "With FI_PROGRESS_MANUAL, a domain thread progresses any endpoint the application has not progressed for this many microseconds, so retransmissions, ACKs and held packets still move while the application blocks elsewhere; it notices within up to 4 ms more, by a timer the application's own calls push out, so while they come it wakes only every 20 ms (default 1000; 0 = only the application progresses).",
@@ -279,6 +284,8 @@ pub struct Config {
     pub sockbuf: usize,
     pub inject_size: usize,
     pub spin_before_yield: u32,
+    /// Microseconds a blocking wait polls before it sleeps.
+    pub wait_spin_us: u64,
     /// Microseconds without application progress before the domain thread
     /// steps in (manual progress); 0 = never.
     pub idle_progress_us: u64,
@@ -360,6 +367,7 @@ impl Default for Config {
             sockbuf: 8 << 20,
             inject_size: 4096,
             spin_before_yield: 64,
+            wait_spin_us: 50,
             idle_progress_us: 1000,
             defer_acks: true,
             ack_hold_us: 10,
@@ -502,6 +510,7 @@ impl Config {
             "sockbuf" => self.sockbuf as i64,
             "inject_size" => self.inject_size as i64,
             "spin_before_yield" => self.spin_before_yield as i64,
+            "wait_spin_us" => self.wait_spin_us as i64,
             "idle_progress_us" => self.idle_progress_us as i64,
             "max_pdcs" => self.max_pdcs as i64,
             "port" => self.port as i64,
@@ -567,6 +576,7 @@ impl Config {
             "sockbuf" => self.sockbuf = int(65536, 1 << 30)? as usize,
             "inject_size" => self.inject_size = int(0, 65536)? as usize,
             "spin_before_yield" => self.spin_before_yield = int(0, 1 << 30)? as u32,
+            "wait_spin_us" => self.wait_spin_us = int(0, 10_000_000)? as u64,
             "idle_progress_us" => self.idle_progress_us = int(0, 10_000_000)? as u64,
             "max_pdcs" => self.max_pdcs = int(2, 65535)? as usize,
             "port" => self.port = int(0, 65535)? as u16,

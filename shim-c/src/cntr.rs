@@ -6,6 +6,7 @@ use std::os::fd::RawFd;
 use std::os::raw::{c_int, c_void};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
+use std::time::Duration;
 
 use parking_lot::Mutex;
 
@@ -22,6 +23,8 @@ pub(crate) struct CntrInner {
     eps: Mutex<Vec<Weak<EpInner>>>,
     waker: Waker,
     wait_obj: fi_wait_obj,
+    /// How long fi_cntr_wait polls before it sleeps (FI_UET_WAIT_SPIN_US).
+    wait_spin: Duration,
 }
 
 impl CntrInner {
@@ -44,6 +47,7 @@ impl CntrInner {
             eps: Mutex::default(),
             waker: Waker::new().expect("eventfd"),
             wait_obj: FI_WAIT_NONE,
+            wait_spin: Duration::ZERO,
         })
     }
 
@@ -78,6 +82,7 @@ impl CntrInner {
     fn wait(&self, threshold: u64, timeout: c_int) -> FiResult<()> {
         let deadline = wait::deadline(timeout);
         let errors = self.errors.load(Ordering::Acquire);
+        let mut spin = wait::Spin::new(self.wait_spin);
         loop {
             self.progress();
             if self.value.load(Ordering::Acquire) >= threshold {
@@ -89,7 +94,11 @@ impl CntrInner {
             if deadline.is_some_and(|d| std::time::Instant::now() >= d) {
                 return Err(FI_ETIMEDOUT);
             }
+            if spin.keep_polling() {
+                continue;
+            }
             wait::sleep(&wait::live(&self.eps), &[], &self.waker, deadline);
+            spin.slept();
         }
     }
 
@@ -186,6 +195,7 @@ pub(crate) unsafe extern "C" fn open(
                     eps: Mutex::default(),
                     waker: Waker::new()?,
                     wait_obj,
+                    wait_spin: Duration::from_micros(dom.inner.config.wait_spin_us),
                 }),
                 _domain: Arc::clone(&dom.inner),
                 _open: dom.inner.children.child(),

@@ -8,7 +8,7 @@ use std::os::raw::{c_char, c_int, c_void};
 use std::ptr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use uet::{Completion, CompletionError, CompletionKind};
@@ -58,6 +58,8 @@ pub(crate) struct CqInner {
     signaled: AtomicBool,
     waker: Waker,
     wait_obj: fi_wait_obj,
+    /// How long fi_cq_sread polls before it sleeps (FI_UET_WAIT_SPIN_US).
+    wait_spin: Duration,
 }
 
 impl CqInner {
@@ -183,6 +185,7 @@ pub(crate) unsafe extern "C" fn open(
                     signaled: AtomicBool::new(false),
                     waker: Waker::new()?,
                     wait_obj,
+                    wait_spin: Duration::from_micros(dom.inner.config.wait_spin_us),
                 }),
                 _domain: Arc::clone(&dom.inner),
                 _open: dom.inner.children.child(),
@@ -350,6 +353,7 @@ fn sread(
     timeout: c_int,
 ) -> FiResult<usize> {
     let deadline = wait::deadline(timeout);
+    let mut spin = wait::Spin::new(cq.wait_spin);
     loop {
         match read(cq, buf, count, src_addr) {
             Err(FI_EAGAIN) => {}
@@ -360,7 +364,11 @@ fn sread(
         {
             return Err(FI_EAGAIN);
         }
+        if spin.keep_polling() {
+            continue;
+        }
         wait::sleep(&wait::live(&cq.eps), &[], &cq.waker, deadline);
+        spin.slept();
     }
 }
 
