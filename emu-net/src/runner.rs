@@ -210,8 +210,9 @@ pub fn host_defaults(
             "FI_UET_NSCC_TRIMMING".to_string(),
             if cfg.switch.trimming { "1" } else { "0" }.to_string(),
         ),
-        // Hosts outnumber the cores: one that polls while it waits takes
-        // the CPU from hosts with packets to handle.
+        // Relay hosts outnumber the cores: one that polls while it waits
+        // takes the CPU from hosts with packets to handle. (Virtual-time
+        // hosts have no blocking waits; their engines ignore it.)
         ("FI_UET_WAIT_SPIN_US".to_string(), "0".to_string()),
     ];
     if mbps.is_multiple_of(1000) {

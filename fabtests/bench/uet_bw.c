@@ -12,18 +12,20 @@
  * instead of polling fi_cq_read, as an application that blocks does.
  * -L measures latency instead: the two sides take turns, one message each
  * way per iteration (a ping-pong; each side's send completions are reaped
- * as they come, not waited for before the next message).
+ * as they come, not waited for before the next message), after one untimed
+ * round trip. Both sides must be given the same -L and -w.
  *
  * A TCP control connection carries the endpoint names and, per size, the
  * parameters, a "receives posted" signal and the receiver's "all received"
  * answer with the CPU time it spent. The client times from its first send
  * to that answer and prints one line per size:
  *
- *   size iters seconds MB/s cpu_s_per_GB       (streaming)
- *   size iters seconds us_one_way cpu_s_per_GB (-L)
+ *   size iters seconds MB/s cpu_s_per_GB         (streaming)
+ *   size iters seconds us_one_way cpu_us_per_rt  (-L)
  *
- * where MB/s is 10^6 bytes per second of payload and cpu_s_per_GB is the
- * user+system CPU time of both processes (all threads) per 10^9 bytes.
+ * where MB/s is 10^6 bytes per second of payload, cpu_s_per_GB is the
+ * user+system CPU time of both processes (all threads) per 10^9 bytes, and
+ * cpu_us_per_rt that time per round trip.
  * Exit status is non-zero on any error; every wait has a deadline (-T).
  */
 #include <arpa/inet.h>
@@ -67,7 +69,10 @@ static struct fid_mr *mr;
 static void *desc;
 static fi_addr_t peer;
 static struct fi_info *info;
+/* Sends read the first half, receives land in the second: a ping-pong
+ * side has one of each outstanding. */
 static char *buf;
+static size_t half;
 /* Operation contexts (the provider may use them, FI_CONTEXT2); which
  * array a completion's context lies in says its direction. */
 static struct fi_context2 send_ctx[MAX_WINDOW], recv_ctx[MAX_WINDOW];
@@ -218,12 +223,12 @@ static void fabric_open(size_t max_size)
 	CHECK(fi_ep_bind(ep, &av->fid, 0));
 	CHECK(fi_enable(ep));
 
-	buf = calloc(1, max_size ? max_size : 1);
+	half = max_size ? max_size : 1;
+	buf = calloc(2, half);
 	if (!buf)
-		die("cannot allocate %zu bytes", max_size);
+		die("cannot allocate 2 x %zu bytes", half);
 	if (info->domain_attr->mr_mode & FI_MR_LOCAL) {
-		CHECK(fi_mr_reg(domain, buf, max_size ? max_size : 1, FI_SEND | FI_RECV, 0, 0,
-				0, &mr, NULL));
+		CHECK(fi_mr_reg(domain, buf, 2 * half, FI_SEND | FI_RECV, 0, 0, 0, &mr, NULL));
 		if (info->domain_attr->mr_mode & FI_MR_ENDPOINT) {
 			CHECK(fi_mr_bind(mr, &ep->fid, 0));
 			CHECK(fi_mr_enable(mr));
@@ -319,8 +324,8 @@ static void post(int send, size_t size, unsigned slot)
 			rc = tagged ? fi_tsend(ep, buf, size, desc, peer, BW_TAG, c)
 				    : fi_send(ep, buf, size, desc, peer, c);
 		else
-			rc = tagged ? fi_trecv(ep, buf, size, desc, peer, BW_TAG, 0, c)
-				    : fi_recv(ep, buf, size, desc, peer, c);
+			rc = tagged ? fi_trecv(ep, buf + half, size, desc, peer, BW_TAG, 0, c)
+				    : fi_recv(ep, buf + half, size, desc, peer, c);
 		if (rc == 0)
 			return;
 		if (rc != -FI_EAGAIN)
@@ -369,9 +374,14 @@ static void await_count(const uint64_t *done, uint64_t target, size_t size, cons
 }
 
 /* Ping-pong: the client sends first, the server answers each message. A
- * receive is always posted before the message it takes can arrive. */
-static void pingpong(int client, size_t size, uint64_t iters)
+ * receive is always posted before the message it takes can arrive. One
+ * untimed round trip first (connection and delivery-context set-up);
+ * returns the seconds the other `iters` took. */
+static double pingpong(int client, size_t size, uint64_t iters)
 {
+	double t0 = 0;
+
+	iters++;
 	sends_done = recvs_done = 0;
 	post(0, size, 0);
 	/* Tell the client the first receive is in place. */
@@ -387,12 +397,15 @@ static void pingpong(int client, size_t size, uint64_t iters)
 		if (client)
 			post(1, size, i % MAX_WINDOW);
 		await_count(&recvs_done, i + 1, size, "receive");
+		if (i == 0)
+			t0 = now_s();
 		if (i + 1 < iters)
 			post(0, size, (i + 1) % MAX_WINDOW);
 		if (!client)
 			post(1, size, i % MAX_WINDOW);
 	}
 	await_count(&sends_done, iters, size, "send");
+	return now_s() - t0;
 }
 
 static size_t parse_size(const char *s)
@@ -470,7 +483,7 @@ int main(int argc, char **argv)
 	exchange_names(server);
 	if (!server)
 		printf("%-10s %8s %10s %10s %12s\n", "size", "iters", "seconds",
-		       latency ? "us_one_way" : "MB/s", "cpu_s/GB");
+		       latency ? "us_one_way" : "MB/s", latency ? "cpu_us/rt" : "cpu_s/GB");
 
 	for (int i = 0; i < nsizes; i++) {
 		size_t size = sizes[i];
@@ -479,7 +492,9 @@ int main(int argc, char **argv)
 		if (server) {
 			double cpu0;
 
-			ctrl_recv(&m); /* iterations and window for this size */
+			ctrl_recv(&m); /* iterations, window and mode for this size */
+			if (m.c != (uint64_t)(latency | blocking << 1))
+				die("the client's -L/-w differ from the server's");
 			cpu0 = cpu_s();
 			if (latency)
 				pingpong(0, size, m.a);
@@ -499,22 +514,27 @@ int main(int argc, char **argv)
 			w = iters < window ? (unsigned)iters : window;
 			m.a = iters;
 			m.b = w;
+			m.c = latency | blocking << 1;
 			ctrl_send(&m);
 			ctrl_recv(&m); /* receives posted */
 			cpu0 = cpu_s();
 			t0 = now_s();
 			if (latency)
-				pingpong(1, size, iters);
+				t = pingpong(1, size, iters);
 			else
 				stream(1, size, iters, w);
 			ctrl_recv(&m); /* all received, with the server's CPU time */
-			t = now_s() - t0;
+			if (!latency)
+				t = now_s() - t0;
 			cpu = cpu_s() - cpu0 + m.d;
-			/* A ping-pong moves each iteration's bytes both ways. */
-			printf("%-10zu %8llu %10.4f %10.2f %12.3f\n", size,
-			       (unsigned long long)iters, t,
-			       latency ? t / iters / 2 * 1e6 : iters * size / t / 1e6,
-			       size ? cpu / (iters * size * (latency ? 2 : 1) / 1e9) : 0.0);
+			if (latency) /* CPU per round trip (the untimed one too) */
+				printf("%-10zu %8llu %10.4f %10.2f %12.2f\n", size,
+				       (unsigned long long)iters, t, t / iters / 2 * 1e6,
+				       cpu / (iters + 1) * 1e6);
+			else
+				printf("%-10zu %8llu %10.4f %10.2f %12.3f\n", size,
+				       (unsigned long long)iters, t, iters * size / t / 1e6,
+				       size ? cpu / (iters * size / 1e9) : 0.0);
 			fflush(stdout);
 		}
 	}

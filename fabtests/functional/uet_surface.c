@@ -616,9 +616,11 @@ static long thread_sleeps(void)
 	return ru.ru_nvcsw;
 }
 
-/* Voluntary context switches of one 200 ms fi_cq_sread on an empty CQ,
- * with FI_UET_WAIT_SPIN_US = `spin_us` (and no idle-progress thread). */
-static long empty_sread_sleeps(const char *spin_us)
+/* Voluntary context switches of one 200 ms blocking wait that nothing
+ * ends (fi_cq_sread on an empty CQ, or fi_cntr_wait for a count nothing
+ * reaches), with FI_UET_WAIT_SPIN_US = `spin_us` (and no idle-progress
+ * thread). */
+static long idle_wait_sleeps(const char *spin_us, int counter)
 {
 	struct fi_cq_tagged_entry e;
 	long before;
@@ -629,28 +631,46 @@ static long empty_sread_sleeps(const char *spin_us)
 	two_eps(FI_WAIT_FD);
 	unsetenv("FI_UET_WAIT_SPIN_US");
 	unsetenv("FI_UET_IDLE_PROGRESS_US");
+	if (counter)
+		E.cntr[0] = open_cntr(FI_WAIT_UNSPEC);
 	before = thread_sleeps();
-	n = fi_cq_sread(E.cq[1], &e, 1, NULL, 200);
-	CHECK(n == -FI_EAGAIN, "empty sread = %zd", n);
-	return thread_sleeps() - before;
+	if (counter) {
+		n = fi_cntr_wait(E.cntr[0], 1, 200);
+		CHECK(n == -FI_ETIMEDOUT, "fi_cntr_wait on an idle counter = %zd", n);
+	} else {
+		n = fi_cq_sread(E.cq[1], &e, 1, NULL, 200);
+		CHECK(n == -FI_EAGAIN, "empty sread = %zd", n);
+	}
+	n = thread_sleeps() - before;
+	teardown();
+	return n;
 }
 
-/* FI_UET_WAIT_SPIN_US: a blocking read polls that long before it sleeps.
+/* FI_UET_WAIT_SPIN_US: a blocking wait polls that long before it sleeps.
  * Without the spin, 200 ms of waiting take about ten sleeps (none lasts
  * over 20 ms; five, at least, under valgrind); with a spin longer than the
  * wait, the thread keeps polling (a scheduler or valgrind may still park
- * it now and then). */
-static void t_sread_spins_before_sleeping(void)
+ * it now and then). The same for fi_cq_sread and fi_cntr_wait. A sleep
+ * that runs out (the 20 ms bound) does not start the spin again: with a
+ * 50 ms spin, the 150 ms left take about eight sleeps (three if each were
+ * followed by 50 ms of polling). */
+static void t_wait_spins_before_sleeping(void)
 {
-	long sleeping, spinning;
+	long once;
 
-	sleeping = empty_sread_sleeps("0");
-	teardown();
-	spinning = empty_sread_sleeps("10000000");
-	CHECK(sleeping >= 5, "a 200 ms sread without spin slept only %ld times", sleeping);
-	CHECK(spinning * 2 < sleeping,
-	      "a 200 ms sread inside a 10 s spin slept %ld times (%ld without spin)", spinning,
-	      sleeping);
+	for (int counter = 0; counter < 2; counter++) {
+		const char *what = counter ? "fi_cntr_wait" : "fi_cq_sread";
+		long sleeping = idle_wait_sleeps("0", counter);
+		long spinning = idle_wait_sleeps("10000000", counter);
+
+		CHECK(sleeping >= 5, "a 200 ms %s without spin slept only %ld times", what,
+		      sleeping);
+		CHECK(spinning * 2 < sleeping,
+		      "a 200 ms %s inside a 10 s spin slept %ld times (%ld without spin)", what,
+		      spinning, sleeping);
+	}
+	once = idle_wait_sleeps("50000", 0);
+	CHECK(once >= 5, "a 200 ms fi_cq_sread with a 50 ms spin slept only %ld times", once);
 }
 
 /* FI_GETWAIT + fi_trywait + poll(2): the fd becomes readable for a message. */
@@ -2141,7 +2161,7 @@ static const struct test { const char *name; void (*fn)(void); } tests[] = {
 	{ "cntr_claim", t_cntr_claim },
 	{ "cntr_wait_thread", t_cntr_wait_thread },
 	{ "cq_sread", t_cq_sread },
-	{ "sread_spins_before_sleeping", t_sread_spins_before_sleeping },
+	{ "wait_spins_before_sleeping", t_wait_spins_before_sleeping },
 	{ "shared_cq", t_shared_cq },
 	{ "idle_thread_sleeps_while_polled", t_idle_thread_sleeps_while_polled },
 	{ "cq_getwait", t_cq_getwait },

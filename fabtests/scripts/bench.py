@@ -277,7 +277,8 @@ def run_wait_pingpong(config):
     for line in out.splitlines():
         f = line.split()
         if len(f) == 5 and f[0].isdigit():
-            res[int(f[0])] = {"lat_us": float(f[3]), "iters": int(f[1])}
+            res[int(f[0])] = {"lat_us": float(f[3]), "iters": int(f[1]),
+                              "cpu_us_per_rt": float(f[4])}
     if not ok:
         FAILURES.append(f"uet_bw -L -w {config}: {err}")
         log(f"   FAILED uet_bw -L -w {config}: {err}")
@@ -447,7 +448,8 @@ def main():
     write_csv("pingpong.csv", pp_rows, ["rep", "config", "mode", "size", "iters", "lat_us",
                                         "mbps"])
     write_csv("stream.csv", bw_rows, ["rep", "config", "size", "mbps", "cpu_s_per_gb"])
-    write_csv("wait.csv", wait_rows, ["rep", "config", "size", "iters", "lat_us"])
+    write_csv("wait.csv", wait_rows, ["rep", "config", "size", "iters", "lat_us",
+                                      "cpu_us_per_rt"])
     write_csv("raw.csv", raw_rows, ["rep", "test", "size", "lat_us", "p50_us", "mbps",
                                     "cpu_s_per_gb"])
     write_csv("mpi.csv", mpi_rows, ["rep", "library", "config", "size", "compute_us",
@@ -593,7 +595,8 @@ def report(pp, bw, wait, raw, mpi):
     write_csv("summary.csv", summary,
               ["test", "mode", "uet", "size", "uet_lat_us", "tcp_lat_us", "rxd_lat_us",
                "raw_lat_us", "uet_mbps", "tcp_mbps", "rxd_mbps", "raw_mbps", "raw_offload_mbps",
-               "uet_cpu_s_per_gb", "tcp_cpu_s_per_gb", "rxd_cpu_s_per_gb"])
+               "uet_cpu_s_per_gb", "tcp_cpu_s_per_gb", "rxd_cpu_s_per_gb",
+               "uet_cpu_us_per_rt", "tcp_cpu_us_per_rt", "rxd_cpu_us_per_rt"])
     report_mpi(mpi)
     if PLAIN_LIBDIR:
         report_plain(pp)
@@ -606,16 +609,17 @@ def report(pp, bw, wait, raw, mpi):
 
 
 def report_wait(rows):
-    """Prints the blocking-wait ping-pong table; returns its summary rows."""
+    """Prints the blocking-wait ping-pong tables; returns their summary rows."""
     summary = []
+    names = [c.replace("uet-64k-nospin", "nospin") for c in WAIT_CONFIGS]
     log("\n== ping-pong waiting in fi_cq_sread (uet_bw -L -w): median one-way latency "
         "in us, spread (min-max) of uet-64k, ratios uet-64k time / other time; "
         "nospin = uet-64k with FI_UET_WAIT_SPIN_US=0")
-    names = [c.replace("uet-64k-nospin", "nospin") for c in WAIT_CONFIGS]
     log(f"{'size':>6} " + " ".join(f"{n:>9}" for n in names)
         + f" {'spread':>15} {'/tcp':>6} {'/rxd':>6} {'/nospin':>7}")
     for s in WAIT_SIZES:
         m = {c: med(rows, "lat_us", config=c, size=s)[0] for c in WAIT_CONFIGS}
+        cpu = {c: med(rows, "cpu_us_per_rt", config=c, size=s)[0] for c in WAIT_CONFIGS}
         u, lo, hi = med(rows, "lat_us", config="uet-64k", size=s)
         spread = f"{fmt(lo, 1)}-{fmt(hi, 1)}" if lo is not None else "-"
         log(f"{size_label(s):>6} " + " ".join(fmt(m[c]) for c in WAIT_CONFIGS)
@@ -624,7 +628,15 @@ def report_wait(rows):
         for uet in UETS + [NOSPIN]:
             summary.append({"test": "wait_pingpong", "mode": "msg", "uet": uet, "size": s,
                             "uet_lat_us": m[uet], "tcp_lat_us": m["tcp"],
-                            "rxd_lat_us": m["rxd"]})
+                            "rxd_lat_us": m["rxd"], "uet_cpu_us_per_rt": cpu[uet],
+                            "tcp_cpu_us_per_rt": cpu["tcp"],
+                            "rxd_cpu_us_per_rt": cpu["rxd"]})
+    # What the spin costs: CPU time of both processes per round trip.
+    log("   CPU us per round trip (both processes, all threads):")
+    log(f"{'size':>6} " + " ".join(f"{n:>9}" for n in names))
+    for s in WAIT_SIZES:
+        log(f"{size_label(s):>6} " + " ".join(
+            fmt(med(rows, "cpu_us_per_rt", config=c, size=s)[0]) for c in WAIT_CONFIGS))
     return summary
 
 
@@ -707,7 +719,7 @@ def plot(pp, bw, iperf, sock, gso):
         log("(matplotlib missing: no plot; install python3-matplotlib)")
         return
     fig, ax = plt.subplots(1, 3, figsize=(17, 5))
-    for config in [c for c in CONFIGS if c != PLAIN]:
+    for config in [c for c in CONFIGS if c not in (PLAIN, NOSPIN)]:
         xs = [s for s in PP_SIZES if med(pp, "lat_us", config=config, mode="msg", size=s)[0]]
         ax[0].plot(xs, [med(pp, "lat_us", config=config, mode="msg", size=s)[0] for s in xs],
                    "o-", label=config)

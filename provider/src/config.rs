@@ -68,7 +68,7 @@ pub const PARAMS: &[ParamSpec] = &[
     ParamSpec {
         name: "wait_spin_us",
         kind: ParamKind::Int,
-        help: "Microseconds a blocking wait (fi_cq_sread, fi_cntr_wait) keeps polling before it sleeps: a completion due within them is seen without the tens of microseconds a wake-up costs (default 50; 0 = sleep at once, for hosts with more processes than cores).",
+        help: "Microseconds a blocking wait (fi_cq_sread, fi_cntr_wait) keeps polling before it sleeps, and again after input ends a sleep: a completion due within them is seen without the tens of microseconds a wake-up costs (default 50; 0 = sleep at once, for hosts with more busy processes than cores).",
     },
     ParamSpec {
         name: "idle_progress_us",

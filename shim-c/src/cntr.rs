@@ -97,8 +97,8 @@ impl CntrInner {
             if spin.keep_polling() {
                 continue;
             }
-            wait::sleep(&wait::live(&self.eps), &[], &self.waker, deadline);
-            spin.slept();
+            let woken = wait::sleep(&wait::live(&self.eps), &[], &self.waker, deadline);
+            spin.slept(woken);
         }
     }
 

@@ -367,8 +367,8 @@ fn sread(
         if spin.keep_polling() {
             continue;
         }
-        wait::sleep(&wait::live(&cq.eps), &[], &cq.waker, deadline);
-        spin.slept();
+        let woken = wait::sleep(&wait::live(&cq.eps), &[], &cq.waker, deadline);
+        spin.slept(woken);
     }
 }
 

@@ -5,9 +5,10 @@
 //! their sockets and the object's own eventfd until a datagram arrives, the
 //! object is signalled (fi_cq_signal, fi_cntr_add, another thread's
 //! progress), the engine's next timer is due, or the caller's deadline
-//! passes. Before each sleep it keeps progressing for `FI_UET_WAIT_SPIN_US`
-//! ([`Spin`]): a wake-up costs tens of microseconds, more than a loopback
-//! round trip, so a completion due within the spin is seen sooner.
+//! passes. Before its first sleep, and after each sleep that input ended,
+//! it keeps progressing for `FI_UET_WAIT_SPIN_US` ([`Spin`]): a wake-up
+//! costs tens of microseconds, more than a loopback round trip, so a
+//! completion due within the spin is seen sooner.
 //!
 //! FI_GETWAIT hands out an epoll descriptor holding the same sockets and the
 //! eventfd: it becomes readable when there is input to progress or the
@@ -33,7 +34,8 @@ use crate::errors::FiResult;
 const MAX_SLEEP: Duration = Duration::from_millis(20);
 
 /// The polling phase of a blocking wait: progress without sleeping until
-/// `FI_UET_WAIT_SPIN_US` have passed since the wait began or last woke.
+/// `FI_UET_WAIT_SPIN_US` have passed since the wait began or input last
+/// woke it.
 pub(crate) struct Spin {
     length: Duration,
     until: Option<Instant>,
@@ -57,10 +59,14 @@ impl Spin {
         now < until
     }
 
-    /// The caller slept: it polls afresh after the wake-up, as whatever
-    /// woke it (the first packet of a reply, say) is often followed by more.
-    pub(crate) fn slept(&mut self) {
-        self.until = None;
+    /// The caller slept; `woken` by input, it polls afresh, as what woke
+    /// it (the first packet of a reply, say) is often followed by more. A
+    /// sleep that ran out (a timer, the 20 ms bound) does not restart the
+    /// spin: a waiter on a quiet CQ would spin after every such sleep.
+    pub(crate) fn slept(&mut self, woken: bool) {
+        if woken {
+            self.until = None;
+        }
     }
 }
 
@@ -276,13 +282,14 @@ pub(crate) fn deadline(timeout_ms: c_int) -> Option<Instant> {
 
 /// Sleep until input arrives on an endpoint of `eps`, a descriptor of
 /// `also` becomes readable, `waker` fires, the engines need a timer run, or
-/// `deadline` passes.
+/// `deadline` passes. True when it ended for input or the waker (or did
+/// not sleep because input was waiting), false when its time ran out.
 pub(crate) fn sleep(
     eps: &[Arc<EpInner>],
     also: &[RawFd],
     waker: &Waker,
     deadline: Option<Instant>,
-) {
+) -> bool {
     let mut budget = MAX_SLEEP;
     if let Some(d) = deadline {
         budget = budget.min(d.saturating_duration_since(Instant::now()));
@@ -306,7 +313,7 @@ pub(crate) fn sleep(
     // Round up so a timer due in 0.3 ms does not turn into a busy loop.
     let ms = budget.as_micros().div_ceil(1000).min(c_int::MAX as u128) as c_int;
     if ms == 0 {
-        return;
+        return false;
     }
     for ep in eps {
         match ep.begin_sleep(waker.event_fd) {
@@ -322,14 +329,14 @@ pub(crate) fn sleep(
                 for ep in &sleeping {
                     ep.end_sleep(waker.event_fd);
                 }
-                return;
+                return true;
             }
             Sleep::Closed => {}
         }
     }
     waker.sleepers.fetch_add(1, Ordering::AcqRel);
     // SAFETY: fds is a live array of fds.len() pollfd structs.
-    unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
+    let ready = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
     waker.sleepers.fetch_sub(1, Ordering::AcqRel);
     for ep in sleeping {
         ep.end_sleep(waker.event_fd);
@@ -337,4 +344,5 @@ pub(crate) fn sleep(
     if fds[0].revents != 0 {
         waker.drain();
     }
+    ready > 0
 }
