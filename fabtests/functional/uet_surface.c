@@ -606,6 +606,40 @@ static void t_cq_sread(void)
 	CHECK(n == -FI_EAGAIN, "signalled sread = %zd", n);
 }
 
+/* The inject size fi_getinfo offers with FI_UET_INJECT_SIZE = `text`. */
+static size_t offered_inject_size(const char *text)
+{
+	size_t size;
+
+	setenv("FI_UET_INJECT_SIZE", text, 1);
+	open_domain();
+	unsetenv("FI_UET_INJECT_SIZE");
+	size = E.info->tx_attr->inject_size;
+	teardown();
+	return size;
+}
+
+/* An integer parameter libfabric would misread (it stops at the first
+ * character strtol cannot use: "abc" would be 0, "2k" 2) keeps its
+ * default, with a warning; what strtol reads whole is taken. */
+static void t_int_param_misread(void)
+{
+	static const struct {
+		const char *text;
+		size_t size;
+	} cases[] = {
+		{ "100", 100 }, { " 0x100 ", 256 }, { "abc", 4096 }, { "2k", 4096 },
+		{ "99999999999", 4096 },
+	};
+
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		size_t got = offered_inject_size(cases[i].text);
+
+		CHECK(got == cases[i].size, "FI_UET_INJECT_SIZE=\"%s\": inject_size %zu, not %zu",
+		      cases[i].text, got, cases[i].size);
+	}
+}
+
 /* Times the calling thread went to sleep (voluntary context switches;
  * yielding the CPU while runnable is not one). */
 static long thread_sleeps(void)
@@ -2162,6 +2196,7 @@ static const struct test { const char *name; void (*fn)(void); } tests[] = {
 	{ "cntr_wait_thread", t_cntr_wait_thread },
 	{ "cq_sread", t_cq_sread },
 	{ "wait_spins_before_sleeping", t_wait_spins_before_sleeping },
+	{ "int_param_misread", t_int_param_misread },
 	{ "shared_cq", t_shared_cq },
 	{ "idle_thread_sleeps_while_polled", t_idle_thread_sleeps_while_polled },
 	{ "cq_getwait", t_cq_getwait },

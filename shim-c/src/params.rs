@@ -36,6 +36,55 @@ pub(crate) fn define(prov: *mut fi_provider) {
     }
 }
 
+/// False, with a warning, when the parameter's variable holds something
+/// libfabric would misread: it takes integers with `strtol`, which stops at
+/// the first character it cannot use, so "abc" would quietly become 0 and
+/// "2k" 2.
+fn integer_or_unset(name: &str) -> bool {
+    let var = format!("FI_UET_{}", name.to_ascii_uppercase());
+    let Some(text) = std::env::var_os(&var) else {
+        return true;
+    };
+    let text = text.to_string_lossy();
+    if whole_int(&text) {
+        return true;
+    }
+    log::warn(
+        FI_LOG_CORE,
+        &format!("{var}={text} is not an integer that fits an int; keeping the default"),
+    );
+    false
+}
+
+/// Whether `strtol(text, NULL, 0)` reads all of `text` (but surrounding
+/// blanks), in decimal, hex (`0x`) or octal (leading `0`) as it does, into
+/// a value that fits an int.
+fn whole_int(text: &str) -> bool {
+    let t = text.trim();
+    let (negative, unsigned) = match t.strip_prefix('-') {
+        Some(rest) => (true, rest),
+        None => (false, t.strip_prefix('+').unwrap_or(t)),
+    };
+    let (radix, digits) = if let Some(hex) = unsigned
+        .strip_prefix("0x")
+        .or_else(|| unsigned.strip_prefix("0X"))
+    {
+        (16, hex)
+    } else if unsigned.len() > 1 && unsigned.starts_with('0') {
+        (8, &unsigned[1..])
+    } else {
+        (10, unsigned)
+    };
+    // from_str_radix would take a second sign.
+    if digits.is_empty() || digits.starts_with(['+', '-']) {
+        return false;
+    }
+    i64::from_str_radix(digits, radix)
+        .ok()
+        .map(|v| if negative { -v } else { v })
+        .is_some_and(|v| c_int::try_from(v).is_ok())
+}
+
 /// Read one parameter; `None` when unset (or on any failure).
 fn get(name: &str, kind: ParamKind) -> Option<ParamValue> {
     let prov = crate::provider();
@@ -43,6 +92,9 @@ fn get(name: &str, kind: ParamKind) -> Option<ParamValue> {
         return None;
     }
     let cname = CString::new(name).ok()?;
+    if kind == ParamKind::Int && !integer_or_unset(name) {
+        return None;
+    }
     match kind {
         ParamKind::Int | ParamKind::Bool => {
             let mut v: c_int = 0;
@@ -85,4 +137,42 @@ pub(crate) fn config() -> Config {
 /// `FI_UET_SRC_ADDR`, if set.
 pub(crate) fn src_addr() -> Option<String> {
     Some(config().src_addr).filter(|s| !s.is_empty())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::whole_int;
+
+    #[test]
+    fn integers_are_what_strtol_reads_whole() {
+        for ok in [
+            "50",
+            " 50 ",
+            "+7",
+            "-5",
+            "0",
+            "0x10",
+            "0X1f",
+            "010",
+            "2147483647",
+        ] {
+            assert!(whole_int(ok), "{ok:?}");
+        }
+        for bad in [
+            "",
+            " ",
+            "abc",
+            "2k",
+            "50us",
+            "1.5",
+            "0x",
+            "+-5",
+            "--5",
+            "09",
+            "2147483648",
+            "1e3",
+        ] {
+            assert!(!whole_int(bad), "{bad:?}");
+        }
+    }
 }
