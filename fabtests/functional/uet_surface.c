@@ -652,9 +652,9 @@ static long thread_sleeps(void)
 
 /* Voluntary context switches of one 200 ms blocking wait that nothing
  * ends (fi_cq_sread on an empty CQ, or fi_cntr_wait for a count nothing
- * reaches), with FI_UET_WAIT_SPIN_US = `spin_us` (and no idle-progress
- * thread). */
-static long idle_wait_sleeps(const char *spin_us, int counter)
+ * reaches) on objects with wait object `wait`, with FI_UET_WAIT_SPIN_US =
+ * `spin_us` (and no idle-progress thread). */
+static long idle_wait_sleeps(const char *spin_us, int counter, enum fi_wait_obj wait)
 {
 	struct fi_cq_tagged_entry e;
 	long before;
@@ -662,11 +662,11 @@ static long idle_wait_sleeps(const char *spin_us, int counter)
 
 	setenv("FI_UET_WAIT_SPIN_US", spin_us, 1);
 	setenv("FI_UET_IDLE_PROGRESS_US", "0", 1);
-	two_eps(FI_WAIT_FD);
+	two_eps(wait);
 	unsetenv("FI_UET_WAIT_SPIN_US");
 	unsetenv("FI_UET_IDLE_PROGRESS_US");
 	if (counter)
-		E.cntr[0] = open_cntr(FI_WAIT_UNSPEC);
+		E.cntr[0] = open_cntr(wait);
 	before = thread_sleeps();
 	if (counter) {
 		n = fi_cntr_wait(E.cntr[0], 1, 200);
@@ -684,7 +684,9 @@ static long idle_wait_sleeps(const char *spin_us, int counter)
  * Without the spin, 200 ms of waiting take about ten sleeps (none lasts
  * over 20 ms; five, at least, under valgrind); with a spin longer than the
  * wait, the thread keeps polling (a scheduler or valgrind may still park
- * it now and then). The same for fi_cq_sread and fi_cntr_wait. A sleep
+ * it now and then). The same for fi_cq_sread and fi_cntr_wait, and for
+ * objects opened with FI_WAIT_YIELD, which poll however short the spin,
+ * as libfabric defines that wait object. A sleep
  * that runs out (the 20 ms bound) does not start the spin again: with a
  * 50 ms spin, the 150 ms left take about eight sleeps (three if each were
  * followed by 50 ms of polling). */
@@ -694,16 +696,20 @@ static void t_wait_spins_before_sleeping(void)
 
 	for (int counter = 0; counter < 2; counter++) {
 		const char *what = counter ? "fi_cntr_wait" : "fi_cq_sread";
-		long sleeping = idle_wait_sleeps("0", counter);
-		long spinning = idle_wait_sleeps("10000000", counter);
+		long sleeping = idle_wait_sleeps("0", counter, FI_WAIT_FD);
+		long spinning = idle_wait_sleeps("10000000", counter, FI_WAIT_FD);
+		long yielding = idle_wait_sleeps("0", counter, FI_WAIT_YIELD);
 
 		CHECK(sleeping >= 5, "a 200 ms %s without spin slept only %ld times", what,
 		      sleeping);
 		CHECK(spinning * 2 < sleeping,
 		      "a 200 ms %s inside a 10 s spin slept %ld times (%ld without spin)", what,
 		      spinning, sleeping);
+		CHECK(yielding * 2 < sleeping,
+		      "a 200 ms %s on FI_WAIT_YIELD objects slept %ld times (%ld on FI_WAIT_FD)",
+		      what, yielding, sleeping);
 	}
-	once = idle_wait_sleeps("50000", 0);
+	once = idle_wait_sleeps("50000", 0, FI_WAIT_FD);
 	CHECK(once >= 5, "a 200 ms fi_cq_sread with a 50 ms spin slept only %ld times", once);
 }
 

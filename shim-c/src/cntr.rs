@@ -82,7 +82,7 @@ impl CntrInner {
     fn wait(&self, threshold: u64, timeout: c_int) -> FiResult<()> {
         let deadline = wait::deadline(timeout);
         let errors = self.errors.load(Ordering::Acquire);
-        let mut spin = wait::Spin::new(self.wait_spin);
+        let mut spin = wait::Spin::new(self.wait_obj, self.wait_spin);
         loop {
             self.progress();
             if self.value.load(Ordering::Acquire) >= threshold {

@@ -353,7 +353,7 @@ fn sread(
     timeout: c_int,
 ) -> FiResult<usize> {
     let deadline = wait::deadline(timeout);
-    let mut spin = wait::Spin::new(cq.wait_spin);
+    let mut spin = wait::Spin::new(cq.wait_obj, cq.wait_spin);
     loop {
         match read(cq, buf, count, src_addr) {
             Err(FI_EAGAIN) => {}

@@ -35,22 +35,30 @@ const MAX_SLEEP: Duration = Duration::from_millis(20);
 
 /// The polling phase of a blocking wait: progress without sleeping until
 /// `FI_UET_WAIT_SPIN_US` have passed since the wait began or input last
-/// woke it.
+/// woke it. A CQ or counter opened with `FI_WAIT_YIELD` has no wait object: its
+/// waits poll throughout, yielding the core as every progress loop does
+/// (`FI_UET_SPIN_BEFORE_YIELD`), and never sleep.
 pub(crate) struct Spin {
     length: Duration,
+    whole_wait: bool,
     until: Option<Instant>,
 }
 
 impl Spin {
-    pub(crate) fn new(length: Duration) -> Spin {
+    /// The spin of a wait on an object with wait object `wait_obj`.
+    pub(crate) fn new(wait_obj: fi_wait_obj, length: Duration) -> Spin {
         Spin {
             length,
+            whole_wait: wait_obj == FI_WAIT_YIELD,
             until: None,
         }
     }
 
     /// True while the caller should progress again instead of sleeping.
     pub(crate) fn keep_polling(&mut self) -> bool {
+        if self.whole_wait {
+            return true;
+        }
         if self.length.is_zero() {
             return false;
         }
