@@ -51,7 +51,7 @@ fn integer_or_unset(name: &str) -> bool {
     }
     log::warn(
         FI_LOG_CORE,
-        &format!("{var}={text} is not an integer that fits an int; keeping the default"),
+        &format!("{var}: {text:?} is not an integer that fits an int; keeping the default"),
     );
     false
 }
