@@ -204,8 +204,9 @@ static void enable_both(void)
 	}
 }
 
-/* Both endpoints with their own CQ of wait object `wait`. */
-static void two_eps(enum fi_wait_obj wait)
+/* Both endpoints with their own CQ of wait object `wait`, not yet enabled
+ * (the caller may bind more). */
+static void two_eps_to_enable(enum fi_wait_obj wait)
 {
 	int i;
 
@@ -215,6 +216,12 @@ static void two_eps(enum fi_wait_obj wait)
 		E.cq[i] = open_cq(wait);
 		CHECK_RC(fi_ep_bind(E.ep[i], &E.cq[i]->fid, FI_TRANSMIT | FI_RECV));
 	}
+}
+
+/* Both endpoints with their own CQ of wait object `wait`. */
+static void two_eps(enum fi_wait_obj wait)
+{
+	two_eps_to_enable(wait);
 	enable_both();
 }
 
@@ -609,13 +616,20 @@ static void t_cq_sread(void)
 /* The inject size fi_getinfo offers with FI_UET_INJECT_SIZE = `text`. */
 static size_t offered_inject_size(const char *text)
 {
+	const char *was = getenv("FI_UET_INJECT_SIZE");
+	char *saved = was ? strdup(was) : NULL;
 	size_t size;
 
 	setenv("FI_UET_INJECT_SIZE", text, 1);
 	open_domain();
-	unsetenv("FI_UET_INJECT_SIZE");
 	size = E.info->tx_attr->inject_size;
 	teardown();
+	/* The caller's own setting goes back for the tests after this one. */
+	if (saved)
+		setenv("FI_UET_INJECT_SIZE", saved, 1);
+	else
+		unsetenv("FI_UET_INJECT_SIZE");
+	free(saved);
 	return size;
 }
 
@@ -662,11 +676,15 @@ static long idle_wait_sleeps(const char *spin_us, int counter, enum fi_wait_obj 
 
 	setenv("FI_UET_WAIT_SPIN_US", spin_us, 1);
 	setenv("FI_UET_IDLE_PROGRESS_US", "0", 1);
-	two_eps(wait);
+	two_eps_to_enable(wait);
 	unsetenv("FI_UET_WAIT_SPIN_US");
 	unsetenv("FI_UET_IDLE_PROGRESS_US");
-	if (counter)
+	if (counter) {
+		/* Bound, so the wait progresses an endpoint as it would in use. */
 		E.cntr[0] = open_cntr(wait);
+		CHECK_RC(fi_ep_bind(E.ep[1], &E.cntr[0]->fid, FI_RECV));
+	}
+	enable_both();
 	before = thread_sleeps();
 	if (counter) {
 		n = fi_cntr_wait(E.cntr[0], 1, 200);

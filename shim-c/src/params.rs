@@ -60,7 +60,9 @@ fn integer_or_unset(name: &str) -> bool {
 /// blanks), in decimal, hex (`0x`) or octal (leading `0`) as it does, into
 /// a value that fits an int.
 fn whole_int(text: &str) -> bool {
-    let t = text.trim();
+    // strtol skips the C locale's blanks only: a no-break space copied
+    // from a web page stops it at once.
+    let t = text.trim_matches([' ', '\t', '\n', '\x0b', '\x0c', '\r']);
     let (negative, unsigned) = match t.strip_prefix('-') {
         Some(rest) => (true, rest),
         None => (false, t.strip_prefix('+').unwrap_or(t)),
@@ -159,6 +161,8 @@ mod tests {
             assert!(whole_int(ok), "{ok:?}");
         }
         for bad in [
+            "\u{a0}5",
+            "0x-5",
             "",
             " ",
             "abc",

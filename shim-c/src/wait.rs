@@ -36,8 +36,7 @@ const MAX_SLEEP: Duration = Duration::from_millis(20);
 /// The polling phase of a blocking wait: progress without sleeping until
 /// `FI_UET_WAIT_SPIN_US` have passed since the wait began or input last
 /// woke it. A CQ or counter opened with `FI_WAIT_YIELD` has no wait object: its
-/// waits poll throughout, yielding the core as every progress loop does
-/// (`FI_UET_SPIN_BEFORE_YIELD`), and never sleep.
+/// waits poll throughout, yielding the core on every pass, and never sleep.
 pub(crate) struct Spin {
     length: Duration,
     whole_wait: bool,
@@ -57,6 +56,10 @@ impl Spin {
     /// True while the caller should progress again instead of sleeping.
     pub(crate) fn keep_polling(&mut self) -> bool {
         if self.whole_wait {
+            // Every pass: a wait with nothing to progress (no endpoint
+            // bound, or one closed) would otherwise never give the core up,
+            // not even to the thread that would end it.
+            std::thread::yield_now();
             return true;
         }
         if self.length.is_zero() {
