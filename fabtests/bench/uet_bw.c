@@ -58,6 +58,7 @@
 static const char *prov = "uet";
 static int tagged;
 static int blocking; /* -w: fi_cq_sread */
+static int latency;  /* -L: ping-pong */
 static double deadline_s = 60.0;
 
 static struct fid_fabric *fabric;
@@ -336,6 +337,14 @@ static void post(int send, size_t size, unsigned slot)
 	}
 }
 
+/* Receiver: tell the sender its first message has a receive waiting. */
+static void receives_posted(void)
+{
+	struct ctrl ready = { 0 };
+
+	ctrl_send(&ready);
+}
+
 /* Keep `window` operations outstanding until `iters` have completed. */
 static void stream(int send, size_t size, uint64_t iters, unsigned window)
 {
@@ -346,12 +355,8 @@ static void stream(int send, size_t size, uint64_t iters, unsigned window)
 	*done = 0;
 	while (posted < iters && posted < window)
 		post(send, size, posted++ % MAX_WINDOW);
-	/* Tell the sender our receives are in place. */
-	if (!send) {
-		struct ctrl ready = { 0 };
-
-		ctrl_send(&ready);
-	}
+	if (!send)
+		receives_posted();
 	while (*done < iters) {
 		if (!await_completion() && now_s() > end)
 			die("timed out at size %zu: %llu of %llu %s complete", size,
@@ -384,12 +389,8 @@ static double pingpong(int client, size_t size, uint64_t iters)
 	iters++;
 	sends_done = recvs_done = 0;
 	post(0, size, 0);
-	/* Tell the client the first receive is in place. */
-	if (!client) {
-		struct ctrl ready = { 0 };
-
-		ctrl_send(&ready);
-	}
+	if (!client)
+		receives_posted();
 	for (uint64_t i = 0; i < iters; i++) {
 		/* Send slots are reused round the window: reap the oldest. */
 		if (i >= MAX_WINDOW)
@@ -408,6 +409,12 @@ static double pingpong(int client, size_t size, uint64_t iters)
 	return now_s() - t0;
 }
 
+/* -L and -w, as the client sends them for the server to check. */
+static uint64_t mode_bits(void)
+{
+	return (uint64_t)(latency | blocking << 1);
+}
+
 static size_t parse_size(const char *s)
 {
 	char *end;
@@ -424,7 +431,7 @@ static size_t parse_size(const char *s)
 int main(int argc, char **argv)
 {
 	size_t sizes[MAX_SIZES] = { 64, 4096, 65536, 1 << 20, 4 << 20 };
-	int nsizes = 5, ctl_port = 47593, server, opt, latency = 0;
+	int nsizes = 5, ctl_port = 47593, server, opt;
 	unsigned window = 64;
 	uint64_t bytes_per_size = 256ull << 20, max_iters = 20000;
 	size_t max_size = 0;
@@ -493,7 +500,7 @@ int main(int argc, char **argv)
 			double cpu0;
 
 			ctrl_recv(&m); /* iterations, window and mode for this size */
-			if (m.c != (uint64_t)(latency | blocking << 1))
+			if (m.c != mode_bits())
 				die("the client's -L/-w differ from the server's");
 			cpu0 = cpu_s();
 			if (latency)
@@ -514,27 +521,28 @@ int main(int argc, char **argv)
 			w = iters < window ? (unsigned)iters : window;
 			m.a = iters;
 			m.b = w;
-			m.c = latency | blocking << 1;
+			m.c = mode_bits();
 			ctrl_send(&m);
 			ctrl_recv(&m); /* receives posted */
 			cpu0 = cpu_s();
-			t0 = now_s();
-			if (latency)
+			if (latency) {
 				t = pingpong(1, size, iters);
-			else
-				stream(1, size, iters, w);
-			ctrl_recv(&m); /* all received, with the server's CPU time */
-			if (!latency)
-				t = now_s() - t0;
-			cpu = cpu_s() - cpu0 + m.d;
-			if (latency) /* CPU per round trip (the untimed one too) */
+				ctrl_recv(&m); /* the server's CPU time */
+				cpu = cpu_s() - cpu0 + m.d;
+				/* CPU per round trip (the untimed one too) */
 				printf("%-10zu %8llu %10.4f %10.2f %12.2f\n", size,
 				       (unsigned long long)iters, t, t / iters / 2 * 1e6,
 				       cpu / (iters + 1) * 1e6);
-			else
+			} else {
+				t0 = now_s();
+				stream(1, size, iters, w);
+				ctrl_recv(&m); /* all received, with the server's CPU time */
+				t = now_s() - t0;
+				cpu = cpu_s() - cpu0 + m.d;
 				printf("%-10zu %8llu %10.4f %10.2f %12.3f\n", size,
 				       (unsigned long long)iters, t, iters * size / t / 1e6,
 				       size ? cpu / (iters * size / 1e9) : 0.0);
+			}
 			fflush(stdout);
 		}
 	}

@@ -243,46 +243,39 @@ def run_pingpong(config, mode, size):
     return None
 
 
-def run_stream(config):
+def run_uet_bw(config, what, flags, client_flags, fields):
+    """uet_bw over `config`: {size: row} from its result lines (size, iters,
+    seconds, then the two columns named by `fields`); a failure is recorded
+    as `what`."""
     prov, env = CONFIGS[config]
     port = free_port()
-    sizes = ",".join(str(s) for s in BW_SIZES)
-    common = [UET_BW, "-p", prov, "-m", "msg", "-T", "40"]
+    common = [UET_BW, "-p", prov, "-m", "msg", *flags, "-T", "40"]
     ok, out, err = client_server(common + ["-B", str(port)],
-                                 common + ["-P", str(port), "-S", sizes, "-b", BW_BYTES,
-                                           "127.0.0.1"],
+                                 common + ["-P", str(port), *client_flags, "127.0.0.1"],
                                  env, 120, listen_port=port)
     res = {}
     for line in out.splitlines():
         f = line.split()
         if len(f) == 5 and f[0].isdigit():
-            res[int(f[0])] = {"mbps": float(f[3]), "cpu_s_per_gb": float(f[4])}
+            res[int(f[0])] = {"iters": int(f[1]), fields[0]: float(f[3]),
+                              fields[1]: float(f[4])}
     if not ok:
-        FAILURES.append(f"uet_bw {config}: {err}")
-        log(f"   FAILED uet_bw {config}: {err}")
+        FAILURES.append(f"{what} {config}: {err}")
+        log(f"   FAILED {what} {config}: {err}")
     return res
+
+
+def run_stream(config):
+    sizes = ",".join(str(s) for s in BW_SIZES)
+    return run_uet_bw(config, "uet_bw", [], ["-S", sizes, "-b", BW_BYTES],
+                      ("mbps", "cpu_s_per_gb"))
 
 
 def run_wait_pingpong(config):
     """One-way latency (us) per size of a ping-pong waiting in fi_cq_sread."""
-    prov, env = CONFIGS[config]
-    port = free_port()
     sizes = ",".join(str(s) for s in WAIT_SIZES)
-    common = [UET_BW, "-p", prov, "-m", "msg", "-L", "-w", "-T", "40"]
-    ok, out, err = client_server(common + ["-B", str(port)],
-                                 common + ["-P", str(port), "-S", sizes, "-I",
-                                           str(WAIT_ITERS), "127.0.0.1"],
-                                 env, 120, listen_port=port)
-    res = {}
-    for line in out.splitlines():
-        f = line.split()
-        if len(f) == 5 and f[0].isdigit():
-            res[int(f[0])] = {"lat_us": float(f[3]), "iters": int(f[1]),
-                              "cpu_us_per_rt": float(f[4])}
-    if not ok:
-        FAILURES.append(f"uet_bw -L -w {config}: {err}")
-        log(f"   FAILED uet_bw -L -w {config}: {err}")
-    return res
+    return run_uet_bw(config, "uet_bw -L -w", ["-L", "-w"],
+                      ["-S", sizes, "-I", str(WAIT_ITERS)], ("lat_us", "cpu_us_per_rt"))
 
 
 def run_sockperf(size):
@@ -617,9 +610,11 @@ def report_wait(rows):
         "nospin = uet-64k with FI_UET_WAIT_SPIN_US=0")
     log(f"{'size':>6} " + " ".join(f"{n:>9}" for n in names)
         + f" {'spread':>15} {'/tcp':>6} {'/rxd':>6} {'/nospin':>7}")
+    cpu_by_size = {}
     for s in WAIT_SIZES:
         m = {c: med(rows, "lat_us", config=c, size=s)[0] for c in WAIT_CONFIGS}
         cpu = {c: med(rows, "cpu_us_per_rt", config=c, size=s)[0] for c in WAIT_CONFIGS}
+        cpu_by_size[s] = cpu
         u, lo, hi = med(rows, "lat_us", config="uet-64k", size=s)
         spread = f"{fmt(lo, 1)}-{fmt(hi, 1)}" if lo is not None else "-"
         log(f"{size_label(s):>6} " + " ".join(fmt(m[c]) for c in WAIT_CONFIGS)
@@ -634,9 +629,8 @@ def report_wait(rows):
     # What the spin costs: CPU time of both processes per round trip.
     log("   CPU us per round trip (both processes, all threads):")
     log(f"{'size':>6} " + " ".join(f"{n:>9}" for n in names))
-    for s in WAIT_SIZES:
-        log(f"{size_label(s):>6} " + " ".join(
-            fmt(med(rows, "cpu_us_per_rt", config=c, size=s)[0]) for c in WAIT_CONFIGS))
+    for s, cpu in cpu_by_size.items():
+        log(f"{size_label(s):>6} " + " ".join(fmt(cpu[c]) for c in WAIT_CONFIGS))
     return summary
 
 

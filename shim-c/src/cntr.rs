@@ -80,26 +80,25 @@ impl CntrInner {
     /// fi_cntr_wait: 0 once the value reaches `threshold`, -FI_EAVAIL when
     /// the error count changes meanwhile, -FI_ETIMEDOUT at the deadline.
     fn wait(&self, threshold: u64, timeout: c_int) -> FiResult<()> {
-        let deadline = wait::deadline(timeout);
         let errors = self.errors.load(Ordering::Acquire);
-        let mut spin = wait::Spin::new(self.wait_obj, self.wait_spin);
-        loop {
-            self.progress();
-            if self.value.load(Ordering::Acquire) >= threshold {
-                return Ok(());
-            }
-            if self.errors.load(Ordering::Acquire) != errors {
-                return Err(FI_EAVAIL);
-            }
-            if deadline.is_some_and(|d| std::time::Instant::now() >= d) {
-                return Err(FI_ETIMEDOUT);
-            }
-            if spin.keep_polling() {
-                continue;
-            }
-            let woken = wait::sleep(&wait::live(&self.eps), &[], &self.waker, deadline);
-            spin.slept(woken);
-        }
+        let spin = wait::Spin::new(self.wait_obj, self.wait_spin);
+        wait::block(
+            &self.eps,
+            &self.waker,
+            spin,
+            wait::deadline(timeout),
+            || {
+                self.progress();
+                if self.value.load(Ordering::Acquire) >= threshold {
+                    Some(Ok(()))
+                } else if self.errors.load(Ordering::Acquire) != errors {
+                    Some(Err(FI_EAVAIL))
+                } else {
+                    None
+                }
+            },
+        )
+        .unwrap_or(Err(FI_ETIMEDOUT))
     }
 
     /// 0 when nothing is pending a wait could miss (fi_trywait).

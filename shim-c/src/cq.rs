@@ -8,7 +8,7 @@ use std::os::raw::{c_char, c_int, c_void};
 use std::ptr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use parking_lot::Mutex;
 use uet::{Completion, CompletionError, CompletionKind};
@@ -352,24 +352,18 @@ fn sread(
     src_addr: *mut fi_addr_t,
     timeout: c_int,
 ) -> FiResult<usize> {
-    let deadline = wait::deadline(timeout);
-    let mut spin = wait::Spin::new(cq.wait_obj, cq.wait_spin);
-    loop {
-        match read(cq, buf, count, src_addr) {
-            Err(FI_EAGAIN) => {}
-            r => return r,
-        }
-        if cq.signaled.swap(false, Ordering::AcqRel)
-            || deadline.is_some_and(|d| Instant::now() >= d)
-        {
-            return Err(FI_EAGAIN);
-        }
-        if spin.keep_polling() {
-            continue;
-        }
-        let woken = wait::sleep(&wait::live(&cq.eps), &[], &cq.waker, deadline);
-        spin.slept(woken);
-    }
+    let spin = wait::Spin::new(cq.wait_obj, cq.wait_spin);
+    wait::block(
+        &cq.eps,
+        &cq.waker,
+        spin,
+        wait::deadline(timeout),
+        || match read(cq, buf, count, src_addr) {
+            Err(FI_EAGAIN) if !cq.signaled.swap(false, Ordering::AcqRel) => None,
+            r => Some(r),
+        },
+    )
+    .unwrap_or(Err(FI_EAGAIN))
 }
 
 extern "C" fn cq_control(f: *mut fid, command: c_int, arg: *mut c_void) -> c_int {

@@ -5,7 +5,6 @@
 use std::collections::VecDeque;
 use std::os::raw::{c_char, c_int, c_void};
 use std::sync::Arc;
-use std::time::Instant;
 
 use parking_lot::Mutex;
 
@@ -185,18 +184,19 @@ extern "C" fn eq_sread(
         let Some(e) = from_ptr(eq) else {
             return -(FI_EINVAL as isize);
         };
-        let deadline = wait::deadline(timeout);
-        loop {
-            match read_one(e, event, buf, len, flags) {
-                Err(FI_EAGAIN) => {}
-                r => return ret_ssize(r),
-            }
-            if deadline.is_some_and(|d| Instant::now() >= d) {
-                return -(FI_EAGAIN as isize);
-            }
-            // Only fi_eq_write produces events: sleep on the eventfd alone.
-            wait::sleep(&[], &[], &e.inner.waker, deadline);
-        }
+        // Only fi_eq_write produces events: sleep on the eventfd alone.
+        let no_endpoints = Mutex::new(Vec::new());
+        let r = wait::block(
+            &no_endpoints,
+            &e.inner.waker,
+            wait::Spin::none(),
+            wait::deadline(timeout),
+            || match read_one(e, event, buf, len, flags) {
+                Err(FI_EAGAIN) => None,
+                r => Some(r),
+            },
+        );
+        ret_ssize(r.unwrap_or(Err(FI_EAGAIN)))
     })
 }
 

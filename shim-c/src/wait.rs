@@ -53,8 +53,14 @@ impl Spin {
         }
     }
 
+    /// No polling: sleep as soon as nothing is ready (an EQ, which only
+    /// another thread's fi_eq_write fills).
+    pub(crate) fn none() -> Spin {
+        Spin::new(FI_WAIT_FD, Duration::ZERO)
+    }
+
     /// True while the caller should progress again instead of sleeping.
-    pub(crate) fn keep_polling(&mut self) -> bool {
+    fn keep_polling(&mut self) -> bool {
         if self.whole_wait {
             // Every pass: a wait with nothing to progress (no endpoint
             // bound, or one closed) would otherwise never give the core up,
@@ -74,7 +80,7 @@ impl Spin {
     /// it (the first packet of a reply, say) is often followed by more. A
     /// sleep that ran out (a timer, the 20 ms bound) does not restart the
     /// spin: a waiter on a quiet CQ would spin after every such sleep.
-    pub(crate) fn slept(&mut self, woken: bool) {
+    fn slept(&mut self, woken: bool) {
         if woken {
             self.until = None;
         }
@@ -289,6 +295,31 @@ pub(crate) fn deadline(timeout_ms: c_int) -> Option<Instant> {
     u64::try_from(timeout_ms)
         .ok()
         .map(|ms| Instant::now() + Duration::from_millis(ms))
+}
+
+/// A blocking wait: call `ready` (which progresses what it reads) until it
+/// has an answer, polling again while `spin` lasts and otherwise sleeping
+/// on the endpoints of `eps` and on `waker`; `None` once `deadline` passed.
+pub(crate) fn block<T>(
+    eps: &Mutex<Vec<Weak<EpInner>>>,
+    waker: &Waker,
+    mut spin: Spin,
+    deadline: Option<Instant>,
+    mut ready: impl FnMut() -> Option<T>,
+) -> Option<T> {
+    loop {
+        if let Some(answer) = ready() {
+            return Some(answer);
+        }
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            return None;
+        }
+        if spin.keep_polling() {
+            continue;
+        }
+        let woken = sleep(&live(eps), &[], waker, deadline);
+        spin.slept(woken);
+    }
 }
 
 /// Sleep until input arrives on an endpoint of `eps`, a descriptor of
