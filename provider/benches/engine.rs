@@ -1,6 +1,7 @@
 //! Micro-benchmarks of the engine's per-packet work: header build and parse,
-//! tag matching against many posted receives, ACK/SACK processing, and one
-//! 64-byte message through two engines (no sockets).
+//! tag matching against many posted receives, ACK/SACK processing, one
+//! 64-byte message through two engines (no sockets), and the timer question
+//! an endpoint asks after every busy progress call, with many peers.
 //!
 //! `cargo bench -p uet --bench engine` (add `-- --quick` for a short run).
 
@@ -261,6 +262,97 @@ fn message(c: &mut Criterion) {
     g.finish();
 }
 
+/// A message to `dest` of 64 bytes, tagged 5, transmit complete.
+fn small_send(dest: SocketAddr) -> SendOp {
+    SendOp {
+        dest,
+        payload: Payload::Owned(vec![7u8; 64]),
+        tag: Some(5),
+        cq_data: None,
+        context: 1,
+        level: CompletionLevel::Transmit,
+        signal: true,
+    }
+}
+
+/// Move datagrams between `a` and `b` until both are quiet, then take
+/// their completions.
+fn settle(
+    (a, aa): (&mut Engine, SocketAddr),
+    (b, ba): (&mut Engine, SocketAddr),
+    now: u64,
+    buf: &mut [u8],
+) {
+    loop {
+        let mut moved = false;
+        while let Some(t) = a.poll_transmit(now, buf) {
+            b.handle_datagram(now, aa, 0, &buf[..t.len]);
+            moved = true;
+        }
+        while let Some(t) = b.poll_transmit(now, buf) {
+            a.handle_datagram(now, ba, 0, &buf[..t.len]);
+            moved = true;
+        }
+        if !moved {
+            break;
+        }
+    }
+    while a.poll_completion().is_some() {}
+    while b.poll_completion().is_some() {}
+}
+
+/// The earliest timer of an engine that has exchanged a message with N
+/// peers (each keeps its contexts and their idle-close deadlines), and a
+/// 64 B message with its ACK to one of them followed by that question, as
+/// an endpoint asks it after a busy progress call. Neither should grow
+/// with N (an MPI job's all-to-all gives every rank N = ranks - 1).
+fn timers(c: &mut Criterion) {
+    let mut g = c.benchmark_group("timers");
+    let cfg = Config {
+        mtu: 65000,
+        ..Config::default()
+    };
+    let mut buf = vec![0u8; 65536];
+    for n in [1usize, 64, 1024] {
+        let aa = addr(1000);
+        let mut a = Engine::new(&cfg, aa, 1);
+        let mut now = 1_000u64;
+        let mut others: Vec<(Engine, SocketAddr)> = (0..n)
+            .map(|i| {
+                let oa = addr(3000 + i as u16);
+                (Engine::new(&cfg, oa, 10 + i as u64), oa)
+            })
+            .collect();
+        for (o, oa) in others.iter_mut() {
+            o.post_recv(now, posted_recv(5))
+                .unwrap_or_else(|e| panic!("{e}"));
+            a.post_send(now, small_send(*oa))
+                .unwrap_or_else(|e| panic!("{e}"));
+            settle((&mut a, aa), (o, *oa), now, &mut buf);
+        }
+        g.bench_with_input(BenchmarkId::new("next_timeout, peers", n), &n, |bch, _| {
+            bch.iter(|| black_box(a.next_timeout()))
+        });
+        let (b, ba) = &mut others[0];
+        g.bench_with_input(
+            BenchmarkId::new("64 B message, ACK and next_timeout, peers", n),
+            &n,
+            |bch, _| {
+                bch.iter(|| {
+                    now += 1_000;
+                    b.post_recv(now, posted_recv(5))
+                        .unwrap_or_else(|e| panic!("{e}"));
+                    a.post_send(now, small_send(*ba))
+                        .unwrap_or_else(|e| panic!("{e}"));
+                    settle((&mut a, aa), (b, *ba), now, &mut buf);
+                    black_box(a.next_timeout())
+                })
+            },
+        );
+    }
+    g.finish();
+}
+
 /// One NSCC per-ACK update (the controller alone, as the SMaRTT paper
 /// counts it): alternating marked and unmarked ACKs around the target.
 fn nscc(c: &mut Criterion) {
@@ -279,5 +371,5 @@ fn nscc(c: &mut Criterion) {
     });
 }
 
-criterion_group!(benches, wire, matching, sack, message, nscc);
+criterion_group!(benches, wire, matching, sack, message, timers, nscc);
 criterion_main!(benches);

@@ -351,9 +351,6 @@ impl Engine {
         } else if !rx.ack_pending {
             rx.ack_pending = true;
             rx.ack_due = now + ACK_DELAY_NS;
-            if self.ack_timer == 0 || rx.ack_due < self.ack_timer {
-                self.ack_timer = rx.ack_due;
-            }
         }
         match ses {
             Ses::Request(s, _) => {

@@ -24,11 +24,13 @@ mod input;
 mod landing;
 mod matching;
 mod output;
+mod peer_deadlines;
 mod peer_table;
 mod post;
 mod rendezvous;
 mod rma;
 mod spares;
+use peer_deadlines::PeerTable;
 use spares::Spares;
 mod timers;
 
@@ -499,7 +501,7 @@ pub struct Engine {
     /// Close a send context idle this long (ns; 0 = never).
     pdc_idle: u64,
     rng: SmallRng,
-    peers: Vec<Peer>,
+    peers: PeerTable,
     peer_by_addr: FastMap<SocketAddr, usize>,
     /// The peer found last by address: one comparison instead of hashing
     /// the address when the same peer comes up again (ping-pong, a stream).
@@ -530,8 +532,6 @@ pub struct Engine {
     /// NACKs and control packets, sent ahead of ACKs and data.
     control_queue: VecDeque<(SocketAddr, ControlOut)>,
     send_ring: VecDeque<usize>,
-    /// Earliest delayed-ACK deadline (0 = none).
-    ack_timer: u64,
     /// Sends posted and not yet retired, over all peers.
     sends_outstanding: usize,
     /// Payload bytes held for messages not matched yet, over all peers,
@@ -550,6 +550,8 @@ pub struct Engine {
     spares: Spares,
     /// Entropies of packets that just timed out (reused, for the trace).
     timeout_scratch: Vec<u16>,
+    /// Peers whose timers are due, taken by `handle_timeout`.
+    timers_due: Vec<usize>,
     stats: Stats,
     /// Our canonical address (the driver's socket 0). Data packets name its
     /// port in the SES `initiator` field, because they may leave from
@@ -583,7 +585,7 @@ impl Engine {
             max_retries: config.max_retries,
             pdc_idle: config.pdc_idle_us.saturating_mul(1000),
             rng: SmallRng::seed_from_u64(seed),
-            peers: Vec::new(),
+            peers: PeerTable::new(),
             peer_by_addr: FastMap::default(),
             last_peer: 0,
             free_peers: Vec::new(),
@@ -602,7 +604,6 @@ impl Engine {
             trailer_acks: Vec::new(),
             control_queue: VecDeque::new(),
             send_ring: VecDeque::new(),
-            ack_timer: 0,
             sends_outstanding: 0,
             staged_bytes: 0,
             stage_budget: config.unexpected_bytes,
@@ -612,6 +613,7 @@ impl Engine {
             ack_scratch: AckOutcome::default(),
             spares: Spares::default(),
             timeout_scratch: Vec::new(),
+            timers_due: Vec::new(),
             stats: Stats::default(),
             local,
             regions: None,

@@ -6,55 +6,91 @@ use crate::ses::RmaTx;
 impl Engine {
     // ----- timers -----------------------------------------------------------------------
 
+    /// The earliest timer deadline of any kind, if any. Peers' deadlines
+    /// come from their index (`engine/peer_deadlines.rs`): the cost does not
+    /// grow with the number of peers.
     pub fn next_timeout(&self) -> Option<u64> {
-        let rto = self
-            .peers
-            .iter()
-            .flat_map(|p| {
-                [
-                    self.tx_deadline(p),
-                    Self::probe_due(p),
-                    self.rx_reclaim_due(p),
-                ]
-            })
-            .filter(|&t| t != 0)
-            .min();
-        let ack = (self.ack_timer != 0).then_some(self.ack_timer);
-        let ack = match (ack, self.rendezvous_deadline()) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
-        match (rto, ack) {
+        let peers = Some(self.earliest_peer_deadline()).filter(|&t| t != 0);
+        #[cfg(debug_assertions)]
+        self.check_deadline_index(peers);
+        match (peers, self.rendezvous_deadline()) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         }
+    }
+
+    /// The earliest deadline of peer `p`'s timers (0 = none): the send
+    /// side's (retransmission, close handshake, idle close), its probe,
+    /// its delayed ACK and the reclaim of its receive context. Only `p`'s
+    /// entry and the engine's fixed settings count, apart from the
+    /// scarcity of context IDs (see [`Self::earliest_peer_deadline`]).
+    fn peer_deadline(&self, p: &Peer) -> u64 {
+        let ack = match p.rx.as_ref() {
+            Some(rx) if rx.ack_pending => rx.ack_due,
+            _ => 0,
+        };
+        [
+            self.tx_deadline(p),
+            Self::probe_due(p),
+            self.rx_reclaim_due(p),
+            ack,
+        ]
+        .into_iter()
+        .filter(|&t| t != 0)
+        .min()
+        .unwrap_or(0)
+    }
+
+    /// Whether context IDs are scarce enough that idle receive contexts
+    /// are reclaimed (see [`Self::rx_reclaim_due`]).
+    fn pdc_ids_scarce(&self) -> bool {
+        self.pdc_idle != 0 && 2 * self.pdc_ids_in_use() >= self.max_pdcs
+    }
+
+    /// The earliest of all peers' deadlines (0 = none), the index brought
+    /// up to date first.
+    fn earliest_peer_deadline(&self) -> u64 {
+        let mut index = self.peers.deadlines();
+        index.set_ids_scarce(self.pdc_ids_scarce(), self.peers.len());
+        index.refresh(|p| self.peer_deadline(&self.peers[p]))
+    }
+
+    /// Debug builds (every test): the index agrees with a scan of every
+    /// peer, so a write that escaped it cannot go unnoticed.
+    #[cfg(debug_assertions)]
+    fn check_deadline_index(&self, indexed: Option<u64>) {
+        let scanned = self
+            .peers
+            .iter()
+            .map(|p| self.peer_deadline(p))
+            .filter(|&t| t != 0)
+            .min();
+        assert_eq!(indexed, scanned, "peer deadline index out of date");
     }
 
     pub fn handle_timeout(&mut self, now: u64) {
         // No timer may act on state an ACK already in hand changes.
         self.handle_trailer_acks();
         self.rendezvous_timer(now);
-        if self.ack_timer != 0 && self.ack_timer <= now {
-            self.ack_timer = 0;
-            for p in 0..self.peers.len() {
-                let Some(rx) = self.peers[p].rx.as_ref() else {
-                    continue;
-                };
-                if rx.ack_pending {
-                    if rx.ack_due <= now {
-                        self.queue_ack(p);
-                    } else if self.ack_timer == 0 || rx.ack_due < self.ack_timer {
-                        self.ack_timer = rx.ack_due;
-                    }
-                }
+        let mut due = std::mem::take(&mut self.timers_due);
+        due.clear();
+        self.earliest_peer_deadline();
+        self.peers.deadlines().take_due(now, &mut due);
+        for &p in &due {
+            let owed = match self.peers[p].rx.as_ref() {
+                Some(rx) => rx.ack_pending && rx.ack_due <= now,
+                None => false,
+            };
+            if owed {
+                self.queue_ack(p);
             }
         }
-        for p in 0..self.peers.len() {
+        for &p in &due {
             self.close_timer(p, now);
             self.rx_reclaim_timer(p, now);
             self.probe_timer(p, now);
-            let due = self.peers[p].tx.rto_due;
-            if due == 0 || due > now {
+            let rto_due = self.peers[p].tx.rto_due;
+            if rto_due == 0 || rto_due > now {
                 continue;
             }
             let peer = &mut self.peers[p];
@@ -79,6 +115,7 @@ impl Engine {
                 self.mark_ready(p);
             }
         }
+        self.timers_due = due;
     }
 
     /// The round trip probes are timed with: the congestion control's base
