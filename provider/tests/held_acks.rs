@@ -107,3 +107,36 @@ fn held_acks_let_the_reply_leave_alone_then_follow_with_their_wait() {
     let waited = AckRepr::parse(&acks[0].1).unwrap().service_time_ns();
     assert!((1_900..=2_000).contains(&waited), "{waited}");
 }
+
+/// A delayed ACK whose time came while ACKs are held leaves no timer due:
+/// it is queued, and waits for the driver from then on. (A deadline left in
+/// the past would tell the driver never to sleep, and would fire the
+/// timers on every call until the ACK left.)
+#[test]
+fn a_queued_delayed_ack_leaves_no_timer_due() {
+    let (addrs, mut a, mut b) = common::acquainted();
+    // Two messages back to back: the first leaves without asking for an
+    // immediate ACK (more is queued behind it), so its ACK is delayed.
+    b.post_recv(10_000, recv(64, None, 2)).unwrap();
+    b.post_recv(10_000, recv(64, None, 3)).unwrap();
+    a.post_send(10_000, send(addrs[1], vec![2; 64], None, 2))
+        .unwrap();
+    a.post_send(10_000, send(addrs[1], vec![3; 64], None, 3))
+        .unwrap();
+    let mut buf = vec![0u8; 65536];
+    let first = a
+        .poll_transmit(10_000, &mut buf)
+        .expect("the first message");
+    b.handle_datagram(15_000, addrs[0], 0, &buf[..first.len]);
+    let due = b.next_timeout().expect("the delayed ACK's deadline");
+    b.hold_acks(true);
+    b.handle_timeout(due);
+    assert!(b.has_queued_acks());
+    assert!(
+        b.next_timeout().is_none_or(|t| t > due),
+        "deadline {:?} left at or before {due}",
+        b.next_timeout()
+    );
+    b.hold_acks(false);
+    assert_eq!(drain(&mut b, due)[0].0, PacketType::AckCc);
+}

@@ -25,8 +25,9 @@ impl Engine {
     /// entry and the engine's fixed settings count, apart from the
     /// scarcity of context IDs (see [`Self::earliest_peer_deadline`]).
     fn peer_deadline(&self, p: &Peer) -> u64 {
+        // Once queued, the ACK waits for the driver, not the clock.
         let ack = match p.rx.as_ref() {
-            Some(rx) if rx.ack_pending => rx.ack_due,
+            Some(rx) if rx.ack_pending && !p.in_ack_queue => rx.ack_due,
             _ => 0,
         };
         [

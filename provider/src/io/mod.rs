@@ -798,9 +798,9 @@ impl Endpoint {
         // a timer is about to declare lost among them (a long flush kept
         // the endpoint from reading): timers wait for the socket to drain,
         // a few calls at most. So do they while the application has a
-        // message to take and most likely answer: the timer scan, a pass
-        // over every peer, then runs in the next call instead of between
-        // the arrival and the reply.
+        // message to take and most likely answer: the timers' turn then
+        // comes in the next call instead of between the arrival and the
+        // reply.
         let timers_wait = (arrived >= RX_BURST || (may_hold && self.engine.has_completions()))
             && self.timers_waited < MAX_TIMER_WAITS;
         self.pool_idle += 1;
