@@ -1,5 +1,5 @@
 //! Micro-benchmarks of the engine's per-packet work: header build and parse,
-//! tag matching against many posted receives, ACK/SACK processing, one
+//! tag matching against many posted receives or unexpected messages, ACK/SACK processing, one
 //! 64-byte message through two engines (no sockets), and the timer question
 //! an endpoint asks after every busy progress call, with many peers.
 //!
@@ -13,7 +13,7 @@ use criterion::{criterion_group, criterion_main, BatchSize, BenchmarkId, Criteri
 use uet::cms::{CcConfig, CongestionControl};
 use uet::engine::Engine;
 use uet::pds::{AckOutcome, SlotKind, TxPdc};
-use uet::ses::PostedQueues;
+use uet::ses::{PostedQueues, Unexpected, UnexpectedQueue};
 use uet::wire::{AckRepr, NextHeader, PacketType, RequestRepr, SesRequestRepr};
 use uet::{CompletionLevel, Config, Payload, ProbeFlags, RecvOp, SendOp};
 
@@ -117,6 +117,35 @@ fn matching(c: &mut Criterion) {
                 q.push(r);
             })
         });
+        // A receive posted for the newest of N unexpected messages with
+        // distinct tags (MPI's early arrivals from many ranks), which then
+        // arrives again so the queue keeps its length.
+        let mut u = UnexpectedQueue::default();
+        let waiting = |tag: u64| Unexpected {
+            peer: 0,
+            src,
+            msg_id: tag as u16,
+            tagged: true,
+            tag,
+            claimed: None,
+        };
+        for tag in 0..n {
+            u.push(waiting(tag));
+        }
+        let wanted = posted_recv(n - 1);
+        g.bench_with_input(
+            BenchmarkId::new("receive for the newest of N unexpected", n),
+            &n,
+            |b, _| {
+                b.iter(|| {
+                    let slot = u.find(black_box(&wanted));
+                    let Some(m) = slot.and_then(|s| u.remove(s)) else {
+                        panic!("no match")
+                    };
+                    u.push(waiting(m.tag));
+                })
+            },
+        );
         g.bench_with_input(BenchmarkId::new("oldest of N posted", n), &n, |b, _| {
             let mut next = 0u64;
             b.iter(|| {
@@ -353,6 +382,75 @@ fn timers(c: &mut Criterion) {
     g.finish();
 }
 
+/// A receive posted for one of N unexpected messages (one per tag, all
+/// from one peer), then that message's tag sent again, so N stay waiting:
+/// the engine's whole path, matching included. Each round takes every tag
+/// once, newest first, then oldest first in the next (the order they now
+/// wait in), so a pass in arrival order would look at N/2 messages on
+/// average, and no message waits through more than 2N others: message IDs
+/// are 16 bits, and one waiting while the ID comes round again would be
+/// mistaken for the new one.
+fn unexpected(c: &mut Criterion) {
+    let mut g = c.benchmark_group("unexpected");
+    let cfg = Config {
+        mtu: 65000,
+        ..Config::default()
+    };
+    let mut buf = vec![0u8; 65536];
+    let (aa, ba) = (addr(1000), addr(2000));
+    for n in [1u64, 100, 10_000] {
+        let mut a = Engine::new(&cfg, aa, 1);
+        let mut b = Engine::new(&cfg, ba, 2);
+        let mut now = 1_000u64;
+        let send = |tag: u64| SendOp {
+            tag: Some(tag),
+            ..small_send(ba)
+        };
+        let mut step = |a: &mut Engine, b: &mut Engine, now: u64| {
+            settle((&mut *a, aa), (&mut *b, ba), now, &mut buf);
+            for e in [&mut *a, &mut *b] {
+                if e.next_timeout().is_some_and(|t| t <= now) {
+                    e.handle_timeout(now);
+                }
+            }
+            settle((a, aa), (b, ba), now, &mut buf);
+        };
+        for tag in 0..n {
+            // Time enough for the delayed ACKs, or the sender's window
+            // would fill with messages never acknowledged.
+            now += 100_000;
+            a.post_send(now, send(tag))
+                .unwrap_or_else(|e| panic!("{e}"));
+            step(&mut a, &mut b, now);
+        }
+        // Kept across criterion's calls of the routine, which start every
+        // sample afresh: the rounds go on where they were.
+        let mut i = 0u64;
+        g.bench_with_input(
+            BenchmarkId::new("receive for one of N, and its tag again", n),
+            &n,
+            |bch, &n| {
+                bch.iter(|| {
+                    let k = i % n;
+                    let tag = if (i / n).is_multiple_of(2) {
+                        n - 1 - k
+                    } else {
+                        k
+                    };
+                    i += 1;
+                    now += 100_000;
+                    b.post_recv(now, posted_recv(tag))
+                        .unwrap_or_else(|e| panic!("{e}"));
+                    a.post_send(now, send(tag))
+                        .unwrap_or_else(|e| panic!("{e}"));
+                    step(&mut a, &mut b, now);
+                })
+            },
+        );
+    }
+    g.finish();
+}
+
 /// One NSCC per-ACK update (the controller alone, as the SMaRTT paper
 /// counts it): alternating marked and unmarked ACKs around the target.
 fn nscc(c: &mut Criterion) {
@@ -371,5 +469,5 @@ fn nscc(c: &mut Criterion) {
     });
 }
 
-criterion_group!(benches, wire, matching, sack, message, timers, nscc);
+criterion_group!(benches, wire, matching, sack, message, timers, unexpected, nscc);
 criterion_main!(benches);

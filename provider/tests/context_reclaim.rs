@@ -124,6 +124,38 @@ fn a_busy_sender_keeps_its_context() {
     net.run("second message", |n| n.received(1, 2));
 }
 
+/// Whole messages waiting for receives keep their context, also short of
+/// IDs and with their sender gone: the reclaim timer looks, finds nothing
+/// unfinished, and looks again a quiet period later (no timer is left
+/// due), and the receives posted at last take the messages.
+#[test]
+fn unexpected_messages_keep_their_context() {
+    let mut net = Net::new(&[config(), pressed()]);
+    let dest = net.addrs[1];
+    for ctx in 1..=3 {
+        let now = net.now;
+        net.eng[0]
+            .post_send(now, send(dest, pattern(ctx, 2000), None, ctx))
+            .unwrap();
+    }
+    net.run("sent", |n| {
+        n.done[0].iter().filter(|c| c.error.is_none()).count() == 3
+    });
+    net.dead[0] = true;
+    let until = net.now + 20 * (2_000_000 + 6 * 2_000_000);
+    net.run("time passed", |n| n.now >= until);
+    assert_eq!(net.eng[1].stats().rx_pdcs_reclaimed, 0);
+    let now = net.now;
+    assert!(
+        net.eng[1].next_timeout().is_none_or(|t| t > now),
+        "a timer left due"
+    );
+    for ctx in 1..=3 {
+        net.eng[1].post_recv(now, recv(2000, None, ctx)).unwrap();
+    }
+    net.run("received", |n| (1..=3).all(|c| n.received(1, c)));
+}
+
 /// A server that served many short-lived clients keeps entries only for
 /// those of the last while: the entries of clients gone quiet (their
 /// contexts closed) are reused by new ones, and a client that returns

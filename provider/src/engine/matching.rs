@@ -101,7 +101,7 @@ impl Engine {
     /// [`after_bind`](Self::after_bind).
     pub(super) fn take_turn(
         posted: &mut PostedQueues,
-        unexpected: &mut VecDeque<Unexpected>,
+        unexpected: &mut UnexpectedQueue,
         staged_bytes: &mut usize,
         (p, src, id): (usize, SocketAddr, u16),
         inb: &mut Inbound,
@@ -116,7 +116,7 @@ impl Engine {
                 if let InboundState::Staged(stage) = &mut inb.state {
                     inb.state = InboundState::Unexpected(std::mem::take(stage));
                 }
-                unexpected.push_back(Unexpected {
+                unexpected.push(Unexpected {
                     peer: p,
                     src,
                     msg_id: id,

@@ -49,7 +49,7 @@ use crate::ops::*;
 use crate::pds::{AckOutcome, Arrival, RxPdc, SlotKind, TxPdc};
 use crate::ses::{
     Inbound, InboundState, MessageCounts, MsgHeader, PacketPayload, PostedQueues, TxMessage,
-    Unexpected,
+    Unexpected, UnexpectedQueue,
 };
 use crate::wire::prologue::flags as pflags;
 use crate::wire::ses::flags as sflags;
@@ -517,7 +517,7 @@ pub struct Engine {
     /// Size of the delivery-context ID pool (`FI_UET_MAX_PDCS`).
     max_pdcs: usize,
     posted: PostedQueues,
-    unexpected: VecDeque<Unexpected>,
+    unexpected: UnexpectedQueue,
     completions: VecDeque<Completion>,
     ack_queue: VecDeque<usize>,
     /// Queued ACKs stay back (see [`Engine::hold_acks`]).
@@ -595,7 +595,7 @@ impl Engine {
             next_pdc_id: 1,
             max_pdcs: config.max_pdcs.clamp(2, u16::MAX as usize),
             posted: PostedQueues::default(),
-            unexpected: VecDeque::new(),
+            unexpected: UnexpectedQueue::default(),
             completions: VecDeque::new(),
             ack_queue: VecDeque::new(),
             acks_held: false,
@@ -1145,9 +1145,9 @@ mod tests {
         ];
         println!("{sizes:?}");
         let documented = [
-            ("Peer", 1000),
+            ("Peer", 1008),
             ("TxPdc", 208),
-            ("RxPdc", 104),
+            ("RxPdc", 112),
             ("TxSlot", 48),
             ("TxMessage", 136),
             ("Inbound", 248),

@@ -105,8 +105,8 @@ impl Engine {
         let mut op = op;
         let mut took_messages = false;
         while !self.unexpected.is_empty() {
-            let found = self.unexpected.iter().position(|u| u.matches(&op));
-            let Some(u) = found.and_then(|i| self.unexpected.remove(i)) else {
+            let found = self.unexpected.find(&op);
+            let Some(u) = found.and_then(|slot| self.unexpected.remove(slot)) else {
                 break;
             };
             // A multi-receive buffer takes every waiting message it has
@@ -149,13 +149,11 @@ impl Engine {
             ));
         }
         let found = if peek {
-            self.unexpected.iter().position(|u| u.matches(&op))
+            self.unexpected.find(&op)
         } else {
-            self.unexpected
-                .iter()
-                .position(|u| u.claimed == Some(op.context))
+            self.unexpected.find_claimed(op.context)
         };
-        let Some(i) = found else {
+        let Some((i, u)) = found.and_then(|i| self.unexpected.get(i).map(|&u| (i, u))) else {
             self.completions.push_back(Completion {
                 kind: CompletionKind::Recv,
                 context: op.context,
@@ -169,7 +167,6 @@ impl Engine {
             });
             return Ok(());
         };
-        let u = self.unexpected[i];
         let header = self.peers[u.peer].inbound.get(&u.msg_id).map(|m| m.header);
         let Some(header) = header else {
             // Cannot happen: an unexpected entry always has its inbound state.
@@ -192,7 +189,7 @@ impl Engine {
                 self.unexpected.remove(i);
                 self.discard(u.peer, u.msg_id);
             } else if claim {
-                self.unexpected[i].claimed = Some(op.context);
+                self.unexpected.claim(i, op.context);
             }
             return Ok(());
         }

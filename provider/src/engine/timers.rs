@@ -222,18 +222,26 @@ impl Engine {
     /// debugger loses the message, as its own operations waiting on us
     /// fail after as many unanswered probes.
     ///
+    /// Whether a message has packets still to come is only known by a
+    /// pass over the peer's incoming messages, which thousands of
+    /// unexpected ones make long; a deadline is asked for after every
+    /// arrival. So while the context holds messages the deadline assumes
+    /// one is unfinished, and the timer makes the pass: finding them all
+    /// in, it notes when (`reclaim_checked`) and looks again a quiet
+    /// period later. A message that starts arriving after that look moves
+    /// `quiet_since` past it, so the reclaim of an unfinished message is
+    /// timed as by the pass.
+    ///
     /// [`abandon_incoming`]: Self::abandon_incoming
     fn rx_reclaim_due(&self, p: &Peer) -> u64 {
         let Some(rx) = p.rx.as_ref() else {
             return 0;
         };
         if !p.inbound.is_empty() {
-            if !p.inbound.values().any(Inbound::awaits_packets) {
-                return 0;
-            }
+            let since = rx.quiet_since.max(rx.reclaim_checked);
             return match rx.close_asks {
-                0 => rx.quiet_since + 2 * self.rto_max.max(self.pdc_idle),
-                _ => rx.quiet_since + self.rto_max,
+                0 => since + 2 * self.rto_max.max(self.pdc_idle),
+                _ => since + self.rto_max,
             };
         }
         if self.pdc_idle == 0 || 2 * self.pdc_ids_in_use() < self.max_pdcs {
@@ -259,6 +267,12 @@ impl Engine {
         let Some(rx) = peer.rx.as_mut() else {
             return;
         };
+        let inbound = &peer.inbound;
+        if !inbound.is_empty() && !inbound.values().any(Inbound::awaits_packets) {
+            // Its messages wait for receives only: it stays.
+            rx.reclaim_checked = now;
+            return;
+        }
         if u32::from(rx.close_asks) >= self.max_retries {
             self.stats.rx_pdcs_reclaimed += 1;
             self.abandon_incoming(p);

@@ -45,6 +45,10 @@ pub struct RxPdc {
     /// When the sender last showed it (no request yet), or when the
     /// latest request left.
     pub quiet_since: u64,
+    /// When the reclaim timer last found this context's messages all in
+    /// (none with packets still to come): its next look is due a quiet
+    /// period after that (`Engine::rx_reclaim_due`).
+    pub reclaim_checked: u64,
     /// Highest attempt number (payload) of a close of this context
     /// answered so far: an older attempt the network delivers late is
     /// dropped unanswered, so answers never go back from a refusal to a
@@ -96,6 +100,7 @@ impl RxPdc {
             last_arrival_at: 0,
             close_asks: 0,
             quiet_since: 0,
+            reclaim_checked: 0,
             close_attempt: 0,
             last_was_retx: false,
             answering_probe: false,

@@ -265,6 +265,160 @@ impl Unexpected {
     }
 }
 
+/// Where an [`UnexpectedQueue`] entry is: its place in arrival order, good
+/// until the entry is removed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UnexpectedSlot(u64);
+
+/// Unexpected messages in arrival order, indexed so that a receive for one
+/// tag (no ignore bits, the common case) or an untagged receive looks only
+/// at the messages it could take: posting a receive then does not grow
+/// with the number of messages waiting for others. A receive with ignore
+/// bits, a claim by context and a peer's departure look at all of them.
+///
+/// Entries live in `slots` (`None` once removed) at `seq - base`; the
+/// buckets hold sequence numbers, oldest first. Removed slots at the front
+/// are dropped at once, and the whole queue is compacted when holes
+/// behind an old entry outnumber the live ones. Emptied buckets stay for
+/// the tag's next message, as the posted receives' do.
+#[derive(Default)]
+pub struct UnexpectedQueue {
+    slots: VecDeque<Option<Unexpected>>,
+    /// Sequence number of `slots[0]`.
+    base: u64,
+    live: usize,
+    untagged: VecDeque<u64>,
+    by_tag: HashMap<u64, VecDeque<u64>, BuildHasherDefault<TagHasher>>,
+}
+
+impl UnexpectedQueue {
+    pub fn len(&self) -> usize {
+        self.live
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.live == 0
+    }
+
+    pub fn push(&mut self, u: Unexpected) {
+        if self.slots.len() >= 2 * self.live + 64 {
+            self.compact();
+        }
+        let seq = self.base + self.slots.len() as u64;
+        self.slots.push_back(Some(u));
+        self.live += 1;
+        if !u.tagged {
+            self.untagged.push_back(seq);
+            return;
+        }
+        if let Some(b) = self.by_tag.get_mut(&u.tag) {
+            b.push_back(seq);
+            return;
+        }
+        if self.by_tag.len() >= 2 * self.live + IDLE_BUCKETS {
+            self.by_tag.retain(|_, b| !b.is_empty());
+        }
+        self.by_tag.insert(u.tag, VecDeque::from([seq]));
+    }
+
+    fn entry(&self, seq: u64) -> Option<&Unexpected> {
+        let i = usize::try_from(seq.checked_sub(self.base)?).ok()?;
+        self.slots.get(i)?.as_ref()
+    }
+
+    /// The oldest message `recv` (its probe flags aside) would take.
+    pub fn find(&self, recv: &RecvOp) -> Option<UnexpectedSlot> {
+        let candidates = match (recv.tagged, recv.ignore) {
+            (false, _) => Some(&self.untagged),
+            (true, 0) => self.by_tag.get(&recv.tag),
+            (true, _) => {
+                return (0..self.slots.len() as u64)
+                    .map(|i| self.base + i)
+                    .find(|&seq| self.entry(seq).is_some_and(|u| u.matches(recv)))
+                    .map(UnexpectedSlot);
+            }
+        };
+        candidates?
+            .iter()
+            .copied()
+            .find(|&seq| self.entry(seq).is_some_and(|u| u.matches(recv)))
+            .map(UnexpectedSlot)
+    }
+
+    /// The message a FI_PEEK|FI_CLAIM reserved for `context`.
+    pub fn find_claimed(&self, context: Context) -> Option<UnexpectedSlot> {
+        (0..self.slots.len() as u64)
+            .map(|i| self.base + i)
+            .find(|&seq| self.entry(seq).is_some_and(|u| u.claimed == Some(context)))
+            .map(UnexpectedSlot)
+    }
+
+    pub fn get(&self, slot: UnexpectedSlot) -> Option<&Unexpected> {
+        self.entry(slot.0)
+    }
+
+    /// Reserve the message for the receive with `context` (FI_CLAIM).
+    pub fn claim(&mut self, slot: UnexpectedSlot, context: Context) {
+        let i = slot.0.wrapping_sub(self.base) as usize;
+        if let Some(Some(u)) = self.slots.get_mut(i) {
+            u.claimed = Some(context);
+        }
+    }
+
+    pub fn remove(&mut self, slot: UnexpectedSlot) -> Option<Unexpected> {
+        let seq = slot.0;
+        let i = usize::try_from(seq.checked_sub(self.base)?).ok()?;
+        let u = self.slots.get_mut(i)?.take()?;
+        self.live -= 1;
+        let bucket = match u.tagged {
+            true => self.by_tag.get_mut(&u.tag),
+            false => Some(&mut self.untagged),
+        };
+        if let Some(b) = bucket {
+            // Nearly always the front: the oldest match is taken.
+            if let Some(k) = b.iter().position(|&s| s == seq) {
+                b.remove(k);
+            }
+        }
+        while matches!(self.slots.front(), Some(None)) {
+            self.slots.pop_front();
+            self.base += 1;
+        }
+        Some(u)
+    }
+
+    /// Keep only the messages `keep` accepts, in their order.
+    pub fn retain(&mut self, mut keep: impl FnMut(&Unexpected) -> bool) {
+        let gone: Vec<u64> = (0..self.slots.len() as u64)
+            .map(|i| self.base + i)
+            .filter(|&seq| self.entry(seq).is_some_and(|u| !keep(u)))
+            .collect();
+        for seq in gone {
+            self.remove(UnexpectedSlot(seq));
+        }
+    }
+
+    /// Every message, oldest first.
+    pub fn iter(&self) -> impl Iterator<Item = &Unexpected> {
+        self.slots.iter().flatten()
+    }
+
+    /// Renumber the live entries from `base` without holes.
+    fn compact(&mut self) {
+        let live: Vec<Unexpected> = self.slots.drain(..).flatten().collect();
+        self.untagged.clear();
+        self.by_tag.clear();
+        for (k, u) in live.iter().enumerate() {
+            let seq = self.base + k as u64;
+            match u.tagged {
+                true => self.by_tag.entry(u.tag).or_default().push_back(seq),
+                false => self.untagged.push_back(seq),
+            }
+        }
+        self.slots.extend(live.into_iter().map(Some));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -443,6 +597,126 @@ mod tests {
                     }
                 }
                 proptest::prop_assert_eq!(q.len(), reference.len());
+            }
+        }
+    }
+
+    fn message(seq: usize, tagged: bool, tag: u64, port: u16) -> Unexpected {
+        Unexpected {
+            peer: port as usize,
+            src: SocketAddr::from(([127, 0, 0, 1], port)),
+            msg_id: seq as u16,
+            tagged,
+            tag,
+            claimed: None,
+        }
+    }
+
+    /// The oldest entry `recv` matches, by the definition: a pass in
+    /// arrival order.
+    fn first_match(reference: &[Unexpected], recv: &RecvOp) -> Option<usize> {
+        reference.iter().position(|u| u.matches(recv))
+    }
+
+    #[test]
+    fn unexpected_queue_takes_the_oldest_match_of_each_kind() {
+        let mut q = UnexpectedQueue::default();
+        q.push(message(0, true, 5, 1));
+        q.push(message(1, false, 0, 2));
+        q.push(message(2, true, 6, 2));
+        q.push(message(3, true, 5, 2));
+        // Exact tag, from anyone: the older of the two tag-5 messages.
+        let slot = q.find(&recv(true, 5, 0, None, 9)).expect("tag 5");
+        assert_eq!(q.get(slot).map(|u| u.msg_id), Some(0));
+        // Exact tag, directed at port 2: the one from port 2.
+        let from_2 = Some(SocketAddr::from(([127, 0, 0, 1], 2)));
+        let slot = q.find(&recv(true, 5, 0, from_2, 9)).expect("tag 5 from 2");
+        assert_eq!(q.get(slot).map(|u| u.msg_id), Some(3));
+        // Any tag: the oldest tagged message.
+        let slot = q.find(&recv(true, 0, !0, from_2, 9)).expect("any tag");
+        assert_eq!(q.get(slot).map(|u| u.msg_id), Some(2));
+        // Untagged.
+        let slot = q.find(&recv(false, 0, 0, None, 9)).expect("untagged");
+        assert_eq!(q.remove(slot).map(|u| u.msg_id), Some(1));
+        assert!(q.find(&recv(false, 0, 0, None, 9)).is_none());
+        // A claimed message is skipped, and found by its claim.
+        let slot = q.find(&recv(true, 5, 0, None, 9)).expect("tag 5");
+        q.claim(slot, 77);
+        let next = q.find(&recv(true, 5, 0, None, 9)).expect("second tag 5");
+        assert_eq!(q.get(next).map(|u| u.msg_id), Some(3));
+        assert_eq!(q.find_claimed(77), Some(slot));
+        assert_eq!(q.len(), 3);
+        q.retain(|u| u.tag != 5);
+        assert_eq!(q.iter().map(|u| u.msg_id).collect::<Vec<_>>(), vec![2]);
+    }
+
+    /// One message nobody takes, and thousands taken behind it: the holes
+    /// are compacted away, and what is left is found as before.
+    #[test]
+    fn unexpected_queue_compacts_behind_an_old_message() {
+        let mut q = UnexpectedQueue::default();
+        q.push(message(0, true, 1000, 1));
+        for n in 1..5000 {
+            q.push(message(n, true, n as u64 % 7, 1));
+            let slot = q
+                .find(&recv(true, n as u64 % 7, 0, None, 0))
+                .expect("just pushed");
+            assert_eq!(q.remove(slot).map(|u| u.msg_id), Some(n as u16));
+            assert!(q.slots.len() <= 2 * q.len() + 64, "{} slots", q.slots.len());
+        }
+        let slot = q.find(&recv(true, 1000, 0, None, 0)).expect("the old one");
+        assert_eq!(q.remove(slot).map(|u| u.msg_id), Some(0));
+        assert!(q.is_empty() && q.slots.is_empty());
+        assert!(q.by_tag.values().all(VecDeque::is_empty));
+    }
+
+    proptest::proptest! {
+        /// The index finds what a pass in arrival order finds, through
+        /// pushes, takes (exact, wildcard, untagged, directed), claims and
+        /// removals by peer, long enough to compact many times.
+        #[test]
+        fn unexpected_queue_same_as_arrival_order_pass(ops in proptest::collection::vec(
+            (0u8..6, 0u64..6, proptest::sample::select(vec![0u64, 0, 1, !0]), 0u16..3, proptest::bool::ANY),
+            0..400,
+        )) {
+            let mut q = UnexpectedQueue::default();
+            let mut reference: Vec<Unexpected> = Vec::new();
+            for (n, (op, tag, ignore, port, tagged)) in ops.into_iter().enumerate() {
+                let src = (port > 0).then(|| SocketAddr::from(([127, 0, 0, 1], port)));
+                match op {
+                    0..=2 => {
+                        let u = message(n, tagged, tag, 1 + port % 2);
+                        q.push(u);
+                        reference.push(u);
+                    }
+                    3 | 4 => {
+                        let r = recv(tagged, tag, ignore, src, n as u64);
+                        let got = q.find(&r).and_then(|slot| {
+                            if op == 4 {
+                                q.claim(slot, n as u64);
+                                q.get(slot).copied()
+                            } else {
+                                q.remove(slot)
+                            }
+                        });
+                        let want = first_match(&reference, &r).map(|i| {
+                            if op == 4 {
+                                reference[i].claimed = Some(n as u64);
+                                reference[i]
+                            } else {
+                                reference.remove(i)
+                            }
+                        });
+                        proptest::prop_assert_eq!(got, want);
+                    }
+                    _ => {
+                        let peer = 1 + port as usize % 2;
+                        q.retain(|u| u.peer != peer || u.tag % 2 == 0);
+                        reference.retain(|u| u.peer != peer || u.tag % 2 == 0);
+                    }
+                }
+                proptest::prop_assert_eq!(q.len(), reference.len());
+                proptest::prop_assert!(q.iter().eq(reference.iter()));
             }
         }
     }

@@ -9,7 +9,7 @@
 pub mod atomic;
 pub mod matching;
 
-pub use matching::{tag_matches, PostedQueues, Unexpected};
+pub use matching::{tag_matches, PostedQueues, Unexpected, UnexpectedQueue, UnexpectedSlot};
 
 use crate::copy::copy_bytes;
 use crate::ops::{CompletionLevel, Context, Payload, RecvOp};
