@@ -274,7 +274,9 @@ pub struct UnexpectedSlot(u64);
 /// tag (no ignore bits, the common case) or an untagged receive looks only
 /// at the messages it could take: posting a receive then does not grow
 /// with the number of messages waiting for others. A receive with ignore
-/// bits, a claim by context and a peer's departure look at all of them.
+/// bits looks at each tag waiting (or at every message, when there are no
+/// fewer); a claim by context and a peer's departure look at every
+/// message.
 ///
 /// Entries live in `slots` (`None` once removed) at `seq - base`; the
 /// buckets hold sequence numbers, oldest first. Removed slots at the front
@@ -328,21 +330,29 @@ impl UnexpectedQueue {
 
     /// The oldest message `recv` (its probe flags aside) would take.
     pub fn find(&self, recv: &RecvOp) -> Option<UnexpectedSlot> {
-        let candidates = match (recv.tagged, recv.ignore) {
-            (false, _) => Some(&self.untagged),
-            (true, 0) => self.by_tag.get(&recv.tag),
-            (true, _) => {
-                return (0..self.slots.len() as u64)
-                    .map(|i| self.base + i)
-                    .find(|&seq| self.entry(seq).is_some_and(|u| u.matches(recv)))
-                    .map(UnexpectedSlot);
-            }
+        let first_in = |bucket: &VecDeque<u64>| {
+            bucket
+                .iter()
+                .copied()
+                .find(|&seq| self.entry(seq).is_some_and(|u| u.matches(recv)))
         };
-        candidates?
-            .iter()
-            .copied()
-            .find(|&seq| self.entry(seq).is_some_and(|u| u.matches(recv)))
-            .map(UnexpectedSlot)
+        let found = match (recv.tagged, recv.ignore) {
+            (false, _) => first_in(&self.untagged),
+            (true, 0) => self.by_tag.get(&recv.tag).and_then(first_in),
+            // Ignore bits: the oldest of each matching tag's first, when
+            // fewer tags than messages wait (many messages per tag, as
+            // from ranks that send ahead); else one pass in arrival order.
+            (true, ignore) if self.by_tag.len() < self.live => self
+                .by_tag
+                .iter()
+                .filter(|&(&tag, _)| tag_matches(recv.tag, ignore, tag))
+                .filter_map(|(_, bucket)| first_in(bucket))
+                .min(),
+            (true, _) => (0..self.slots.len() as u64)
+                .map(|i| self.base + i)
+                .find(|&seq| self.entry(seq).is_some_and(|u| u.matches(recv))),
+        };
+        found.map(UnexpectedSlot)
     }
 
     /// The message a FI_PEEK|FI_CLAIM reserved for `context`.
