@@ -223,6 +223,12 @@ fn a_sender_dead_mid_message_fails_the_receive_matched_to_it() {
     net.run("the receive ends", |n| {
         n.done[1].iter().any(|c| c.context == 7)
     });
+    // On the schedule: the first ask after twice the larger of rto_max
+    // (2 ms) and pdc_idle (1 ms) of silence, then max_retries (5) asks
+    // rto_max apart, the last unanswered: 14 ms, within a step of the
+    // test's clock (100 us when idle).
+    let took = net.now - now;
+    assert!((14_000_000..14_100_000).contains(&took), "took {took} ns");
     let c = net.done[1].iter().find(|c| c.context == 7).unwrap();
     assert_eq!(c.error, Some(uet::CompletionError::PeerUnreachable));
     let stats = net.eng[1].stats();

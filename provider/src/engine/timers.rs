@@ -228,9 +228,11 @@ impl Engine {
     /// arrival. So while the context holds messages the deadline assumes
     /// one is unfinished, and the timer makes the pass: finding them all
     /// in, it notes when (`reclaim_checked`) and looks again a quiet
-    /// period later. A message that starts arriving after that look moves
-    /// `quiet_since` past it, so the reclaim of an unfinished message is
-    /// timed as by the pass.
+    /// period later, asked to close or not. A message that starts arriving
+    /// after that look moves `quiet_since` past it, so an unfinished
+    /// message is reclaimed when it was before, or up to a quiet period
+    /// later if every packet of it that came was turned away by
+    /// backpressure (those do not count as signs of the sender).
     ///
     /// [`abandon_incoming`]: Self::abandon_incoming
     fn rx_reclaim_due(&self, p: &Peer) -> u64 {
@@ -239,9 +241,10 @@ impl Engine {
         };
         if !p.inbound.is_empty() {
             let since = rx.quiet_since.max(rx.reclaim_checked);
-            return match rx.close_asks {
-                0 => since + 2 * self.rto_max.max(self.pdc_idle),
-                _ => since + self.rto_max,
+            let asking = rx.close_asks > 0 && rx.reclaim_checked <= rx.quiet_since;
+            return match asking {
+                false => since + 2 * self.rto_max.max(self.pdc_idle),
+                true => since + self.rto_max,
             };
         }
         if self.pdc_idle == 0 || 2 * self.pdc_ids_in_use() < self.max_pdcs {
