@@ -239,10 +239,7 @@ fn sack(c: &mut Criterion) {
 /// ping-pong's one-way latency (both ends).
 fn message(c: &mut Criterion) {
     let mut g = c.benchmark_group("engine");
-    let cfg = Config {
-        mtu: 65000,
-        ..Config::default()
-    };
+    let cfg = large_datagrams();
     let (aa, ba) = (addr(1000), addr(2000));
     let mut a = Engine::new(&cfg, aa, 1);
     let mut b = Engine::new(&cfg, ba, 2);
@@ -253,42 +250,26 @@ fn message(c: &mut Criterion) {
             now += 1_000;
             b.post_recv(now, posted_recv(5))
                 .unwrap_or_else(|e| panic!("{e}"));
-            a.post_send(
-                now,
-                SendOp {
-                    dest: ba,
-                    payload: Payload::Owned(vec![7u8; 64]),
-                    tag: Some(5),
-                    cq_data: None,
-                    context: 1,
-                    level: CompletionLevel::Transmit,
-                    signal: true,
-                },
-            )
-            .unwrap_or_else(|e| panic!("{e}"));
+            a.post_send(now, small_send(ba))
+                .unwrap_or_else(|e| panic!("{e}"));
             // The packet asks for an immediate ACK, so no timer is needed:
             // move datagrams until both sides are quiet. (Firing timers here
             // would also close idle PDCs and measure their set-up.)
-            loop {
-                let mut moved = false;
-                while let Some(t) = a.poll_transmit(now, &mut buf) {
-                    b.handle_datagram(now, aa, 0, &buf[..t.len]);
-                    moved = true;
-                }
-                while let Some(t) = b.poll_transmit(now, &mut buf) {
-                    a.handle_datagram(now, ba, 0, &buf[..t.len]);
-                    moved = true;
-                }
-                if !moved {
-                    break;
-                }
-            }
-            let done = (a.poll_completion(), b.poll_completion());
-            assert!(done.0.is_some() && done.1.is_some(), "message or ACK lost");
-            black_box(done);
+            let done = settle((&mut a, aa), (&mut b, ba), now, &mut buf);
+            assert!(done.0 > 0 && done.1 > 0, "message or ACK lost");
+            black_box(done)
         })
     });
     g.finish();
+}
+
+/// The engines' configuration in these benches: large datagrams, as on
+/// loopback by default.
+fn large_datagrams() -> Config {
+    Config {
+        mtu: 65000,
+        ..Config::default()
+    }
 }
 
 /// A message to `dest` of 64 bytes, tagged 5, transmit complete.
@@ -305,13 +286,13 @@ fn small_send(dest: SocketAddr) -> SendOp {
 }
 
 /// Move datagrams between `a` and `b` until both are quiet, then take
-/// their completions.
+/// their completions; how many each had.
 fn settle(
     (a, aa): (&mut Engine, SocketAddr),
     (b, ba): (&mut Engine, SocketAddr),
     now: u64,
     buf: &mut [u8],
-) {
+) -> (usize, usize) {
     loop {
         let mut moved = false;
         while let Some(t) = a.poll_transmit(now, buf) {
@@ -326,8 +307,14 @@ fn settle(
             break;
         }
     }
-    while a.poll_completion().is_some() {}
-    while b.poll_completion().is_some() {}
+    let (mut from_a, mut from_b) = (0, 0);
+    while a.poll_completion().is_some() {
+        from_a += 1;
+    }
+    while b.poll_completion().is_some() {
+        from_b += 1;
+    }
+    (from_a, from_b)
 }
 
 /// The earliest timer of an engine that has exchanged a message with N
@@ -337,10 +324,7 @@ fn settle(
 /// with N (an MPI job's all-to-all gives every rank N = ranks - 1).
 fn timers(c: &mut Criterion) {
     let mut g = c.benchmark_group("timers");
-    let cfg = Config {
-        mtu: 65000,
-        ..Config::default()
-    };
+    let cfg = large_datagrams();
     let mut buf = vec![0u8; 65536];
     for n in [1usize, 64, 1024] {
         let aa = addr(1000);
@@ -392,10 +376,7 @@ fn timers(c: &mut Criterion) {
 /// mistaken for the new one.
 fn unexpected(c: &mut Criterion) {
     let mut g = c.benchmark_group("unexpected");
-    let cfg = Config {
-        mtu: 65000,
-        ..Config::default()
-    };
+    let cfg = large_datagrams();
     let mut buf = vec![0u8; 65536];
     let (aa, ba) = (addr(1000), addr(2000));
     for n in [1u64, 100, 10_000] {
