@@ -1,7 +1,8 @@
 //! Micro-benchmarks of the engine's per-packet work: header build and parse,
 //! tag matching against many posted receives or unexpected messages, ACK/SACK processing, one
 //! 64-byte message through two engines (no sockets), and the timer question
-//! an endpoint asks after every busy progress call, with many peers.
+//! an endpoint asks after every busy progress call, with many peers or
+//! many pulls in progress.
 //!
 //! `cargo bench -p uet --bench engine` (add `-- --quick` for a short run).
 
@@ -366,6 +367,48 @@ fn timers(c: &mut Criterion) {
     g.finish();
 }
 
+/// The earliest timer of an engine pulling a rendezvous message from each
+/// of N peers (its pull requests are lost, so every pull and the watch on
+/// every peer stay). An MPI all-to-all of large messages gives each rank
+/// N = ranks - 1; the question should not grow with N.
+fn pulls(c: &mut Criterion) {
+    let mut g = c.benchmark_group("timers");
+    let cfg = Config {
+        rendezvous_bytes: 1024,
+        ..large_datagrams()
+    };
+    let mut buf = vec![0u8; 65536];
+    for n in [1usize, 64, 1024] {
+        let aa = addr(1000);
+        let mut a = Engine::new(&cfg, aa, 1);
+        let now = 1_000u64;
+        for i in 0..n {
+            let oa = addr(3000 + i as u16);
+            let mut o = Engine::new(&cfg, oa, 10 + i as u64);
+            let recv = RecvOp {
+                buffer: Box::new(vec![0u8; 4096]),
+                ..posted_recv(5)
+            };
+            a.post_recv(now, recv).unwrap_or_else(|e| panic!("{e}"));
+            let send = SendOp {
+                payload: Payload::Owned(vec![7u8; 4096]),
+                ..small_send(aa)
+            };
+            o.post_send(now, send).unwrap_or_else(|e| panic!("{e}"));
+            while let Some(t) = o.poll_transmit(now, &mut buf) {
+                a.handle_datagram(now, oa, 0, &buf[..t.len]);
+            }
+            // The pull request (and any ACK) is lost.
+            while a.poll_transmit(now, &mut buf).is_some() {}
+        }
+        assert_eq!(a.pulls_pending(), n, "one pull per peer");
+        g.bench_with_input(BenchmarkId::new("next_timeout, pulls", n), &n, |bch, _| {
+            bch.iter(|| black_box(a.next_timeout()))
+        });
+    }
+    g.finish();
+}
+
 /// A receive posted for one of N unexpected messages (one per tag, all
 /// from one peer), then that message's tag sent again, so N stay waiting:
 /// the engine's whole path, matching included. Each round takes every tag
@@ -450,5 +493,5 @@ fn nscc(c: &mut Criterion) {
     });
 }
 
-criterion_group!(benches, wire, matching, sack, message, timers, unexpected, nscc);
+criterion_group!(benches, wire, matching, sack, message, timers, pulls, unexpected, nscc);
 criterion_main!(benches);

@@ -36,6 +36,7 @@ mod timers;
 
 pub use landing::{Landing, LANDING_MIN_PAYLOAD};
 pub use output::PayloadRef;
+use rendezvous::Watch;
 pub use rendezvous::{HostMemory, RENDEZVOUS_RESOURCE};
 
 use std::sync::Arc;
@@ -335,6 +336,10 @@ struct Peer {
     /// When that context went (with `tx_active_at`, how long the peer
     /// has been quiet: see `engine/peer_table.rs`).
     rx_gone_at: u64,
+    /// Set while this endpoint waits on the peer for a rendezvous step
+    /// (`engine/rendezvous.rs`): its probe state, and a deadline that
+    /// counts among the peer's (`peer_deadline`).
+    watch: Option<Watch>,
 }
 
 /// The send side asked the receiver to close an idle context.
@@ -854,6 +859,7 @@ impl Engine {
             retransmits: 0,
             closed_rx: (0, 0),
             rx_gone_at: 0,
+            watch: None,
         };
         let i = match self.free_peers.pop() {
             Some(i) => {
@@ -1145,7 +1151,7 @@ mod tests {
         ];
         println!("{sizes:?}");
         let documented = [
-            ("Peer", 1008),
+            ("Peer", 1024),
             ("TxPdc", 208),
             ("RxPdc", 112),
             ("TxSlot", 48),

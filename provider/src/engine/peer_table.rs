@@ -40,6 +40,7 @@ impl Engine {
             let quiet_since = peer.tx_active_at.max(peer.rx_gone_at);
             if self.peer_by_addr.get(&peer.addr) != Some(&p)
                 || busy.contains_key(&p)
+                || peer.watch.is_some()
                 || !peer.stateless()
                 || now < quiet_since.saturating_add(linger)
             {

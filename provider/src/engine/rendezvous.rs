@@ -109,8 +109,9 @@ pub(super) struct RendezvousState {
     next_number: u64,
     /// Pulls this endpoint asked for, by (peer, token).
     pulls: FastMap<(usize, u64), PendingPull>,
-    /// Peers waited on, with their probe state.
-    watch: FastMap<usize, Watch>,
+    /// The latest `written_until` of a pull marked doomed; 0 once none
+    /// can be left. While 0, the timer question skips the pulls.
+    doomed_until: u64,
     /// The latest `now` the engine was given (arms watches from paths
     /// without a clock of their own).
     clock: u64,
@@ -218,7 +219,7 @@ impl RendezvousState {
             threshold: config.rendezvous_bytes,
             next_number: 1 << 16,
             pulls: FastMap::default(),
-            watch: FastMap::default(),
+            doomed_until: 0,
             clock: 0,
             host: None,
             copies: Vec::new(),
@@ -274,9 +275,11 @@ impl PendingPull {
     }
 }
 
+/// A peer this endpoint waits on for a rendezvous step (kept in its
+/// [`Peer`] entry, so its deadline is indexed with the peer's others).
 #[derive(Clone, Copy, Debug)]
-struct Watch {
-    due: u64,
+pub(super) struct Watch {
+    pub(super) due: u64,
     probes: u32,
     /// The peer opened a new context while we wait for its answer to a
     /// read: it may have restarted, so only an ACK of our own context (it
@@ -718,6 +721,7 @@ impl Engine {
         pull.sender_lives = sender_lives && (pull.sender_lives || !pull.doomed);
         if pull.written_until > self.rdv.clock {
             pull.doomed = true;
+            self.rdv.doomed_until = self.rdv.doomed_until.max(pull.written_until);
             return;
         }
         let pull = *pull;
@@ -940,11 +944,11 @@ impl Engine {
         }
     }
 
-    /// Peers with rendezvous state here (pulls, watches, copies).
+    /// Peers with rendezvous state kept outside their entries (pulls,
+    /// copies); a watch is in the entry ([`Peer::watch`]).
     pub(super) fn rendezvous_peers(&self) -> impl Iterator<Item = usize> + '_ {
         let pulls = self.rdv.pulls.keys().map(|&(p, _)| p);
-        let copies = self.rdv.copies.iter().map(|c| c.p);
-        pulls.chain(self.rdv.watch.keys().copied()).chain(copies)
+        pulls.chain(self.rdv.copies.iter().map(|c| c.p))
     }
 
     /// Peer `p`'s entry is freed: what is known of it goes too.
@@ -956,11 +960,14 @@ impl Engine {
     /// pulled send or the answer to a read (see [`Self::waits_on`]).
     pub(super) fn watch_peer(&mut self, p: usize) {
         let due = self.rdv.clock + self.rto_max;
-        self.rdv.watch.entry(p).or_insert(Watch {
-            due,
-            probes: 0,
-            suspect: false,
-        });
+        let peer = &mut self.peers[p];
+        if peer.watch.is_none() {
+            peer.watch = Some(Watch {
+                due,
+                probes: 0,
+                suspect: false,
+            });
+        }
     }
 
     /// Peer `p` opened a new receive context to us (a restart, or a reopen
@@ -973,7 +980,7 @@ impl Engine {
             return;
         }
         self.watch_peer(p);
-        if let Some(w) = self.rdv.watch.get_mut(&p) {
+        if let Some(w) = self.peers[p].watch.as_mut() {
             w.due = self.rdv.clock;
             w.suspect = true;
         }
@@ -983,10 +990,12 @@ impl Engine {
     /// of our context to it, so the peer also still knows that.
     pub(super) fn heard_from(&mut self, p: usize, now: u64, acked: bool) {
         self.rdv.clock = self.rdv.clock.max(now);
-        if self.rdv.watch.is_empty() {
+        // Looked at first without writing: a write marks the entry for
+        // the deadline index, and most arrivals come with no watch.
+        if self.peers[p].watch.is_none() {
             return;
         }
-        if let Some(w) = self.rdv.watch.get_mut(&p) {
+        if let Some(w) = self.peers[p].watch.as_mut() {
             if w.suspect && !acked {
                 return;
             }
@@ -996,10 +1005,15 @@ impl Engine {
         }
     }
 
+    /// The earliest deadline of a doomed pull (watches count among their
+    /// peers' deadlines). The pulls are passed over only while one may be
+    /// doomed, which only a failure brings.
     pub(super) fn rendezvous_deadline(&self) -> Option<u64> {
+        if self.rdv.doomed_until == 0 {
+            return None;
+        }
         let doomed = self.rdv.pulls.values().filter(|q| q.doomed);
-        let watched = self.rdv.watch.values().map(|w| w.due);
-        watched.chain(doomed.map(|q| q.written_until)).min()
+        doomed.map(|q| q.written_until).min()
     }
 
     /// Whether this endpoint waits on peer `p`: for a pull's data, or for
@@ -1014,8 +1028,12 @@ impl Engine {
             || self.peers[p].messages.values().any(TxMessage::awaits_peer)
     }
 
+    /// Fail the doomed pulls whose senders can no longer write.
     pub(super) fn rendezvous_timer(&mut self, now: u64) {
         self.rdv.clock = self.rdv.clock.max(now);
+        if self.rdv.doomed_until == 0 {
+            return;
+        }
         let mut expired: Vec<((usize, u64), bool)> = self
             .rdv
             .pulls
@@ -1027,72 +1045,62 @@ impl Engine {
         for (k, sender_lives) in expired {
             self.doom_pull(k, sender_lives);
         }
-        let mut due: Vec<usize> = self
-            .rdv
-            .watch
-            .iter()
-            .filter(|(_, w)| w.due <= now)
-            .map(|(&p, _)| p)
-            .collect();
-        due.sort_unstable();
-        for p in due {
-            if !self.waits_on(p) {
-                self.rdv.watch.remove(&p);
-                continue;
-            }
-            let Some(w) = self.rdv.watch.get(&p).copied() else {
-                continue;
-            };
-            let peer = &self.peers[p];
-            if peer.tx.in_flight() > 0 {
-                // Retransmission timers watch the peer already.
-                self.rdv.watch.insert(
-                    p,
-                    Watch {
-                        due: now + self.rto_max,
-                        ..w
-                    },
-                );
-                continue;
-            }
-            if w.probes >= self.max_retries {
-                self.rdv.watch.remove(&p);
-                self.fail_peer(p);
-                continue;
-            }
-            let probe = peer.tx.control(ControlType::AckRequest, peer.tx.next_psn());
-            if probe.is_none() && !peer.queue.is_empty() && !peer.data_held {
-                // No context to probe on, and our packets to the peer wait
-                // to leave for want of a context ID (the pool is exhausted;
-                // a free one is taken at the next transmit): backpressure,
-                // like NACK 0x07, which counts nothing. Once they leave,
-                // retransmissions and probes watch the peer again.
-                self.rdv.watch.insert(
-                    p,
-                    Watch {
-                        due: now + self.rto_max,
-                        ..w
-                    },
-                );
-                continue;
-            }
-            // Without a context and with nothing queued (or the driver
-            // holding what is), none will open: only the peer can end the
-            // wait, so its silence counts as an unanswered probe.
-            if let Some(probe) = probe {
-                self.control_queue
-                    .push_back((peer.addr, ControlOut::Control(probe)));
-            }
-            let probes = w.probes + 1;
-            let wait = peer.tx.rto(self.rto_min, self.rto_max, probes);
-            self.rdv.watch.insert(
-                p,
-                Watch {
-                    due: now + wait,
-                    probes,
-                    ..w
-                },
-            );
+        if now >= self.rdv.doomed_until {
+            // Every doomed pull was due, and has gone.
+            self.rdv.doomed_until = 0;
         }
+    }
+
+    /// Peer `p`'s watch, when due: probe the peer, or fail it once
+    /// probes go unanswered.
+    pub(super) fn watch_timer(&mut self, p: usize, now: u64) {
+        let Some(w) = self.peers[p].watch.filter(|w| w.due <= now) else {
+            return;
+        };
+        if !self.waits_on(p) {
+            self.peers[p].watch = None;
+            return;
+        }
+        let peer = &self.peers[p];
+        if peer.tx.in_flight() > 0 {
+            // Retransmission timers watch the peer already.
+            self.peers[p].watch = Some(Watch {
+                due: now + self.rto_max,
+                ..w
+            });
+            return;
+        }
+        if w.probes >= self.max_retries {
+            self.peers[p].watch = None;
+            self.fail_peer(p);
+            return;
+        }
+        let probe = peer.tx.control(ControlType::AckRequest, peer.tx.next_psn());
+        if probe.is_none() && !peer.queue.is_empty() && !peer.data_held {
+            // No context to probe on, and our packets to the peer wait
+            // to leave for want of a context ID (the pool is exhausted;
+            // a free one is taken at the next transmit): backpressure,
+            // like NACK 0x07, which counts nothing. Once they leave,
+            // retransmissions and probes watch the peer again.
+            self.peers[p].watch = Some(Watch {
+                due: now + self.rto_max,
+                ..w
+            });
+            return;
+        }
+        // Without a context and with nothing queued (or the driver
+        // holding what is), none will open: only the peer can end the
+        // wait, so its silence counts as an unanswered probe.
+        if let Some(probe) = probe {
+            self.control_queue
+                .push_back((peer.addr, ControlOut::Control(probe)));
+        }
+        let probes = w.probes + 1;
+        let wait = peer.tx.rto(self.rto_min, self.rto_max, probes);
+        self.peers[p].watch = Some(Watch {
+            due: now + wait,
+            probes,
+            ..w
+        });
     }
 }

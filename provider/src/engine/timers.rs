@@ -21,7 +21,8 @@ impl Engine {
 
     /// The earliest deadline of peer `p`'s timers (0 = none): the send
     /// side's (retransmission, close handshake, idle close), its probe,
-    /// its delayed ACK and the reclaim of its receive context. Only `p`'s
+    /// its delayed ACK, the reclaim of its receive context and the watch
+    /// of a rendezvous step waiting on it. Only `p`'s
     /// entry and the engine's fixed settings count, apart from the
     /// scarcity of context IDs (see [`Self::earliest_peer_deadline`]).
     fn peer_deadline(&self, p: &Peer) -> u64 {
@@ -35,6 +36,7 @@ impl Engine {
             Self::probe_due(p),
             self.rx_reclaim_due(p),
             ack,
+            p.watch.map_or(0, |w| w.due),
         ]
         .into_iter()
         .filter(|&t| t != 0)
@@ -77,6 +79,10 @@ impl Engine {
         due.clear();
         self.earliest_peer_deadline();
         self.peers.deadlines().take_due(now, &mut due);
+        // Watches first, as when they had a pass of their own.
+        for &p in &due {
+            self.watch_timer(p, now);
+        }
         for &p in &due {
             let owed = match self.peers[p].rx.as_ref() {
                 Some(rx) => rx.ack_pending && rx.ack_due <= now,
