@@ -369,8 +369,10 @@ fn timers(c: &mut Criterion) {
 
 /// The earliest timer of an engine pulling a rendezvous message from each
 /// of N peers (its pull requests are lost, so every pull and the watch on
-/// every peer stay). An MPI all-to-all of large messages gives each rank
-/// N = ranks - 1; the question should not grow with N.
+/// every peer stay), and a delivery-complete message to one more peer,
+/// whose response is looked up among the pulls first. An MPI all-to-all of
+/// large messages gives each rank N = ranks - 1; neither should grow with
+/// N.
 fn pulls(c: &mut Criterion) {
     let mut g = c.benchmark_group("timers");
     let cfg = Config {
@@ -405,6 +407,29 @@ fn pulls(c: &mut Criterion) {
         g.bench_with_input(BenchmarkId::new("next_timeout, pulls", n), &n, |bch, _| {
             bch.iter(|| black_box(a.next_timeout()))
         });
+        // Every SES response is first looked up as the answer to a pull.
+        let ba = addr(2000);
+        let mut b = Engine::new(&cfg, ba, 2);
+        let mut now = now;
+        g.bench_with_input(
+            BenchmarkId::new("64 B delivery-complete message, pulls", n),
+            &n,
+            |bch, _| {
+                bch.iter(|| {
+                    now += 1_000;
+                    b.post_recv(now, posted_recv(5))
+                        .unwrap_or_else(|e| panic!("{e}"));
+                    let send = SendOp {
+                        level: CompletionLevel::Delivery,
+                        ..small_send(ba)
+                    };
+                    a.post_send(now, send).unwrap_or_else(|e| panic!("{e}"));
+                    let done = settle((&mut a, aa), (&mut b, ba), now, &mut buf);
+                    assert!(done.0 > 0 && done.1 > 0, "message or response lost");
+                    black_box(done)
+                })
+            },
+        );
     }
     g.finish();
 }

@@ -108,7 +108,7 @@ pub(super) struct RendezvousState {
     /// read IDs that RMA read data carries in the same field.
     next_number: u64,
     /// Pulls this endpoint asked for, by (peer, token).
-    pulls: FastMap<(usize, u64), PendingPull>,
+    pulls: PullTable,
     /// The latest `written_until` of a pull marked doomed; 0 once none
     /// can be left. While 0, the timer question skips the pulls.
     doomed_until: u64,
@@ -218,7 +218,7 @@ impl RendezvousState {
         RendezvousState {
             threshold: config.rendezvous_bytes,
             next_number: 1 << 16,
-            pulls: FastMap::default(),
+            pulls: PullTable::default(),
             doomed_until: 0,
             clock: 0,
             host: None,
@@ -272,6 +272,99 @@ struct PendingPull {
 impl PendingPull {
     fn release_on_drop(&self) -> bool {
         self.sender_lives && self.written_until != 0
+    }
+}
+
+/// The pulls in progress, by (peer, token), and by the message ID of their
+/// request: the sender's answer (a refusal, or the end of its same-host
+/// write) names the request, and every SES response from a peer is first
+/// looked up as such an answer, so that lookup must not pass over them.
+#[derive(Default)]
+struct PullTable {
+    pulls: FastMap<(usize, u64), PendingPull>,
+    /// (peer, request message ID) -> tokens, oldest first: more than one
+    /// only when the 16-bit ID came round again during a pull's life.
+    by_request: FastMap<(usize, u16), Vec<u64>>,
+}
+
+impl PullTable {
+    fn len(&self) -> usize {
+        self.pulls.len()
+    }
+
+    fn get(&self, k: &(usize, u64)) -> Option<&PendingPull> {
+        self.pulls.get(k)
+    }
+
+    /// For the fields other than `request_id`, which only
+    /// [`Self::renumber`] changes (the index follows it).
+    fn get_mut(&mut self, k: &(usize, u64)) -> Option<&mut PendingPull> {
+        self.pulls.get_mut(k)
+    }
+
+    fn iter(&self) -> impl Iterator<Item = (&(usize, u64), &PendingPull)> {
+        self.pulls.iter()
+    }
+
+    fn insert(&mut self, k: (usize, u64), pull: PendingPull) {
+        if let Some(old) = self.pulls.insert(k, pull) {
+            self.unindex(k, old.request_id);
+        }
+        self.index(k, pull.request_id);
+    }
+
+    fn remove(&mut self, k: &(usize, u64)) -> Option<PendingPull> {
+        let pull = self.pulls.remove(k)?;
+        self.unindex(*k, pull.request_id);
+        Some(pull)
+    }
+
+    fn index(&mut self, (p, token): (usize, u64), request_id: u16) {
+        self.by_request
+            .entry((p, request_id))
+            .or_default()
+            .push(token);
+    }
+
+    fn unindex(&mut self, (p, token): (usize, u64), request_id: u16) {
+        if let Some(tokens) = self.by_request.get_mut(&(p, request_id)) {
+            tokens.retain(|&t| t != token);
+            if tokens.is_empty() {
+                self.by_request.remove(&(p, request_id));
+            }
+        }
+    }
+
+    /// The oldest pull to peer `p` whose request had message ID
+    /// `request_id`.
+    fn by_request(&self, p: usize, request_id: u16) -> Option<((usize, u64), PendingPull)> {
+        let token = *self.by_request.get(&(p, request_id))?.first()?;
+        let pull = self.pulls.get(&(p, token))?;
+        Some(((p, token), *pull))
+    }
+
+    /// Peer `p`'s pull requests were renumbered (`moved`: old and new
+    /// message ID). Rare (a fresh context to the peer): a pass over the
+    /// pulls, and the peer's index entries rebuilt.
+    fn renumber(&mut self, p: usize, moved: &[(u16, u16)]) {
+        let mut mine: Vec<(u64, u16)> = Vec::new();
+        for (&(_, token), pull) in self.pulls.iter_mut().filter(|(&(q, _), _)| q == p) {
+            if let Some(&(_, new)) = moved.iter().find(|&&(old, _)| old == pull.request_id) {
+                pull.request_id = new;
+            }
+            mine.push((token, pull.request_id));
+        }
+        mine.sort_unstable();
+        self.by_request.retain(|&(q, _), _| q != p);
+        for (token, request_id) in mine {
+            self.index((p, token), request_id);
+        }
+    }
+
+    /// Forget every pull to peer `p`.
+    fn forget_peer(&mut self, p: usize) {
+        self.pulls.retain(|&(q, _), _| q != p);
+        self.by_request.retain(|&(q, _), _| q != p);
     }
 }
 
@@ -453,11 +546,7 @@ impl Engine {
     /// Pulls to peer `p` whose request was renumbered (`moved`: old and
     /// new message ID) for a fresh context follow it.
     pub(super) fn renumber_pull_requests(&mut self, p: usize, moved: &[(u16, u16)]) {
-        for (_, pull) in self.rdv.pulls.iter_mut().filter(|(&(q, _), _)| q == p) {
-            if let Some(&(_, new)) = moved.iter().find(|&&(old, _)| old == pull.request_id) {
-                pull.request_id = new;
-            }
-        }
+        self.rdv.pulls.renumber(p, moved);
     }
 
     /// Queue a pull of `len` bytes at `addr` of the send named `key`,
@@ -558,12 +647,7 @@ impl Engine {
     /// longer has the message: the receive fails). False when it is about
     /// no pull.
     pub(super) fn on_pull_answered(&mut self, p: usize, r: &SesResponseRepr) -> bool {
-        let found = self
-            .rdv
-            .pulls
-            .iter()
-            .find(|(&(q, _), pull)| q == p && pull.request_id == r.message_id)
-            .map(|(&k, pull)| (k, *pull));
+        let found = self.rdv.pulls.by_request(p, r.message_id);
         let Some((k, pull)) = found else {
             return false;
         };
@@ -685,9 +769,9 @@ impl Engine {
         let mut keys: Vec<(usize, u64)> = self
             .rdv
             .pulls
-            .keys()
-            .filter(|(q, _)| *q == p)
-            .copied()
+            .iter()
+            .map(|(&k, _)| k)
+            .filter(|&(q, _)| q == p)
             .collect();
         keys.sort_unstable();
         for k in keys {
@@ -703,7 +787,7 @@ impl Engine {
     /// its messages. Kept for later, they would name message IDs that its
     /// new context uses again.
     pub(super) fn forget_pulls(&mut self, p: usize) {
-        self.rdv.pulls.retain(|&(q, _), _| q != p);
+        self.rdv.pulls.forget_peer(p);
         self.rdv.copies.retain(|c| c.p != p);
     }
 
@@ -947,7 +1031,7 @@ impl Engine {
     /// Peers with rendezvous state kept outside their entries (pulls,
     /// copies); a watch is in the entry ([`Peer::watch`]).
     pub(super) fn rendezvous_peers(&self) -> impl Iterator<Item = usize> + '_ {
-        let pulls = self.rdv.pulls.keys().map(|&(p, _)| p);
+        let pulls = self.rdv.pulls.iter().map(|(&(p, _), _)| p);
         pulls.chain(self.rdv.copies.iter().map(|c| c.p))
     }
 
@@ -1012,8 +1096,8 @@ impl Engine {
         if self.rdv.doomed_until == 0 {
             return None;
         }
-        let doomed = self.rdv.pulls.values().filter(|q| q.doomed);
-        doomed.map(|q| q.written_until).min()
+        let doomed = self.rdv.pulls.iter().filter(|(_, q)| q.doomed);
+        doomed.map(|(_, q)| q.written_until).min()
     }
 
     /// Whether this endpoint waits on peer `p`: for a pull's data, or for
@@ -1102,5 +1186,66 @@ impl Engine {
             probes,
             ..w
         });
+    }
+}
+
+#[cfg(test)]
+mod pull_table_tests {
+    use super::*;
+
+    fn pull(request_id: u16) -> PendingPull {
+        PendingPull {
+            msg_id: 0,
+            offset: 0,
+            len: 1,
+            key: 0,
+            addr: 0,
+            request_id,
+            written_until: 0,
+            doomed: false,
+            sender_lives: false,
+        }
+    }
+
+    /// What a pass over the pulls finds: the oldest (lowest token) of
+    /// peer `p` with that request ID.
+    fn pass(t: &PullTable, p: usize, request_id: u16) -> Option<(usize, u64)> {
+        t.iter()
+            .filter(|(&(q, _), pull)| q == p && pull.request_id == request_id)
+            .map(|(&k, _)| k)
+            .min()
+    }
+
+    proptest::proptest! {
+        /// Lookups by request ID find what a pass over the pulls finds,
+        /// through inserts (request IDs used again), removals, renumbering
+        /// and a peer's departure.
+        #[test]
+        fn lookup_by_request_same_as_pass(ops in proptest::collection::vec(
+            (0u8..6, 0usize..3, 0u16..5, 0u16..5),
+            0..300,
+        )) {
+            let mut t = PullTable::default();
+            for (token, (op, p, a, b)) in ops.into_iter().enumerate() {
+                match op {
+                    0 | 1 => t.insert((p, token as u64), pull(a)),
+                    2 => {
+                        let victim = t.iter().map(|(&k, _)| k).filter(|k| k.0 == p).min();
+                        if let Some(k) = victim {
+                            proptest::prop_assert!(t.remove(&k).is_some());
+                        }
+                    }
+                    3 => t.renumber(p, &[(a, b), (b, a)]),
+                    4 if a == 0 => t.forget_peer(p),
+                    _ => {}
+                }
+                for q in 0..3 {
+                    for id in 0..5 {
+                        let got = t.by_request(q, id).map(|(k, _)| k);
+                        proptest::prop_assert_eq!(got, pass(&t, q, id));
+                    }
+                }
+            }
+        }
     }
 }
