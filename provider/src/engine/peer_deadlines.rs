@@ -1,7 +1,8 @@
 //! The peer table, with an index of its entries' timer deadlines.
 //!
 //! Every peer has deadlines (retransmission, probe, close handshake,
-//! delayed ACK, receive-context reclaim), and the endpoint asks for the
+//! delayed ACK, receive-context reclaim, the watch of a rendezvous step
+//! waiting on it), and the endpoint asks for the
 //! earliest after every busy progress call. A scan over all peers made that
 //! question, and every timer firing, cost time in proportion to the peers
 //! an endpoint has talked to: about 10 us per progress call at 1024 peers,

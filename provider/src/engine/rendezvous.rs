@@ -109,8 +109,9 @@ pub(super) struct RendezvousState {
     next_number: u64,
     /// Pulls this endpoint asked for, by (peer, token).
     pulls: PullTable,
-    /// The latest `written_until` of a pull marked doomed; 0 once none
-    /// can be left. While 0, the timer question skips the pulls.
+    /// The latest `written_until` of the pulls marked doomed, kept by
+    /// [`Engine::doom_pull`] and brought up to date by every timer run
+    /// (0 = none). While 0, the timer question skips the pulls.
     doomed_until: u64,
     /// The latest `now` the engine was given (arms watches from paths
     /// without a clock of their own).
@@ -282,8 +283,11 @@ impl PendingPull {
 #[derive(Default)]
 struct PullTable {
     pulls: FastMap<(usize, u64), PendingPull>,
-    /// (peer, request message ID) -> tokens, oldest first: more than one
-    /// only when the 16-bit ID came round again during a pull's life.
+    /// (peer, request message ID) -> tokens, oldest first. More than one
+    /// when IDs were used again during a pull's life: the 16-bit ID came
+    /// round, or a fresh context to the peer numbered its messages from 0
+    /// while pulls asked for on the old one wait (doomed, or for a
+    /// same-host write).
     by_request: FastMap<(usize, u16), Vec<u64>>,
 }
 
@@ -296,10 +300,14 @@ impl PullTable {
         self.pulls.get(k)
     }
 
-    /// For the fields other than `request_id`, which only
-    /// [`Self::renumber`] changes (the index follows it).
-    fn get_mut(&mut self, k: &(usize, u64)) -> Option<&mut PendingPull> {
-        self.pulls.get_mut(k)
+    /// Set pull `k`'s fate (see [`PendingPull::doomed`]); its other
+    /// fields, `request_id` above all (only [`Self::renumber`] changes it,
+    /// the index following), stay.
+    fn set_fate(&mut self, k: &(usize, u64), doomed: bool, sender_lives: bool) {
+        if let Some(pull) = self.pulls.get_mut(k) {
+            pull.doomed = doomed;
+            pull.sender_lives = sender_lives;
+        }
     }
 
     fn iter(&self) -> impl Iterator<Item = (&(usize, u64), &PendingPull)> {
@@ -335,10 +343,11 @@ impl PullTable {
         }
     }
 
-    /// The oldest pull to peer `p` whose request had message ID
-    /// `request_id`.
+    /// The newest pull to peer `p` whose request had message ID
+    /// `request_id`: when IDs were used again, the answers that come now
+    /// are to the requests on the peer's current context.
     fn by_request(&self, p: usize, request_id: u16) -> Option<((usize, u64), PendingPull)> {
-        let token = *self.by_request.get(&(p, request_id))?.first()?;
+        let token = *self.by_request.get(&(p, request_id))?.last()?;
         let pull = self.pulls.get(&(p, token))?;
         Some(((p, token), *pull))
     }
@@ -797,18 +806,21 @@ impl Engine {
     /// hears of the failure, and gets a release when the pull is dropped
     /// unanswered.
     fn doom_pull(&mut self, k: (usize, u64), sender_lives: bool) {
-        let Some(pull) = self.rdv.pulls.get_mut(&k) else {
+        let Some(pull) = self.rdv.pulls.get(&k).copied() else {
             return;
         };
         // Once the peer has failed, a later failure of our own share does
         // not make it live again.
-        pull.sender_lives = sender_lives && (pull.sender_lives || !pull.doomed);
+        let sender_lives = sender_lives && (pull.sender_lives || !pull.doomed);
         if pull.written_until > self.rdv.clock {
-            pull.doomed = true;
+            self.rdv.pulls.set_fate(&k, true, sender_lives);
             self.rdv.doomed_until = self.rdv.doomed_until.max(pull.written_until);
             return;
         }
-        let pull = *pull;
+        let pull = PendingPull {
+            sender_lives,
+            ..pull
+        };
         self.rdv.pulls.remove(&k);
         if pull.release_on_drop() {
             self.release_after_copy(k.0, pull);
@@ -1129,10 +1141,16 @@ impl Engine {
         for (k, sender_lives) in expired {
             self.doom_pull(k, sender_lives);
         }
-        if now >= self.rdv.doomed_until {
-            // Every doomed pull was due, and has gone.
-            self.rdv.doomed_until = 0;
-        }
+        // The pass looked at them all anyway: the mark follows the doomed
+        // pulls left (some may have gone with their answers).
+        self.rdv.doomed_until = self
+            .rdv
+            .pulls
+            .iter()
+            .filter(|(_, q)| q.doomed)
+            .map(|(_, q)| q.written_until)
+            .max()
+            .unwrap_or(0);
     }
 
     /// Peer `p`'s watch, when due: probe the peer, or fail it once
@@ -1207,19 +1225,19 @@ mod pull_table_tests {
         }
     }
 
-    /// What a pass over the pulls finds: the oldest (lowest token) of
+    /// What a pass over the pulls finds: the newest (highest token) of
     /// peer `p` with that request ID.
     fn pass(t: &PullTable, p: usize, request_id: u16) -> Option<(usize, u64)> {
         t.iter()
             .filter(|(&(q, _), pull)| q == p && pull.request_id == request_id)
             .map(|(&k, _)| k)
-            .min()
+            .max()
     }
 
     proptest::proptest! {
         /// Lookups by request ID find what a pass over the pulls finds,
-        /// through inserts (request IDs used again), removals, renumbering
-        /// and a peer's departure.
+        /// through inserts (request IDs used again, pulls replaced),
+        /// removals, renumbering and a peer's departure.
         #[test]
         fn lookup_by_request_same_as_pass(ops in proptest::collection::vec(
             (0u8..6, 0usize..3, 0u16..5, 0u16..5),
@@ -1228,7 +1246,12 @@ mod pull_table_tests {
             let mut t = PullTable::default();
             for (token, (op, p, a, b)) in ops.into_iter().enumerate() {
                 match op {
-                    0 | 1 => t.insert((p, token as u64), pull(a)),
+                    0 => t.insert((p, token as u64), pull(a)),
+                    1 => {
+                        // Replace the newest pull to `p`, if any.
+                        let k = t.iter().map(|(&k, _)| k).filter(|k| k.0 == p).max();
+                        t.insert(k.unwrap_or((p, token as u64)), pull(a));
+                    }
                     2 => {
                         let victim = t.iter().map(|(&k, _)| k).filter(|k| k.0 == p).min();
                         if let Some(k) = victim {
