@@ -249,19 +249,40 @@ fn message(c: &mut Criterion) {
     g.bench_function("64 B message and its ACK through two engines", |bch| {
         bch.iter(|| {
             now += 1_000;
-            b.post_recv(now, posted_recv(5))
-                .unwrap_or_else(|e| panic!("{e}"));
-            a.post_send(now, small_send(ba))
-                .unwrap_or_else(|e| panic!("{e}"));
-            // The packet asks for an immediate ACK, so no timer is needed:
-            // move datagrams until both sides are quiet. (Firing timers here
-            // would also close idle PDCs and measure their set-up.)
-            let done = settle((&mut a, aa), (&mut b, ba), now, &mut buf);
-            assert!(done.0 > 0 && done.1 > 0, "message or ACK lost");
-            black_box(done)
+            let level = CompletionLevel::Transmit;
+            black_box(one_message(
+                (&mut a, aa),
+                (&mut b, ba),
+                now,
+                level,
+                &mut buf,
+            ))
         })
     });
     g.finish();
+}
+
+/// A 64 B message from `a` to `b` at `level`, with a receive posted for
+/// it, moved until both sides are quiet; the completions each side took.
+/// The packet asks for an immediate ACK, so no timer is needed (firing
+/// timers here would also close idle contexts and measure their set-up).
+fn one_message(
+    (a, aa): (&mut Engine, SocketAddr),
+    (b, ba): (&mut Engine, SocketAddr),
+    now: u64,
+    level: CompletionLevel,
+    buf: &mut [u8],
+) -> (usize, usize) {
+    b.post_recv(now, posted_recv(5))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let send = SendOp {
+        level,
+        ..small_send(ba)
+    };
+    a.post_send(now, send).unwrap_or_else(|e| panic!("{e}"));
+    let done = settle((a, aa), (b, ba), now, buf);
+    assert!(done.0 > 0 && done.1 > 0, "message, ACK or response lost");
+    done
 }
 
 /// The engines' configuration in these benches: large datagrams, as on
@@ -354,11 +375,8 @@ fn timers(c: &mut Criterion) {
             |bch, _| {
                 bch.iter(|| {
                     now += 1_000;
-                    b.post_recv(now, posted_recv(5))
-                        .unwrap_or_else(|e| panic!("{e}"));
-                    a.post_send(now, small_send(*ba))
-                        .unwrap_or_else(|e| panic!("{e}"));
-                    settle((&mut a, aa), (b, *ba), now, &mut buf);
+                    let level = CompletionLevel::Transmit;
+                    one_message((&mut a, aa), (b, *ba), now, level, &mut buf);
                     black_box(a.next_timeout())
                 })
             },
@@ -417,16 +435,14 @@ fn pulls(c: &mut Criterion) {
             |bch, _| {
                 bch.iter(|| {
                     now += 1_000;
-                    b.post_recv(now, posted_recv(5))
-                        .unwrap_or_else(|e| panic!("{e}"));
-                    let send = SendOp {
-                        level: CompletionLevel::Delivery,
-                        ..small_send(ba)
-                    };
-                    a.post_send(now, send).unwrap_or_else(|e| panic!("{e}"));
-                    let done = settle((&mut a, aa), (&mut b, ba), now, &mut buf);
-                    assert!(done.0 > 0 && done.1 > 0, "message or response lost");
-                    black_box(done)
+                    let level = CompletionLevel::Delivery;
+                    black_box(one_message(
+                        (&mut a, aa),
+                        (&mut b, ba),
+                        now,
+                        level,
+                        &mut buf,
+                    ))
                 })
             },
         );
