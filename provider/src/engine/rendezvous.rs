@@ -109,10 +109,6 @@ pub(super) struct RendezvousState {
     next_number: u64,
     /// Pulls this endpoint asked for, by (peer, token).
     pulls: PullTable,
-    /// The latest `written_until` of the pulls marked doomed, kept by
-    /// [`Engine::doom_pull`] and brought up to date by every timer run
-    /// (0 = none). While 0, the timer question skips the pulls.
-    doomed_until: u64,
     /// The latest `now` the engine was given (arms watches from paths
     /// without a clock of their own).
     clock: u64,
@@ -220,7 +216,6 @@ impl RendezvousState {
             threshold: config.rendezvous_bytes,
             next_number: 1 << 16,
             pulls: PullTable::default(),
-            doomed_until: 0,
             clock: 0,
             host: None,
             copies: Vec::new(),
@@ -289,11 +284,17 @@ struct PullTable {
     /// while pulls asked for on the old one wait (doomed, or for a
     /// same-host write).
     by_request: FastMap<(usize, u16), Vec<u64>>,
+    /// How many pulls are doomed: only then do the timers pass over them.
+    doomed: usize,
 }
 
 impl PullTable {
     fn len(&self) -> usize {
         self.pulls.len()
+    }
+
+    fn any_doomed(&self) -> bool {
+        self.doomed != 0
     }
 
     fn get(&self, k: &(usize, u64)) -> Option<&PendingPull> {
@@ -305,6 +306,7 @@ impl PullTable {
     /// the index following), stay.
     fn set_fate(&mut self, k: &(usize, u64), doomed: bool, sender_lives: bool) {
         if let Some(pull) = self.pulls.get_mut(k) {
+            self.doomed = self.doomed + usize::from(doomed) - usize::from(pull.doomed);
             pull.doomed = doomed;
             pull.sender_lives = sender_lives;
         }
@@ -317,13 +319,16 @@ impl PullTable {
     fn insert(&mut self, k: (usize, u64), pull: PendingPull) {
         if let Some(old) = self.pulls.insert(k, pull) {
             self.unindex(k, old.request_id);
+            self.doomed -= usize::from(old.doomed);
         }
+        self.doomed += usize::from(pull.doomed);
         self.index(k, pull.request_id);
     }
 
     fn remove(&mut self, k: &(usize, u64)) -> Option<PendingPull> {
         let pull = self.pulls.remove(k)?;
         self.unindex(*k, pull.request_id);
+        self.doomed -= usize::from(pull.doomed);
         Some(pull)
     }
 
@@ -372,7 +377,12 @@ impl PullTable {
 
     /// Forget every pull to peer `p`.
     fn forget_peer(&mut self, p: usize) {
-        self.pulls.retain(|&(q, _), _| q != p);
+        let mut doomed = 0;
+        self.pulls.retain(|&(q, _), pull| {
+            doomed += usize::from(q == p && pull.doomed);
+            q != p
+        });
+        self.doomed -= doomed;
         self.by_request.retain(|&(q, _), _| q != p);
     }
 }
@@ -814,7 +824,6 @@ impl Engine {
         let sender_lives = sender_lives && (pull.sender_lives || !pull.doomed);
         if pull.written_until > self.rdv.clock {
             self.rdv.pulls.set_fate(&k, true, sender_lives);
-            self.rdv.doomed_until = self.rdv.doomed_until.max(pull.written_until);
             return;
         }
         let pull = PendingPull {
@@ -1102,10 +1111,10 @@ impl Engine {
     }
 
     /// The earliest deadline of a doomed pull (watches count among their
-    /// peers' deadlines). The pulls are passed over only while one may be
+    /// peers' deadlines). The pulls are passed over only while one is
     /// doomed, which only a failure brings.
     pub(super) fn rendezvous_deadline(&self) -> Option<u64> {
-        if self.rdv.doomed_until == 0 {
+        if !self.rdv.pulls.any_doomed() {
             return None;
         }
         let doomed = self.rdv.pulls.iter().filter(|(_, q)| q.doomed);
@@ -1127,7 +1136,7 @@ impl Engine {
     /// Fail the doomed pulls whose senders can no longer write.
     pub(super) fn rendezvous_timer(&mut self, now: u64) {
         self.rdv.clock = self.rdv.clock.max(now);
-        if self.rdv.doomed_until == 0 {
+        if !self.rdv.pulls.any_doomed() {
             return;
         }
         let mut expired: Vec<((usize, u64), bool)> = self
@@ -1141,16 +1150,6 @@ impl Engine {
         for (k, sender_lives) in expired {
             self.doom_pull(k, sender_lives);
         }
-        // The pass looked at them all anyway: the mark follows the doomed
-        // pulls left (some may have gone with their answers).
-        self.rdv.doomed_until = self
-            .rdv
-            .pulls
-            .iter()
-            .filter(|(_, q)| q.doomed)
-            .map(|(_, q)| q.written_until)
-            .max()
-            .unwrap_or(0);
     }
 
     /// Peer `p`'s watch, when due: probe the peer, or fail it once
@@ -1235,9 +1234,10 @@ mod pull_table_tests {
     }
 
     proptest::proptest! {
-        /// Lookups by request ID find what a pass over the pulls finds,
-        /// through inserts (request IDs used again, pulls replaced),
-        /// removals, renumbering and a peer's departure.
+        /// Lookups by request ID, and whether any pull is doomed, agree
+        /// with a pass over the pulls, through inserts (request IDs used
+        /// again, pulls replaced), removals, renumbering, changes of fate
+        /// and a peer's departure.
         #[test]
         fn lookup_by_request_same_as_pass(ops in proptest::collection::vec(
             (0u8..6, 0usize..3, 0u16..5, 0u16..5),
@@ -1260,6 +1260,12 @@ mod pull_table_tests {
                     }
                     3 => t.renumber(p, &[(a, b), (b, a)]),
                     4 if a == 0 => t.forget_peer(p),
+                    4 | 5 => {
+                        let k = t.iter().map(|(&k, _)| k).filter(|k| k.0 == p).max();
+                        if let Some(k) = k {
+                            t.set_fate(&k, b % 2 == 0, false);
+                        }
+                    }
                     _ => {}
                 }
                 for q in 0..3 {
@@ -1268,6 +1274,8 @@ mod pull_table_tests {
                         proptest::prop_assert_eq!(got, pass(&t, q, id));
                     }
                 }
+                let doomed = t.iter().any(|(_, pull)| pull.doomed);
+                proptest::prop_assert_eq!(t.any_doomed(), doomed);
             }
         }
     }
