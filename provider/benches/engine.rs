@@ -247,40 +247,42 @@ fn message(c: &mut Criterion) {
     let mut buf = vec![0u8; 65536];
     let mut now = 1_000u64;
     g.bench_function("64 B message and its ACK through two engines", |bch| {
-        bch.iter(|| {
-            now += 1_000;
-            let level = CompletionLevel::Transmit;
-            black_box(one_message(
-                (&mut a, aa),
-                (&mut b, ba),
-                now,
-                level,
-                &mut buf,
-            ))
-        })
+        bch.iter(|| black_box(one_message((&mut a, aa), (&mut b, ba), &mut now, &mut buf)))
     });
     g.finish();
 }
 
-/// A 64 B message from `a` to `b` at `level`, with a receive posted for
-/// it, moved until both sides are quiet; the completions each side took.
-/// The packet asks for an immediate ACK, so no timer is needed (firing
-/// timers here would also close idle contexts and measure their set-up).
+/// A 64 B message from `a` to `b` (`small_send`), with a receive posted
+/// for it, moved until both sides are quiet, 1 us after the last one
+/// (`now`); the completions each side took. The packet asks for an
+/// immediate ACK, so no timer is needed (firing timers here would also
+/// close idle contexts and measure their set-up).
 fn one_message(
+    a: (&mut Engine, SocketAddr),
+    b: (&mut Engine, SocketAddr),
+    now: &mut u64,
+    buf: &mut [u8],
+) -> (usize, usize) {
+    one_message_at(a, b, now, CompletionLevel::Transmit, buf)
+}
+
+/// [`one_message`] at completion level `level`.
+fn one_message_at(
     (a, aa): (&mut Engine, SocketAddr),
     (b, ba): (&mut Engine, SocketAddr),
-    now: u64,
+    now: &mut u64,
     level: CompletionLevel,
     buf: &mut [u8],
 ) -> (usize, usize) {
-    b.post_recv(now, posted_recv(5))
+    *now += 1_000;
+    b.post_recv(*now, posted_recv(5))
         .unwrap_or_else(|e| panic!("{e}"));
     let send = SendOp {
         level,
         ..small_send(ba)
     };
-    a.post_send(now, send).unwrap_or_else(|e| panic!("{e}"));
-    let done = settle((a, aa), (b, ba), now, buf);
+    a.post_send(*now, send).unwrap_or_else(|e| panic!("{e}"));
+    let done = settle((a, aa), (b, ba), *now, buf);
     assert!(done.0 > 0 && done.1 > 0, "message, ACK or response lost");
     done
 }
@@ -374,9 +376,7 @@ fn timers(c: &mut Criterion) {
             &n,
             |bch, _| {
                 bch.iter(|| {
-                    now += 1_000;
-                    let level = CompletionLevel::Transmit;
-                    one_message((&mut a, aa), (b, *ba), now, level, &mut buf);
+                    one_message((&mut a, aa), (b, *ba), &mut now, &mut buf);
                     black_box(a.next_timeout())
                 })
             },
@@ -433,16 +433,10 @@ fn pulls(c: &mut Criterion) {
             BenchmarkId::new("64 B delivery-complete message, pulls", n),
             &n,
             |bch, _| {
+                let level = CompletionLevel::Delivery;
                 bch.iter(|| {
-                    now += 1_000;
-                    let level = CompletionLevel::Delivery;
-                    black_box(one_message(
-                        (&mut a, aa),
-                        (&mut b, ba),
-                        now,
-                        level,
-                        &mut buf,
-                    ))
+                    let (a, b) = ((&mut a, aa), (&mut b, ba));
+                    black_box(one_message_at(a, b, &mut now, level, &mut buf))
                 })
             },
         );
