@@ -275,6 +275,8 @@ impl PendingPull {
 /// request: the sender's answer (a refusal, or the end of its same-host
 /// write) names the request, and every SES response from a peer is first
 /// looked up as such an answer, so that lookup must not pass over them.
+/// Counted by fate too, so that neither the timers nor a peer's watch
+/// pass over them.
 #[derive(Default)]
 struct PullTable {
     pulls: FastMap<(usize, u64), PendingPull>,
@@ -286,6 +288,9 @@ struct PullTable {
     by_request: FastMap<(usize, u16), Vec<u64>>,
     /// How many pulls are doomed: only then do the timers pass over them.
     doomed: usize,
+    /// Peer -> how many of its pulls are not doomed (absent: none). A
+    /// watch that fires asks whether we still wait on its peer.
+    live: FastMap<usize, usize>,
 }
 
 impl PullTable {
@@ -297,6 +302,32 @@ impl PullTable {
         self.doomed != 0
     }
 
+    /// Whether a pull from peer `p` is live (not doomed): it waits on the
+    /// peer's data.
+    fn any_live(&self, p: usize) -> bool {
+        self.live.contains_key(&p)
+    }
+
+    /// Count a pull of peer `p` with that fate in (`add`) or out.
+    fn tally(&mut self, p: usize, doomed: bool, add: bool) {
+        if doomed {
+            if add {
+                self.doomed += 1;
+            } else {
+                self.doomed -= 1;
+            }
+            return;
+        }
+        if add {
+            *self.live.entry(p).or_default() += 1;
+        } else if let Some(n) = self.live.get_mut(&p) {
+            *n -= 1;
+            if *n == 0 {
+                self.live.remove(&p);
+            }
+        }
+    }
+
     fn get(&self, k: &(usize, u64)) -> Option<&PendingPull> {
         self.pulls.get(k)
     }
@@ -306,9 +337,10 @@ impl PullTable {
     /// the index following), stay.
     fn set_fate(&mut self, k: &(usize, u64), doomed: bool, sender_lives: bool) {
         if let Some(pull) = self.pulls.get_mut(k) {
-            self.doomed = self.doomed + usize::from(doomed) - usize::from(pull.doomed);
-            pull.doomed = doomed;
+            let was = std::mem::replace(&mut pull.doomed, doomed);
             pull.sender_lives = sender_lives;
+            self.tally(k.0, was, false);
+            self.tally(k.0, doomed, true);
         }
     }
 
@@ -319,16 +351,16 @@ impl PullTable {
     fn insert(&mut self, k: (usize, u64), pull: PendingPull) {
         if let Some(old) = self.pulls.insert(k, pull) {
             self.unindex(k, old.request_id);
-            self.doomed -= usize::from(old.doomed);
+            self.tally(k.0, old.doomed, false);
         }
-        self.doomed += usize::from(pull.doomed);
+        self.tally(k.0, pull.doomed, true);
         self.index(k, pull.request_id);
     }
 
     fn remove(&mut self, k: &(usize, u64)) -> Option<PendingPull> {
         let pull = self.pulls.remove(k)?;
         self.unindex(*k, pull.request_id);
-        self.doomed -= usize::from(pull.doomed);
+        self.tally(k.0, pull.doomed, false);
         Some(pull)
     }
 
@@ -383,6 +415,7 @@ impl PullTable {
             q != p
         });
         self.doomed -= doomed;
+        self.live.remove(&p);
         self.by_request.retain(|&(q, _), _| q != p);
     }
 }
@@ -1126,11 +1159,7 @@ impl Engine {
     /// ([`TxMessage::awaits_peer`]).
     fn waits_on(&self, p: usize) -> bool {
         // A doomed pull waits on the clock, not on the peer.
-        self.rdv
-            .pulls
-            .iter()
-            .any(|(&(q, _), pull)| q == p && !pull.doomed)
-            || self.peers[p].messages.values().any(TxMessage::awaits_peer)
+        self.rdv.pulls.any_live(p) || self.peers[p].messages.values().any(TxMessage::awaits_peer)
     }
 
     /// Fail the doomed pulls whose senders can no longer write.
@@ -1234,10 +1263,10 @@ mod pull_table_tests {
     }
 
     proptest::proptest! {
-        /// Lookups by request ID, and whether any pull is doomed, agree
-        /// with a pass over the pulls, through inserts (request IDs used
-        /// again, pulls replaced), removals, renumbering, changes of fate
-        /// and a peer's departure.
+        /// Lookups by request ID, whether any pull is doomed and whether
+        /// a peer has a live one agree with a pass over the pulls, through
+        /// inserts (request IDs used again, pulls replaced), removals,
+        /// renumbering, changes of fate and a peer's departure.
         #[test]
         fn lookup_by_request_same_as_pass(ops in proptest::collection::vec(
             (0u8..6, 0usize..3, 0u16..5, 0u16..5),
@@ -1276,6 +1305,10 @@ mod pull_table_tests {
                 }
                 let doomed = t.iter().any(|(_, pull)| pull.doomed);
                 proptest::prop_assert_eq!(t.any_doomed(), doomed);
+                for q in 0..3 {
+                    let live = t.iter().any(|(&(r, _), pull)| r == q && !pull.doomed);
+                    proptest::prop_assert_eq!(t.any_live(q), live);
+                }
             }
         }
     }
