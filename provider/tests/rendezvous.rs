@@ -1014,6 +1014,61 @@ fn a_receive_offered_to_a_writer_fails_only_once_it_cannot_write() {
     assert_eq!(p.eng[1].pulls_pending(), 0);
 }
 
+#[test]
+fn receives_offered_to_a_dead_writer_at_different_times_fail_in_turn() {
+    // Two receives offer the same sender its share of their messages,
+    // half a second apart. The sender dies before it sees the first offer
+    // and is given up on before the second: each receive fails once the
+    // sender could no longer write into its own buffer (2 s after its
+    // offer), not at the other's time. Contexts stay open longer than the
+    // test, so that no other timer falls at the first one's deadline.
+    let mut p = Pair::with(33, |c| c.pdc_idle_us = 10_000_000);
+    for e in &mut p.eng {
+        e.enable_host_read(Box::new(Trusting::new()));
+    }
+    let len = 1 << 20;
+    let hold = 2_000_000_000;
+    let slack = 10_000_000;
+    p.send(len, 6, 2);
+    p.run(|p| p.eng[1].staged_bytes() >= EAGER);
+    let _early = p.recv_returned(len, 5, 100);
+    p.send(len, 5, 1);
+    p.run(|p| p.eng[1].pulls_pending() > 0);
+    let first_offer = p.now;
+    p.dead[0] = true;
+    let second_offer = first_offer + 500_000_000;
+    p.run(|p| p.now >= second_offer);
+    assert_eq!(p.eng[1].stats().peers_failed, 1);
+    let _late = p.recv_returned(len, 6, 101);
+    assert_eq!(p.eng[1].pulls_pending(), 2);
+    // Nothing else is due meanwhile: the timer question names the
+    // earlier deadline of the two.
+    let before = first_offer + hold - slack;
+    p.run(|p| p.now >= before);
+    let due = p.eng[1].next_timeout();
+    assert!(
+        due.is_some_and(|t| t > before && t <= first_offer + hold),
+        "next timeout {due:?}"
+    );
+    p.run(|p| p.completion(1, 100).is_some());
+    let first = p.now;
+    assert!(p.completion(1, 101).is_none());
+    p.run(|p| p.completion(1, 101).is_some());
+    let second = p.now;
+    for (c, failed, offered) in [(100, first, first_offer), (101, second, second_offer)] {
+        assert_eq!(
+            p.completion(1, c).unwrap().error,
+            Some(CompletionError::PeerUnreachable)
+        );
+        let waited = failed - offered;
+        assert!(
+            (hold..hold + slack).contains(&waited),
+            "receive {c} failed {waited} ns after its offer"
+        );
+    }
+    assert_eq!(p.eng[1].pulls_pending(), 0);
+}
+
 /// What a host clock reads against the real one.
 enum ClockReading {
     /// This many milliseconds ahead.
