@@ -1018,11 +1018,17 @@ fn a_receive_offered_to_a_writer_fails_only_once_it_cannot_write() {
 fn receives_offered_to_a_dead_writer_at_different_times_fail_in_turn() {
     // Two receives offer the same sender its share of their messages,
     // half a second apart. The sender dies before it sees the first offer
-    // and is given up on before the second: each receive fails once the
+    // and is given up on after the second: each receive fails once the
     // sender could no longer write into its own buffer (2 s after its
     // offer), not at the other's time. Contexts stay open longer than the
-    // test, so that no other timer falls at the first one's deadline.
-    let mut p = Pair::with(33, |c| c.pdc_idle_us = 10_000_000);
+    // test, so that no other timer falls at the first one's deadline;
+    // retransmissions back off slowly enough for the give-up to come
+    // between the second offer and the first deadline.
+    let mut p = Pair::with(33, |c| {
+        c.pdc_idle_us = 10_000_000;
+        c.rto_min_us = 50_000;
+        c.rto_max_us = 200_000;
+    });
     for e in &mut p.eng {
         e.enable_host_read(Box::new(Trusting::new()));
     }
@@ -1038,13 +1044,14 @@ fn receives_offered_to_a_dead_writer_at_different_times_fail_in_turn() {
     p.dead[0] = true;
     let second_offer = first_offer + 500_000_000;
     p.run(|p| p.now >= second_offer);
-    assert_eq!(p.eng[1].stats().peers_failed, 1);
+    assert_eq!(p.eng[1].stats().peers_failed, 0);
     let _late = p.recv_returned(len, 6, 101);
     assert_eq!(p.eng[1].pulls_pending(), 2);
     // Nothing else is due meanwhile: the timer question names the
     // earlier deadline of the two.
     let before = first_offer + hold - slack;
     p.run(|p| p.now >= before);
+    assert_eq!(p.eng[1].stats().peers_failed, 1);
     let due = p.eng[1].next_timeout();
     assert!(
         due.is_some_and(|t| t > before && t <= first_offer + hold),
@@ -1067,6 +1074,49 @@ fn receives_offered_to_a_dead_writer_at_different_times_fail_in_turn() {
         );
     }
     assert_eq!(p.eng[1].pulls_pending(), 0);
+}
+
+#[test]
+fn a_sender_given_up_on_is_offered_no_share_until_it_is_heard_from() {
+    // A message waits unmatched while its sender goes silent (hung, not
+    // gone: its memory can still be read) and is given up on. A receive
+    // that matches it then copies the whole remainder itself: a share
+    // offered to the silent sender would hold the receive for 2 s and then
+    // fail it. Once the sender is heard from again, it is offered shares.
+    let mut p = same_host_pair(34);
+    let len = 1 << 20;
+    p.send(len, 6, 2);
+    p.run(|p| p.eng[1].staged_bytes() >= EAGER);
+    // A pull under way makes the receiver wait on the sender, so that its
+    // silence is noticed.
+    let _failing = p.recv_returned(len, 5, 100);
+    p.send(len, 5, 1);
+    p.run(|p| p.eng[1].pulls_pending() > 0);
+    p.dead[0] = true;
+    p.run(|p| p.eng[1].stats().peers_failed == 1);
+    let before = p.eng[1].stats().host_read_bytes;
+    let posted = p.now;
+    let out = p.recv_returned(len, 6, 101);
+    // Copied in place at once: no pull of the remainder waits.
+    let copied = p.eng[1].stats().host_read_bytes - before;
+    assert_eq!(copied, (len - EAGER) as u64);
+    p.run(|p| p.completion(1, 101).is_some());
+    assert!(
+        p.now - posted < 10_000_000,
+        "completed {} ns after",
+        p.now - posted
+    );
+    assert_eq!(p.completion(1, 101).unwrap().error, None);
+    let got = out.lock().unwrap().take().expect("buffer released");
+    assert!(got == pattern(2, len), "payload differs");
+    // The sender comes back and sends again: its next message is shared.
+    p.dead[0] = false;
+    p.send(len, 7, 3);
+    p.run(|p| p.eng[1].staged_bytes() >= EAGER);
+    let pulls = p.eng[1].pulls_pending();
+    let out = p.recv_returned(len, 7, 102);
+    assert_eq!(p.eng[1].pulls_pending(), pulls + 1, "no share offered");
+    p.complete_intact(3, 102, &out, len);
 }
 
 /// What a host clock reads against the real one.

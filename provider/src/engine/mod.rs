@@ -340,6 +340,10 @@ struct Peer {
     /// (`engine/rendezvous.rs`): its probe state, and a deadline that
     /// counts among the peer's (`peer_deadline`).
     watch: Option<Watch>,
+    /// The peer was given up on ([`Engine::fail_peer`]) and nothing has
+    /// come from it since: a same-host copy of one of its messages is not
+    /// shared with it (`engine/rendezvous.rs`).
+    given_up: bool,
 }
 
 /// The send side asked the receiver to close an idle context.
@@ -860,6 +864,7 @@ impl Engine {
             closed_rx: (0, 0),
             rx_gone_at: 0,
             watch: None,
+            given_up: false,
         };
         let i = match self.free_peers.pop() {
             Some(i) => {

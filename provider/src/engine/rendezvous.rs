@@ -154,10 +154,14 @@ struct HostStart {
 
 /// Begin copying `want` bytes of a rendezvous remainder, described by `h`
 /// in a datagram from `origin`, into `buffer` at message offset `eager`:
-/// all of it at once when short; otherwise its first page (proof that the
-/// kernel lets us), keeping the front half for after the pull has left and
-/// handing the back half to the sender. `None` when the copy cannot be
-/// made (the buffer is in pieces, the kernel refuses): pull as usual.
+/// all of it at once when short or when the sender is not to share
+/// (`share`: false once it was given up on, as a share it never writes
+/// would hold the receive for [`HOST_WRITE_HOLD_NS`] and then fail it,
+/// where our own copy succeeds whenever its memory is still there);
+/// otherwise its first page (proof that the kernel lets us), keeping the
+/// front half for after the pull has left and handing the back half to
+/// the sender. `None` when the copy cannot be made (the buffer is in
+/// pieces, the kernel refuses): pull as usual.
 fn start_host_copy(
     m: &dyn HostMemory,
     h: &HostMemoryRepr,
@@ -165,6 +169,7 @@ fn start_host_copy(
     buffer: &mut dyn MsgBuffer,
     eager: u64,
     want: u64,
+    share: bool,
 ) -> Option<HostStart> {
     let dst = buffer.slice_at_mut(eager as usize, want as usize)?;
     let (host, pid) = m.this_process();
@@ -174,7 +179,7 @@ fn start_host_copy(
         expires_ms: 0,
         address: 0,
     };
-    if want < HOST_SPLIT_MIN {
+    if want < HOST_SPLIT_MIN || !share {
         return m.read(origin, h.pid, h.address, dst).then_some(HostStart {
             copied: want,
             ours: want,
@@ -506,6 +511,7 @@ impl Engine {
     /// what the receive buffer has room for past the eager part, or tell it
     /// none is wanted. Its bytes not pulled count as received.
     pub(super) fn start_pull(&mut self, p: usize, msg_id: u16) {
+        let share = !self.peers[p].given_up;
         let peer = &mut self.peers[p];
         let Some(inb) = peer.inbound.get_mut(&msg_id) else {
             return;
@@ -542,7 +548,8 @@ impl Engine {
             (host_read, self.rdv.host.as_deref(), &mut inb.state)
         {
             if want > 0 && m.this_process().0 == h.host {
-                match start_host_copy(m, &h, origin, recv.buffer.as_mut(), eager, want) {
+                let buffer = recv.buffer.as_mut();
+                match start_host_copy(m, &h, origin, buffer, eager, want, share) {
                     Some(start) => {
                         self.stats.host_reads += 1;
                         self.stats.host_read_bytes += start.copied;
@@ -1128,6 +1135,9 @@ impl Engine {
     /// of our context to it, so the peer also still knows that.
     pub(super) fn heard_from(&mut self, p: usize, now: u64, acked: bool) {
         self.rdv.clock = self.rdv.clock.max(now);
+        if self.peers[p].given_up {
+            self.peers[p].given_up = false;
+        }
         // Looked at first without writing: a write marks the entry for
         // the deadline index, and most arrivals come with no watch.
         if self.peers[p].watch.is_none() {

@@ -402,6 +402,7 @@ impl Engine {
     /// a fresh delivery context for whatever is posted later.
     pub(super) fn fail_peer(&mut self, p: usize) {
         self.stats.peers_failed += 1;
+        self.peers[p].given_up = true;
         self.peers[p].queue.clear();
         self.reset_tx_pdc(p);
         let peer = &mut self.peers[p];
