@@ -1119,6 +1119,55 @@ fn a_sender_given_up_on_is_offered_no_share_until_it_is_heard_from() {
     p.complete_intact(3, 102, &out, len);
 }
 
+#[test]
+fn a_probe_from_a_sender_given_up_on_brings_its_shares_back() {
+    // Two messages wait unmatched when their sender goes silent, with all
+    // its packets acknowledged, and is given up on (the receiver waited
+    // for it to pull a message of its own). The first is copied whole by
+    // the receiver; the release that follows it is given up on too, so
+    // nothing is left in flight either way. The sender comes back and,
+    // waiting for the second message's pull, probes the receiver: that
+    // alone shows it is alive, and the second message is shared with it.
+    let mut p = same_host_pair(36);
+    let len = 1 << 20;
+    p.send(len, 6, 2);
+    p.send(len, 7, 3);
+    p.run(|p| p.eng[1].staged_bytes() >= 2 * EAGER);
+    let (now, to) = (p.now, p.addrs[0]);
+    p.eng[1]
+        .post_send(now, send(to, pattern(9, len), Some(9), 9))
+        .unwrap();
+    p.run(|p| p.eng[0].staged_bytes() >= EAGER);
+    p.settle();
+    p.dead[0] = true;
+    p.run(|p| p.eng[1].stats().peers_failed == 1);
+    assert_eq!(
+        p.completion(1, 9).unwrap().error,
+        Some(CompletionError::PeerUnreachable)
+    );
+    let before = p.eng[1].stats().host_read_bytes;
+    let _first = p.recv_returned(len, 6, 101);
+    assert_eq!(
+        p.eng[1].stats().host_read_bytes - before,
+        (len - EAGER) as u64
+    );
+    p.run(|p| p.eng[1].stats().peers_failed == 2);
+    let (packets, acks) = (
+        p.eng[1].stats().packets_received,
+        p.eng[1].stats().acks_received,
+    );
+    p.dead[0] = false;
+    let answered = p.eng[1].stats().acks_sent;
+    p.run(|p| p.eng[1].stats().acks_sent > answered);
+    // Only the sender's probe came.
+    assert_eq!(p.eng[1].stats().packets_received, packets);
+    assert_eq!(p.eng[1].stats().acks_received, acks);
+    let pulls = p.eng[1].pulls_pending();
+    let out = p.recv_returned(len, 7, 102);
+    assert_eq!(p.eng[1].pulls_pending(), pulls + 1, "no share offered");
+    p.complete_intact(3, 102, &out, len);
+}
+
 /// What a host clock reads against the real one.
 enum ClockReading {
     /// This many milliseconds ahead.

@@ -764,6 +764,7 @@ impl Engine {
             // Answered with an ACK of the receive context they name.
             ControlType::AckRequest | ControlType::Probe => match self.rx_by_id.get(&ctl.dpdcid) {
                 Some(&p) if self.peers[p].addr == from => {
+                    self.no_longer_given_up(p);
                     if let Some(rx) = self.peers[p].rx.as_mut() {
                         rx.answering_probe = true;
                         rx.ack_awaited = true;

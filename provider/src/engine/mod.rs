@@ -340,9 +340,10 @@ struct Peer {
     /// (`engine/rendezvous.rs`): its probe state, and a deadline that
     /// counts among the peer's (`peer_deadline`).
     watch: Option<Watch>,
-    /// The peer was given up on ([`Engine::fail_peer`]) and nothing has
-    /// come from it since: a same-host copy of one of its messages is not
-    /// shared with it (`engine/rendezvous.rs`).
+    /// The peer went silent (our retransmissions or probes went
+    /// unanswered) and nothing has come from it since (a packet, an ACK,
+    /// a probe): a same-host copy of one of its messages is not shared
+    /// with it (`engine/rendezvous.rs`).
     given_up: bool,
 }
 

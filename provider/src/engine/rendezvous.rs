@@ -155,9 +155,12 @@ struct HostStart {
 /// Begin copying `want` bytes of a rendezvous remainder, described by `h`
 /// in a datagram from `origin`, into `buffer` at message offset `eager`:
 /// all of it at once when short or when the sender is not to share
-/// (`share`: false once it was given up on, as a share it never writes
-/// would hold the receive for [`HOST_WRITE_HOLD_NS`] and then fail it,
-/// where our own copy succeeds whenever its memory is still there);
+/// (`share`: false while it is given up on and not heard from since, as
+/// a share it never writes would hold the receive for
+/// [`HOST_WRITE_HOLD_NS`] and then fail it, where our own copy succeeds
+/// whenever its memory is still there; a large one then takes as long
+/// as the copy, in the call that matched the message, which is rare
+/// enough to take over holding the receive);
 /// otherwise its first page (proof that the kernel lets us), keeping the
 /// front half for after the pull has left and handing the back half to
 /// the sender. `None` when the copy cannot be made (the buffer is in
@@ -1135,9 +1138,7 @@ impl Engine {
     /// of our context to it, so the peer also still knows that.
     pub(super) fn heard_from(&mut self, p: usize, now: u64, acked: bool) {
         self.rdv.clock = self.rdv.clock.max(now);
-        if self.peers[p].given_up {
-            self.peers[p].given_up = false;
-        }
+        self.no_longer_given_up(p);
         // Looked at first without writing: a write marks the entry for
         // the deadline index, and most arrivals come with no watch.
         if self.peers[p].watch.is_none() {
@@ -1150,6 +1151,15 @@ impl Engine {
             w.suspect = false;
             w.probes = 0;
             w.due = now + self.rto_max;
+        }
+    }
+
+    /// Something valid came from peer `p` (a packet, an ACK, a probe):
+    /// it is no longer given up on. Looked at first without
+    /// writing, as in [`Self::heard_from`].
+    pub(super) fn no_longer_given_up(&mut self, p: usize) {
+        if self.peers[p].given_up {
+            self.peers[p].given_up = false;
         }
     }
 
@@ -1212,7 +1222,7 @@ impl Engine {
         }
         if w.probes >= self.max_retries {
             self.peers[p].watch = None;
-            self.fail_peer(p);
+            self.give_up_on(p);
             return;
         }
         let probe = peer.tx.control(ControlType::AckRequest, peer.tx.next_psn());

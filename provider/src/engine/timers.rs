@@ -117,7 +117,7 @@ impl Engine {
             }
             self.timeout_scratch = expired;
             if worst > self.max_retries {
-                self.fail_peer(p);
+                self.give_up_on(p);
             } else {
                 self.mark_ready(p);
             }
@@ -398,11 +398,19 @@ impl Engine {
         self.renumber_pull_requests(p, &moved);
     }
 
-    /// The peer stopped answering: fail everything in flight to it and start
-    /// a fresh delivery context for whatever is posted later.
+    /// The peer went silent (our retransmissions or probes went
+    /// unanswered): fail it, and offer it no share of a same-host copy
+    /// until it is heard from ([`Peer::given_up`]).
+    pub(super) fn give_up_on(&mut self, p: usize) {
+        self.peers[p].given_up = true;
+        self.fail_peer(p);
+    }
+
+    /// The peer stopped answering, or lost our context: fail everything in
+    /// flight to it and start a fresh delivery context for whatever is
+    /// posted later.
     pub(super) fn fail_peer(&mut self, p: usize) {
         self.stats.peers_failed += 1;
-        self.peers[p].given_up = true;
         self.peers[p].queue.clear();
         self.reset_tx_pdc(p);
         let peer = &mut self.peers[p];
