@@ -169,6 +169,32 @@ impl Pair {
         out
     }
 
+    /// [`Pair::recv_returned`] for a waiting message of the same host,
+    /// which the receiver copies whole at once (no share for the sender).
+    #[track_caller]
+    fn recv_copied_whole(
+        &mut self,
+        len: usize,
+        tag: u64,
+        context: u64,
+    ) -> Arc<Mutex<Option<Vec<u8>>>> {
+        let before = self.eng[1].stats().host_read_bytes;
+        let out = self.recv_returned(len, tag, context);
+        let copied = self.eng[1].stats().host_read_bytes - before;
+        assert_eq!(copied, (len - EAGER) as u64);
+        out
+    }
+
+    /// [`Pair::recv_returned`] for a waiting message of the same host
+    /// whose copy is shared with its sender: a pull for its share waits.
+    #[track_caller]
+    fn recv_shared(&mut self, len: usize, tag: u64, context: u64) -> Arc<Mutex<Option<Vec<u8>>>> {
+        let pulls = self.eng[1].pulls_pending();
+        let out = self.recv_returned(len, tag, context);
+        assert_eq!(self.eng[1].pulls_pending(), pulls + 1, "no share offered");
+        out
+    }
+
     /// Run until send `context` and receive `recv_context` have completed:
     /// both without error, the received bytes those sent (`len` of them).
     fn complete_intact(
@@ -1094,12 +1120,9 @@ fn a_sender_given_up_on_is_offered_no_share_until_it_is_heard_from() {
     p.run(|p| p.eng[1].pulls_pending() > 0);
     p.dead[0] = true;
     p.run(|p| p.eng[1].stats().peers_failed == 1);
-    let before = p.eng[1].stats().host_read_bytes;
     let posted = p.now;
-    let out = p.recv_returned(len, 6, 101);
     // Copied in place at once: no pull of the remainder waits.
-    let copied = p.eng[1].stats().host_read_bytes - before;
-    assert_eq!(copied, (len - EAGER) as u64);
+    let out = p.recv_copied_whole(len, 6, 101);
     p.run(|p| p.completion(1, 101).is_some());
     assert!(
         p.now - posted < 10_000_000,
@@ -1113,9 +1136,7 @@ fn a_sender_given_up_on_is_offered_no_share_until_it_is_heard_from() {
     p.dead[0] = false;
     p.send(len, 7, 3);
     p.run(|p| p.eng[1].staged_bytes() >= EAGER);
-    let pulls = p.eng[1].pulls_pending();
-    let out = p.recv_returned(len, 7, 102);
-    assert_eq!(p.eng[1].pulls_pending(), pulls + 1, "no share offered");
+    let out = p.recv_shared(len, 7, 102);
     p.complete_intact(3, 102, &out, len);
 }
 
@@ -1145,12 +1166,7 @@ fn a_probe_from_a_sender_given_up_on_brings_its_shares_back() {
         p.completion(1, 9).unwrap().error,
         Some(CompletionError::PeerUnreachable)
     );
-    let before = p.eng[1].stats().host_read_bytes;
-    let _first = p.recv_returned(len, 6, 101);
-    assert_eq!(
-        p.eng[1].stats().host_read_bytes - before,
-        (len - EAGER) as u64
-    );
+    let _first = p.recv_copied_whole(len, 6, 101);
     p.run(|p| p.eng[1].stats().peers_failed == 2);
     let (packets, acks) = (
         p.eng[1].stats().packets_received,
@@ -1162,9 +1178,7 @@ fn a_probe_from_a_sender_given_up_on_brings_its_shares_back() {
     // Only the sender's probe came.
     assert_eq!(p.eng[1].stats().packets_received, packets);
     assert_eq!(p.eng[1].stats().acks_received, acks);
-    let pulls = p.eng[1].pulls_pending();
-    let out = p.recv_returned(len, 7, 102);
-    assert_eq!(p.eng[1].pulls_pending(), pulls + 1, "no share offered");
+    let out = p.recv_shared(len, 7, 102);
     p.complete_intact(3, 102, &out, len);
 }
 

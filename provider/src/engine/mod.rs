@@ -343,7 +343,11 @@ struct Peer {
     /// The peer went silent (our retransmissions or probes went
     /// unanswered) and nothing has come from it since (a packet, an ACK,
     /// a probe): a same-host copy of one of its messages is not shared
-    /// with it (`engine/rendezvous.rs`).
+    /// with it (`engine/rendezvous.rs`). A share it never writes would
+    /// hold the receive for `HOST_WRITE_HOLD_NS` and then fail it; the
+    /// receiver's own copy of the whole succeeds while the sender's
+    /// memory is there, at the cost of making it in the call that
+    /// matched the message.
     given_up: bool,
 }
 

@@ -154,14 +154,9 @@ struct HostStart {
 
 /// Begin copying `want` bytes of a rendezvous remainder, described by `h`
 /// in a datagram from `origin`, into `buffer` at message offset `eager`:
-/// all of it at once when short or when the sender is not to share
-/// (`share`: false while it is given up on and not heard from since, as
-/// a share it never writes would hold the receive for
-/// [`HOST_WRITE_HOLD_NS`] and then fail it, where our own copy succeeds
-/// whenever its memory is still there; a large one then takes as long
-/// as the copy, in the call that matched the message, which is rare
-/// enough to take over holding the receive);
-/// otherwise its first page (proof that the kernel lets us), keeping the
+/// all of it at once when short, or when the sender is not to share
+/// (`share` false: it went silent, see `Peer::given_up`); otherwise its
+/// first page (proof that the kernel lets us), keeping the
 /// front half for after the pull has left and handing the back half to
 /// the sender. `None` when the copy cannot be made (the buffer is in
 /// pieces, the kernel refuses): pull as usual.
