@@ -225,8 +225,8 @@ test-rust:
 	@echo "== [2/7] Rust unit, property and loopback tests"
 	# Built first, untimed: the limit is for the tests (a hang), not for a
 	# compiler sharing a busy machine.
-	$(CARGO) test --workspace --release --no-run
-	timeout $(T_CARGO) $(CARGO) test --workspace --release
+	$(CARGO) test --workspace --profile release-tests --no-run
+	timeout $(T_CARGO) $(CARGO) test --workspace --profile release-tests
 	@echo "== the engine and driver tests again with debug assertions"
 	$(CARGO) test -p uet --lib --test landing --test lossy_channel --test rendezvous --no-run
 	timeout $(T_CARGO) $(CARGO) test -p uet --lib --test landing --test lossy_channel --test rendezvous
