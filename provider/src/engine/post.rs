@@ -304,4 +304,13 @@ impl Engine {
     pub fn has_queued_data(&self) -> bool {
         !self.control_queue.is_empty() || !self.send_ring.is_empty()
     }
+
+    /// Whether a peer still waits for something this endpoint took on:
+    /// packets it has not acknowledged, or data and control packets queued.
+    /// A closing endpoint keeps going while this holds, so a send that
+    /// completed at posting (inject complete) or made no completion at all
+    /// is not lost to a close that follows it.
+    pub fn owes_peers(&self) -> bool {
+        self.has_queued_data() || self.peers.iter().any(|p| p.tx.in_flight() > 0)
+    }
 }

@@ -340,6 +340,9 @@ pub struct Endpoint {
     /// How long a closing endpoint waits for silence: twice the minimum
     /// retransmission timeout, at most [`LINGER_MAX_NS`].
     linger_quiet_ns: u64,
+    /// How long a closing endpoint keeps resending what its peers have not
+    /// acknowledged: twice the largest retransmission timeout.
+    linger_owed_ns: u64,
     /// Same-host rings (`FI_UET_HOST_RING`), when on.
     rings: Option<HostRings>,
 }
@@ -520,6 +523,7 @@ impl Endpoint {
             last_arrival_ns: 0,
             timers_waited: 0,
             linger_quiet_ns: (2 * config.rto_min_us * 1000).min(LINGER_MAX_NS),
+            linger_owed_ns: 2 * config.rto_max_us * 1000,
             rings,
         })
     }
@@ -1502,14 +1506,20 @@ impl Drop for Endpoint {
     /// arrived for twice the minimum retransmission timeout (at most
     /// `LINGER_MAX_NS` in all), the endpoint keeps answering, so that peer's
     /// retransmission is acknowledged instead of meeting a closed port and
-    /// failing its send.
+    /// failing its send. Likewise, while a peer has not acknowledged all we
+    /// sent it (at most twice the largest retransmission timeout), the
+    /// endpoint keeps resending: an application that closes right after an
+    /// inject has no completion to wait for, and a lost packet of it would
+    /// otherwise be lost for good.
     fn drop(&mut self) {
         let start = self.now();
         self.flush(start);
         loop {
             let now = self.now();
             let quiet = now.saturating_sub(self.last_arrival_ns) >= self.linger_quiet_ns;
-            if self.last_arrival_ns == 0 || quiet || now - start >= LINGER_MAX_NS {
+            let answering = self.last_arrival_ns != 0 && !quiet && now - start < LINGER_MAX_NS;
+            let owing = self.engine.owes_peers() && now - start < self.linger_owed_ns;
+            if !answering && !owing {
                 break;
             }
             if !self.progress() {

@@ -1604,3 +1604,38 @@ fn a_doorbell_that_could_not_be_sent_rings_again() {
     assert_eq!(ready, 1, "the sleeper was never woken");
     complete(&mut a, &mut b, &[buf], &[64]);
 }
+
+#[test]
+fn a_closing_endpoint_resends_what_its_peer_has_not_acknowledged() {
+    // The first transmission meets a port nobody holds yet (lost, as on a
+    // lossy link); the sender closes right after posting, as an
+    // application does after an inject it gets no completion for. The
+    // receiver binds that port: the closing sender's retransmission must
+    // still reach it.
+    let cfg = Config::default();
+    let port = UdpSocket::bind(LOOPBACK).unwrap().local_addr().unwrap();
+    let mut a = Endpoint::bind(&cfg, LOOPBACK.parse().unwrap()).unwrap();
+    let data = pattern(5, 300);
+    a.send(SendOp {
+        level: CompletionLevel::Inject,
+        ..send_op(port, data.clone(), 1)
+    })
+    .unwrap();
+    a.progress();
+    assert!(sent(&a) > 0);
+    let mut b = Endpoint::bind(&cfg, port).unwrap();
+    let (op, buf) = recv_op(300, 2);
+    b.recv(op).unwrap();
+    let closing = std::thread::spawn(move || drop(a));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        assert!(Instant::now() < deadline, "the message never arrived");
+        b.progress();
+        if let Some(c) = b.poll_completion() {
+            assert_eq!((c.kind, c.error), (CompletionKind::Recv, None));
+            break;
+        }
+    }
+    assert_eq!(*buf.0.lock().unwrap(), data);
+    closing.join().unwrap();
+}
