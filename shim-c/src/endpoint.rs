@@ -980,7 +980,8 @@ extern "C" fn ep_close(f: *mut fid) -> c_int {
                     st.ep.take()
                 };
                 b.inner.wake_sleepers();
-                // Its drop flushes and lingers a moment answering peers:
+                // Its drop flushes, answers peers a moment and resends what they
+                // have not acknowledged (up to 2 x FI_UET_RTO_MAX_US):
                 // not under the lock, which a progress thread may want.
                 drop(provider_ep);
                 drop(b);

@@ -311,6 +311,11 @@ impl Engine {
     /// completed at posting (inject complete) or made no completion at all
     /// is not lost to a close that follows it.
     pub fn owes_peers(&self) -> bool {
-        self.has_queued_data() || self.peers.iter().any(|p| p.tx.in_flight() > 0)
+        // Data queued behind a close handshake is in no send ring yet.
+        self.has_queued_data()
+            || self
+                .peers
+                .iter()
+                .any(|p| p.tx.in_flight() > 0 || !p.queue.is_empty())
     }
 }

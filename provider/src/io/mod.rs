@@ -341,7 +341,8 @@ pub struct Endpoint {
     /// retransmission timeout, at most [`LINGER_MAX_NS`].
     linger_quiet_ns: u64,
     /// How long a closing endpoint keeps resending what its peers have not
-    /// acknowledged: twice the largest retransmission timeout.
+    /// acknowledged: twice the largest retransmission timeout, at most
+    /// [`LINGER_OWED_MAX_NS`].
     linger_owed_ns: u64,
     /// Same-host rings (`FI_UET_HOST_RING`), when on.
     rings: Option<HostRings>,
@@ -359,6 +360,9 @@ enum Gro {
 
 /// The longest a closing endpoint keeps answering its peers.
 const LINGER_MAX_NS: u64 = 100_000_000;
+/// The longest a closing endpoint keeps resending what its peers have not
+/// acknowledged, whatever `FI_UET_RTO_MAX_US` says.
+const LINGER_OWED_MAX_NS: u64 = 2_000_000_000;
 
 impl Endpoint {
     /// Bind the socket pool at `addr` (port 0 = any) and build an engine on it.
@@ -523,7 +527,8 @@ impl Endpoint {
             last_arrival_ns: 0,
             timers_waited: 0,
             linger_quiet_ns: (2 * config.rto_min_us * 1000).min(LINGER_MAX_NS),
-            linger_owed_ns: 2 * config.rto_max_us * 1000,
+            linger_owed_ns: (2 * config.rto_max_us.max(config.rto_min_us) * 1000)
+                .min(LINGER_OWED_MAX_NS),
             rings,
         })
     }
@@ -1522,6 +1527,9 @@ impl Drop for Endpoint {
             if !answering && !owing {
                 break;
             }
+            // Nobody takes completions any more; left queued they would
+            // count as progress and keep the loop from sleeping.
+            while self.engine.poll_completion().is_some() {}
             if !self.progress() {
                 std::thread::sleep(std::time::Duration::from_micros(50));
             }

@@ -1613,17 +1613,23 @@ fn a_closing_endpoint_resends_what_its_peer_has_not_acknowledged() {
     // receiver binds that port: the closing sender's retransmission must
     // still reach it.
     let cfg = Config::default();
-    let port = UdpSocket::bind(LOOPBACK).unwrap().local_addr().unwrap();
-    let mut a = Endpoint::bind(&cfg, LOOPBACK.parse().unwrap()).unwrap();
     let data = pattern(5, 300);
-    a.send(SendOp {
-        level: CompletionLevel::Inject,
-        ..send_op(port, data.clone(), 1)
-    })
-    .unwrap();
-    a.progress();
-    assert!(sent(&a) > 0);
-    let mut b = Endpoint::bind(&cfg, port).unwrap();
+    // A port free a moment ago; another test may take it before b binds
+    // it, and then the whole setup is tried again.
+    let (a, mut b) = (0..100)
+        .find_map(|_| {
+            let port = UdpSocket::bind(LOOPBACK).unwrap().local_addr().unwrap();
+            let mut a = Endpoint::bind(&cfg, LOOPBACK.parse().unwrap()).unwrap();
+            a.send(SendOp {
+                level: CompletionLevel::Inject,
+                ..send_op(port, data.clone(), 1)
+            })
+            .unwrap();
+            a.progress();
+            assert!(sent(&a) > 0);
+            Endpoint::bind(&cfg, port).ok().map(|b| (a, b))
+        })
+        .expect("a free port");
     let (op, buf) = recv_op(300, 2);
     b.recv(op).unwrap();
     let closing = std::thread::spawn(move || drop(a));
