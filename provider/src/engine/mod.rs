@@ -746,6 +746,11 @@ impl Engine {
         self.window
     }
 
+    /// The largest retransmission timeout in ns (never below the smallest).
+    pub fn rto_max_ns(&self) -> u64 {
+        self.rto_max
+    }
+
     /// Hold (or, with `held` false, release) the data packets for `addr`:
     /// for a driver whose carrier to that peer alone is full (a same-host
     /// lane whose receiver does not take), so the peer's packets wait here,

@@ -480,6 +480,7 @@ impl Endpoint {
                 Some(trace::TraceFile::open(pattern, local, &mut engine, unix)?)
             }
         };
+        let linger_owed_ns = (2 * engine.rto_max_ns()).min(LINGER_OWED_MAX_NS);
         Ok(Endpoint {
             engine,
             sockets,
@@ -527,8 +528,7 @@ impl Endpoint {
             last_arrival_ns: 0,
             timers_waited: 0,
             linger_quiet_ns: (2 * config.rto_min_us * 1000).min(LINGER_MAX_NS),
-            linger_owed_ns: (2 * config.rto_max_us.max(config.rto_min_us) * 1000)
-                .min(LINGER_OWED_MAX_NS),
+            linger_owed_ns,
             rings,
         })
     }
