@@ -306,16 +306,21 @@ impl Engine {
     }
 
     /// Whether a peer still waits for something this endpoint took on:
-    /// packets it has not acknowledged, or data and control packets queued.
-    /// A closing endpoint keeps going while this holds, so a send that
-    /// completed at posting (inject complete) or made no completion at all
-    /// is not lost to a close that follows it.
+    /// packets it has not acknowledged, data and control packets queued, or
+    /// the rest of a rendezvous send the application was already told is
+    /// done (inject complete) or will never hear of. A closing endpoint
+    /// keeps going while this holds, so such a send is not lost to a close
+    /// that follows it. A rendezvous send whose completion the application
+    /// still awaits is one it gave up by closing.
     pub fn owes_peers(&self) -> bool {
         // Data queued behind a close handshake is in no send ring yet.
         self.has_queued_data()
-            || self
-                .peers
-                .iter()
-                .any(|p| p.tx.in_flight() > 0 || !p.queue.is_empty())
+            || self.peers.iter().any(|p| {
+                p.tx.in_flight() > 0
+                    || !p.queue.is_empty()
+                    || p.messages
+                        .values()
+                        .any(|m| m.pull_pending() && !m.completion_awaited())
+            })
     }
 }

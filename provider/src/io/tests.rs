@@ -1645,3 +1645,53 @@ fn a_closing_endpoint_resends_what_its_peer_has_not_acknowledged() {
     assert_eq!(*buf.0.lock().unwrap(), data);
     closing.join().unwrap();
 }
+
+#[test]
+fn a_closing_endpoint_serves_the_pull_of_an_inject_complete_rendezvous_send() {
+    // An inject-complete send above the rendezvous threshold completes at
+    // posting; once its eager part is acknowledged nothing of it is in
+    // flight, yet its receiver has still to pull the rest. The sender
+    // closes before the receive is posted: the pull must still be served.
+    let cfg = Config {
+        rendezvous_bytes: 4 << 10,
+        ..Config::default()
+    };
+    let (mut a, mut b) = pair(&cfg);
+    let data = pattern(9, 64 << 10);
+    a.send(SendOp {
+        level: CompletionLevel::Inject,
+        ..send_op(b.local_addr(), data.clone(), 1)
+    })
+    .unwrap();
+    // Until the eager part (one packet) is in at b, unexpected, and
+    // acknowledged.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut completed = false;
+    while !completed || a.engine_stats().acks_received == 0 {
+        assert!(Instant::now() < deadline, "the eager part never went");
+        a.progress();
+        b.progress();
+        if let Some(c) = a.poll_completion() {
+            assert_eq!((c.kind, c.error), (CompletionKind::Send, None));
+            completed = true;
+        }
+    }
+    let closing = std::thread::spawn(move || drop(a));
+    // Long enough for a close that owed nothing to be over.
+    std::thread::sleep(Duration::from_millis(50));
+    let (op, buf) = recv_op(data.len(), 2);
+    b.recv(op).unwrap();
+    loop {
+        assert!(Instant::now() < deadline, "the message never arrived");
+        b.progress();
+        if let Some(c) = b.poll_completion() {
+            assert_eq!(
+                (c.kind, c.error, c.len),
+                (CompletionKind::Recv, None, data.len())
+            );
+            break;
+        }
+    }
+    assert_eq!(*buf.0.lock().unwrap(), data);
+    closing.join().unwrap();
+}
