@@ -125,7 +125,7 @@ fn matching(c: &mut Criterion) {
         let waiting = |tag: u64| Unexpected {
             peer: 0,
             src,
-            msg_id: tag as u16,
+            seq: tag,
             tagged: true,
             tag,
             claimed: None,

@@ -264,6 +264,48 @@ fn a_sender_dead_mid_message_leaves_its_whole_messages_and_no_stage() {
     assert_eq!(net.eng[1].inbound_len(), 0);
 }
 
+/// A whole message stays for the application when its sender comes back
+/// after its context was reclaimed: the sender's new context (its IDs
+/// start again from 0) neither drops it nor takes its place in the order.
+#[test]
+fn a_sender_back_after_its_context_was_reclaimed_leaves_its_whole_messages() {
+    let mut net = Net::new(&[config(), config()]);
+    let (dest, now) = (net.addrs[1], net.now);
+    net.eng[0]
+        .post_send(now, send(dest, pattern(1, 3000), None, 1))
+        .unwrap();
+    net.run("the first message is sent", |n| {
+        n.done[0].iter().any(|c| c.context == 1)
+    });
+    net.dies_mid_message(0, 1, 2, 6000);
+    net.run("the context is dropped", |n| {
+        n.eng[1].stats().rx_pdcs_reclaimed == 1
+    });
+    net.dead[0] = false;
+    let now = net.now;
+    net.eng[0]
+        .post_send(now, send(dest, pattern(3, 1000), None, 3))
+        .unwrap();
+    net.run("the sender is done", |n| {
+        [2, 3]
+            .iter()
+            .all(|&ctx| n.done[0].iter().any(|c| c.context == ctx))
+    });
+    let now = net.now;
+    for ctx in [11, 12, 13] {
+        net.eng[1].post_recv(now, recv(8000, None, ctx)).unwrap();
+    }
+    net.run("the first message is received", |n| n.received(1, 11));
+    let first = net.done[1].iter().find(|c| c.context == 11).unwrap();
+    assert_eq!(first.len, 3000, "a later message overtook it");
+    // The message sent after the sender came back arrives too.
+    net.run("the last message is received", |n| {
+        n.done[1]
+            .iter()
+            .any(|c| c.kind == CompletionKind::Recv && c.error.is_none() && c.len == 1000)
+    });
+}
+
 /// A sender cut off in the middle of a message for less than the
 /// receiver's questions take keeps its message (its own retries outlast
 /// the cut here).

@@ -1352,9 +1352,11 @@ fn stream_small(p: &mut Pair, first: u64, count: u64) {
 }
 
 #[test]
-fn a_message_waiting_for_its_receive_keeps_its_id_from_a_later_message() {
+fn a_message_waiting_for_its_receive_makes_way_for_a_later_one_with_its_id() {
     // An eager message nobody receives yet (ID 0), then 65535 more: the
-    // next one comes round to ID 0.
+    // next one comes round to ID 0. It is taken at once (an application
+    // may receive the later messages first, as MPI allows with other
+    // tags), and the old one waits, parked, for its receive.
     let mut p = Pair::new(34);
     p.send(1000, 1, 1);
     p.settle();
@@ -1362,19 +1364,72 @@ fn a_message_waiting_for_its_receive_keeps_its_id_from_a_later_message() {
     p.done[1].clear();
     let late = p.recv(8, 2, 2_000_000, plain());
     p.send(8, 2, 2_000_000);
-    p.settle();
-    assert!(
-        p.completion(1, 2_000_000).is_none(),
-        "the new message was taken while its ID is held"
-    );
-    assert!(p.eng[1].stats().message_id_waits > 0);
-    // The old message is received intact, then the new one arrives.
-    let out = p.recv_returned(1000, 1, 100);
-    p.run(|p| p.completion(1, 100).is_some() && p.completion(1, 2_000_000).is_some());
-    assert_eq!(p.completion(1, 100).unwrap().error, None);
-    assert!(out.lock().unwrap().take().unwrap() == pattern(1, 1000));
+    p.run(|p| p.completion(1, 2_000_000).is_some());
     assert_eq!(p.completion(1, 2_000_000).unwrap().error, None);
     assert_eq!(*late.0.lock().unwrap(), pattern(2_000_000, 8));
+    let stats = p.eng[1].stats();
+    assert_eq!((stats.messages_parked, stats.message_id_waits), (1, 0));
+    // The old message is received intact.
+    let out = p.recv_returned(1000, 1, 100);
+    p.run(|p| p.completion(1, 100).is_some());
+    assert_eq!(p.completion(1, 100).unwrap().error, None);
+    assert!(out.lock().unwrap().take().unwrap() == pattern(1, 1000));
+    p.settle();
+    p.assert_clean();
+}
+
+#[test]
+fn parked_messages_keep_the_senders_order_through_several_rounds_of_ids() {
+    // Three unexpected messages of one tag (IDs 0-2), then well over two
+    // rounds of the ID space of another tag. The three are parked when
+    // their IDs come round, and still match in the order they were sent:
+    // a peek sees the first, a claim and a plain receive take them in
+    // turn, and a discard drops the third.
+    let mut p = Pair::new(36);
+    for c in 1..=3 {
+        p.send(100 * c as usize, 1, c);
+    }
+    p.settle();
+    stream_small(&mut p, 1_000_000, 2 * 65_536 + 100);
+    assert_eq!(p.eng[1].stats().messages_parked, 3);
+    assert_eq!(p.eng[1].inbound_len(), 3);
+    p.done[1].clear();
+    let peek_claim = ProbeFlags {
+        peek: true,
+        claim: true,
+        discard: false,
+    };
+    p.recv(0, 1, 50, peek_claim);
+    p.run(|p| p.completion(1, 50).is_some());
+    let peeked = p.completion(1, 50).unwrap();
+    assert_eq!((peeked.error, peeked.len), (None, 100));
+    p.done[1].clear();
+    // Unclaimed, the second is next for a plain receive.
+    let second = p.recv_returned(200, 1, 60);
+    // The claimed first goes to the receive that claimed it.
+    let (buf, first) = Returned::new(100);
+    let claim = ProbeFlags {
+        peek: false,
+        claim: true,
+        discard: false,
+    };
+    p.post_recv(Box::new(buf), 1, 50, claim);
+    let discard = ProbeFlags {
+        peek: true,
+        claim: false,
+        discard: true,
+    };
+    p.recv(0, 1, 70, discard);
+    p.run(|p| {
+        p.completion(1, 50).is_some()
+            && p.completion(1, 60).is_some()
+            && p.completion(1, 70).is_some()
+    });
+    assert_eq!(p.completion(1, 50).unwrap().error, None);
+    assert!(first.lock().unwrap().take().unwrap() == pattern(1, 100));
+    assert_eq!(p.completion(1, 60).unwrap().error, None);
+    assert!(second.lock().unwrap().take().unwrap() == pattern(2, 200));
+    assert_eq!(p.completion(1, 70).unwrap().len, 300);
     p.settle();
     p.assert_clean();
 }

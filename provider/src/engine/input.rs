@@ -251,16 +251,21 @@ impl Engine {
             let peer = &self.peers[p];
             if let Some(inb) = peer.inbound.get(&s.message_id) {
                 // The sender's 16-bit message IDs came round while an older
-                // message with this one waits here for a receive: the new
-                // message waits (the sender resends) until that one is
-                // taken, rather than landing in it.
-                if arrival == Some(Arrival::New) && inb.waits_for_a_receive(peer.next_match_seq) {
-                    self.stats.message_id_waits += 1;
-                    self.refuse_for_now(p, from, &req);
-                    return;
-                }
-                // Later packets must agree with the length the first one set.
-                if Self::message_offset(s) + payload_len as u64 > inb.header.len {
+                // message with this one waits here for a receive: that one
+                // moves out of the way (parked), unless packets of it may
+                // still come (then the new message waits, the sender
+                // resending it, rather than landing in it).
+                let next = peer.next_match_seq;
+                if arrival == Some(Arrival::New) && inb.waits_for_a_receive(next) {
+                    if !self.park_for_new_message(p, s.message_id, next) {
+                        self.stats.message_id_waits += 1;
+                        self.refuse_for_now(p, from, &req);
+                        return;
+                    }
+                    self.stats.messages_parked += 1;
+                } else if Self::message_offset(s) + payload_len as u64 > inb.header.len {
+                    // Later packets must agree with the length the first
+                    // one set.
                     self.stats.malformed += 1;
                     return;
                 }
@@ -431,11 +436,20 @@ impl Engine {
                 });
                 // Pulls from the old context will not be answered, and
                 // the messages receives were matched to will not finish:
-                // those receives fail rather than wait forever.
+                // those receives fail rather than wait forever. Whole
+                // unexpected messages were delivered (their sender was
+                // told so): they stay for the application, parked, ahead
+                // of the new context's messages, whose IDs start again
+                // from 0 at the next round of sequence numbers.
                 self.forget_pulls(p);
                 self.suspect_restart(p);
-                self.drop_inbound(p, |_, _| false);
-                self.peers[p].next_match_seq = 0;
+                let next = self.peers[p].next_match_seq;
+                self.drop_inbound(p, |_, m| m.waits_for_a_receive(next));
+                let kept: Vec<Inbound> = self.peers[p].inbound.drain().map(|(_, m)| m).collect();
+                for m in kept {
+                    self.park(p, m);
+                }
+                self.peers[p].next_match_seq = next.next_multiple_of(1 << 16);
                 self.rx_by_id.insert(id, p);
             }
             return RxContext::Known;
@@ -529,14 +543,14 @@ impl Engine {
                 &mut self.posted,
                 &mut self.unexpected,
                 &mut self.staged_bytes,
-                (p, src, id),
+                (p, src),
                 inb,
             );
             // Later messages may have waited for this one (binding only
             // ever removes entries).
             let more = self.peers[p].inbound.len() > 1;
             if let Some((rendezvous, complete)) = bound {
-                self.after_bind(p, id, rendezvous, complete);
+                self.after_bind(p, MsgRef::Live(id), rendezvous, complete);
             }
             if more {
                 self.match_in_order(p);
@@ -612,7 +626,7 @@ impl Engine {
         }
         // Only matching or a pull changes `received` after `place`.
         if complete || !matched || rdv.is_some() {
-            self.finish_if_complete(p, id);
+            self.finish_if_complete(p, MsgRef::Live(id));
         }
         // A first packet (a rendezvous send's, or one matched just now)
         // sets the expectation as the usual path does.
@@ -804,18 +818,19 @@ impl Engine {
         let pulled = self.pulled_messages(p);
         let next = self.peers[p].next_match_seq;
         self.drop_inbound(p, |id, m| {
-            m.waits_for_a_receive(next) || pulled.contains(&id)
+            m.waits_for_a_receive(next) || id.is_some_and(|id| pulled.contains(&id))
         });
     }
 
     /// Drop peer `p`'s incoming messages but those `keep` names (by message
-    /// ID): receives bound to them fail, in the sender's order, what they
-    /// staged is given back, and the unexpected queue lets go of them.
-    fn drop_inbound(&mut self, p: usize, keep: impl Fn(u16, &Inbound) -> bool) {
+    /// ID; none for a parked one): receives bound to them fail, in the
+    /// sender's order, what they staged is given back, and the unexpected
+    /// queue lets go of them.
+    fn drop_inbound(&mut self, p: usize, keep: impl Fn(Option<u16>, &Inbound) -> bool) {
         let mut gone: Vec<(u64, u16)> = self.peers[p]
             .inbound
             .iter()
-            .filter(|&(&id, m)| !keep(id, m))
+            .filter(|&(&id, m)| !keep(Some(id), m))
             .map(|(&id, m)| (m.seq, id))
             .collect();
         gone.sort_unstable();
@@ -825,9 +840,21 @@ impl Engine {
                 self.staged_bytes -= m.staged_bytes();
             }
         }
-        let inbound = &self.peers[p].inbound;
+        // Parked messages wait for receives: none is bound.
+        if self.peers[p].parked > 0 {
+            let (staged, count) = (&mut self.staged_bytes, &mut self.peers[p].parked);
+            self.parked.retain(|&(q, _), m| {
+                let stays = q != p || keep(None, m);
+                if !stays {
+                    *staged -= m.staged_bytes();
+                    *count -= 1;
+                }
+                stays
+            });
+        }
+        let (peers, parked) = (&self.peers, &self.parked);
         self.unexpected
-            .retain(|u| u.peer != p || inbound.contains_key(&u.msg_id));
+            .retain(|u| u.peer != p || locate_in(peers, parked, p, u.seq).is_some());
     }
 
     /// Our receive context of peer `p` is gone (closed, or reclaimed after
@@ -839,7 +866,8 @@ impl Engine {
         };
         peer.closed_rx = (rx.remote_id, rx.start_psn);
         peer.rx_gone_at = now;
-        peer.next_match_seq = 0;
+        // `next_match_seq` stays: the next context starts past it (see
+        // `rx_context`), behind any whole unexpected message still here.
         peer.in_ack_queue = false;
         self.rx_by_id.remove(&rx.local_id);
         self.ack_queue.retain(|&q| q != p);
@@ -934,7 +962,7 @@ impl Engine {
                     return;
                 };
                 rx.close_attempt = ctl.payload as u16;
-                if rx.cack() != ctl.psn.wrapping_sub(1) || !peer.inbound.is_empty() {
+                if rx.cack() != ctl.psn.wrapping_sub(1) || peer.holds_messages() {
                     let refuse = ControlRepr {
                         flags: CLOSE_CONFIRM | CLOSE_REFUSED,
                         ..confirm

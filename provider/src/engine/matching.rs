@@ -5,40 +5,147 @@ use std::collections::hash_map::Entry;
 
 use super::*;
 
+/// Where one of a peer's incoming messages is kept: under its 16-bit ID
+/// (`Peer::inbound`), or, whole and unexpected once the sender's IDs came
+/// round to its own, under its sequence number (`Engine::parked`). Only a
+/// message under its ID gets packets, and only such a message can be a
+/// rendezvous send waiting for its pull (its sender holds the ID until
+/// then).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum MsgRef {
+    Live(u16),
+    Parked(u64),
+}
+
+/// Message `at` of peer `p`, from the tables themselves (so the caller may
+/// change other fields of the engine meanwhile).
+fn inbound_in<'a>(
+    peers: &'a mut PeerTable,
+    parked: &'a mut FastMap<(usize, u64), Inbound>,
+    p: usize,
+    at: MsgRef,
+) -> Option<&'a mut Inbound> {
+    match at {
+        MsgRef::Live(id) => peers.get_mut(p)?.inbound.get_mut(&id),
+        MsgRef::Parked(seq) => parked.get_mut(&(p, seq)),
+    }
+}
+
+/// [`Engine::locate`], from the tables themselves.
+pub(super) fn locate_in(
+    peers: &PeerTable,
+    parked: &FastMap<(usize, u64), Inbound>,
+    p: usize,
+    seq: u64,
+) -> Option<MsgRef> {
+    let id = seq as u16;
+    let peer = peers.get(p)?;
+    if peer.inbound.get(&id).is_some_and(|m| m.seq == seq) {
+        Some(MsgRef::Live(id))
+    } else if peer.parked > 0 && parked.contains_key(&(p, seq)) {
+        Some(MsgRef::Parked(seq))
+    } else {
+        None
+    }
+}
+
+impl Peer {
+    /// Some message of this peer is here: being received, waiting for its
+    /// turn, or waiting for a receive.
+    pub(super) fn holds_messages(&self) -> bool {
+        !self.inbound.is_empty() || self.parked > 0
+    }
+}
+
+impl Engine {
+    /// Where message `seq` of peer `p` (an unexpected queue entry's) is
+    /// kept.
+    pub(super) fn locate(&self, p: usize, seq: u64) -> Option<MsgRef> {
+        locate_in(&self.peers, &self.parked, p, seq)
+    }
+
+    pub(super) fn inbound_at(&self, p: usize, at: MsgRef) -> Option<&Inbound> {
+        match at {
+            MsgRef::Live(id) => self.peers.get(p)?.inbound.get(&id),
+            MsgRef::Parked(seq) => self.parked.get(&(p, seq)),
+        }
+    }
+
+    /// Move message `m` of peer `p` to the parked ones.
+    pub(super) fn park(&mut self, p: usize, m: Inbound) {
+        self.peers[p].parked += 1;
+        self.parked.insert((p, m.seq), m);
+    }
+
+    /// The sender's 16-bit message IDs came round to `id` while peer `p`'s
+    /// message holding it waits, whole, for a receive (`next_seq` is the
+    /// next one to match): it moves out of the new message's way. False
+    /// when it is not so (it may still get packets: the new message must
+    /// wait).
+    pub(super) fn park_for_new_message(&mut self, p: usize, id: u16, next_seq: u64) -> bool {
+        let inbound = &mut self.peers[p].inbound;
+        let Some(m) = inbound.get(&id) else {
+            return true;
+        };
+        if !m.waits_for_a_receive(next_seq) || m.rendezvous.is_some() {
+            return false;
+        }
+        if let Some(m) = inbound.remove(&id) {
+            self.park(p, m);
+        }
+        true
+    }
+}
+
+/// The message under `key`, taken out once it is complete and bound to a
+/// receive or discarded (one lookup: this runs for every message).
+fn take_finished<K: std::hash::Hash + Eq>(
+    map: &mut FastMap<K, Inbound>,
+    key: K,
+) -> Option<Inbound> {
+    let Entry::Occupied(entry) = map.entry(key) else {
+        return None;
+    };
+    let m = entry.get();
+    (m.complete() && m.bound_or_discarded()).then(|| entry.remove())
+}
+
 impl Engine {
     // ----- matching and delivery ----------------------------------------------------
 
     /// Attach a receive to an incoming message (unexpected or just matched).
-    pub(super) fn bind_receive(&mut self, p: usize, msg_id: u16, recv: RecvOp) {
-        let Some(inb) = self.peers[p].inbound.get_mut(&msg_id) else {
+    pub(super) fn bind_receive(&mut self, p: usize, at: MsgRef, recv: RecvOp) {
+        let Some(inb) = inbound_in(&mut self.peers, &mut self.parked, p, at) else {
             return;
         };
         self.staged_bytes = self.staged_bytes.saturating_sub(inb.bind(recv));
         let (rendezvous, complete) = (inb.rendezvous.is_some(), inb.complete());
-        self.after_bind(p, msg_id, rendezvous, complete);
+        self.after_bind(p, at, rendezvous, complete);
     }
 
-    /// What follows binding a receive to message `msg_id` (`rendezvous`:
-    /// it is a rendezvous send; `complete`: all its bytes are in).
-    pub(super) fn after_bind(&mut self, p: usize, msg_id: u16, rendezvous: bool, complete: bool) {
+    /// What follows binding a receive to message `at` (`rendezvous`: it is
+    /// a rendezvous send; `complete`: all its bytes are in).
+    pub(super) fn after_bind(&mut self, p: usize, at: MsgRef, rendezvous: bool, complete: bool) {
         // A rendezvous message pulls its remainder into the buffer now
         // (which may complete it: the part it does not pull counts as in).
-        if rendezvous {
-            self.start_pull(p, msg_id);
+        if let (true, MsgRef::Live(id)) = (rendezvous, at) {
+            self.start_pull(p, id);
         }
         if rendezvous || complete {
-            self.finish_if_complete(p, msg_id);
+            self.finish_if_complete(p, at);
         }
     }
 
-    pub(super) fn discard(&mut self, p: usize, msg_id: u16) {
-        if let Some(inb) = self.peers[p].inbound.get_mut(&msg_id) {
+    pub(super) fn discard(&mut self, p: usize, at: MsgRef) {
+        if let Some(inb) = inbound_in(&mut self.peers, &mut self.parked, p, at) {
             self.staged_bytes = self.staged_bytes.saturating_sub(inb.staged_bytes());
             inb.state = InboundState::Discard;
         }
         // A rendezvous sender learns that nothing will be pulled.
-        self.start_pull(p, msg_id);
-        self.finish_if_complete(p, msg_id);
+        if let MsgRef::Live(id) = at {
+            self.start_pull(p, id);
+        }
+        self.finish_if_complete(p, at);
     }
 
     /// Match every message whose turn has come, in the sender's order.
@@ -82,12 +189,12 @@ impl Engine {
                 &mut self.posted,
                 &mut self.unexpected,
                 &mut self.staged_bytes,
-                (p, src, id),
+                (p, src),
                 inb,
             );
             if let Some((rendezvous, complete)) = bound {
                 watched_bound |= seq == watch;
-                self.after_bind(p, id, rendezvous, complete);
+                self.after_bind(p, MsgRef::Live(id), rendezvous, complete);
             }
             if last {
                 return watched_bound;
@@ -103,7 +210,7 @@ impl Engine {
         posted: &mut PostedQueues,
         unexpected: &mut UnexpectedQueue,
         staged_bytes: &mut usize,
-        (p, src, id): (usize, SocketAddr, u16),
+        (p, src): (usize, SocketAddr),
         inb: &mut Inbound,
     ) -> Option<(bool, bool)> {
         let header = inb.header;
@@ -119,7 +226,7 @@ impl Engine {
                 unexpected.push(Unexpected {
                     peer: p,
                     src,
-                    msg_id: id,
+                    seq: inb.seq,
                     tagged: header.tagged,
                     tag: header.tag,
                     claimed: None,
@@ -130,22 +237,20 @@ impl Engine {
     }
 
     /// Complete a matched (or discarded) message once all its bytes are in.
-    pub(super) fn finish_if_complete(&mut self, p: usize, msg_id: u16) {
+    pub(super) fn finish_if_complete(&mut self, p: usize, at: MsgRef) {
         let peer = &mut self.peers[p];
-        let Entry::Occupied(entry) = peer.inbound.entry(msg_id) else {
-            return;
+        let finished = match at {
+            MsgRef::Live(id) => take_finished(&mut peer.inbound, id),
+            MsgRef::Parked(seq) => {
+                let m = take_finished(&mut self.parked, (p, seq));
+                peer.parked -= u32::from(m.is_some());
+                m
+            }
         };
-        let m = entry.get();
-        if !(m.complete() && m.bound_or_discarded()) {
-            return;
+        if let Some(m) = finished {
+            let addr = peer.addr;
+            Self::deliver(&mut self.completions, &mut self.spares, addr, m);
         }
-        let addr = peer.addr;
-        Self::deliver(
-            &mut self.completions,
-            &mut self.spares,
-            addr,
-            entry.remove(),
-        );
     }
 
     /// The receive completion of a finished message (if it had a receive

@@ -35,6 +35,7 @@ use spares::Spares;
 mod timers;
 
 pub use landing::{Landing, LANDING_MIN_PAYLOAD};
+use matching::{locate_in, MsgRef};
 pub use output::PayloadRef;
 use rendezvous::Watch;
 pub use rendezvous::{HostMemory, RENDEZVOUS_RESOURCE};
@@ -168,9 +169,14 @@ pub struct Stats {
     /// staging budget was spent.
     pub backpressure: u64,
     /// New messages refused (NACK 0x07) because their 16-bit message ID
-    /// is still held here by an older unexpected message of that peer (the
-    /// sender sent 65536 messages since): they come once it is received.
+    /// is still held here by an older message of that peer that is not
+    /// whole yet, so cannot be parked (a sender that reuses an ID before
+    /// its message was acknowledged): they come once it is done.
     pub message_id_waits: u64,
+    /// Whole unexpected messages moved out of the way of a new message
+    /// with their 16-bit ID (the sender sent 65536 messages since): they
+    /// wait for their receive under their sequence number instead.
+    pub messages_parked: u64,
     /// Rendezvous messages this endpoint asked the sender for (pulls,
     /// including the empty ones of discarded or truncated messages).
     pub rendezvous_pulls: u64,
@@ -293,7 +299,11 @@ struct Peer {
     oldest_msg_id: u16,
     /// Sequence number of the next incoming message to match.
     next_match_seq: u64,
+    /// Incoming messages by their 16-bit ID: those packets of which may
+    /// still come, or that wait for their turn in the matching order.
     inbound: FastMap<u16, Inbound>,
+    /// How many of this peer's messages are parked (`Engine::parked`).
+    parked: u32,
     in_send_ring: bool,
     in_ack_queue: bool,
     /// The driver cannot carry data to this peer for now (see
@@ -577,6 +587,12 @@ pub struct Engine {
     reads: HashMap<(usize, u16), rma::PendingRead>,
     /// Rendezvous sends and pulls (engine/rendezvous.rs).
     rdv: rendezvous::RendezvousState,
+    /// Whole unexpected messages, by peer and sequence number, whose 16-bit
+    /// ID their sender's IDs came round to (it sent 65536 messages since),
+    /// or whose sender opened a new context: no packet of theirs can come
+    /// any more, and a new message takes the ID (`engine/matching.rs`,
+    /// [`MsgRef`]). Kept apart from the peers, as they are rare.
+    parked: FastMap<(usize, u64), Inbound>,
     /// Where the next large data packet is expected (engine/landing.rs).
     landing_hint: Option<landing::LandingHint>,
 }
@@ -633,6 +649,7 @@ impl Engine {
             regions: None,
             reads: HashMap::new(),
             rdv: rendezvous::RendezvousState::new(config),
+            parked: FastMap::default(),
             landing_hint: None,
         }
     }
@@ -857,6 +874,7 @@ impl Engine {
             oldest_msg_id: 0,
             next_match_seq: 0,
             inbound: FastMap::default(),
+            parked: 0,
             in_send_ring: false,
             in_ack_queue: false,
             data_held: false,

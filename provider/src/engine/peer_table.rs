@@ -72,7 +72,7 @@ impl Peer {
             && self.tx.remote_id.is_none()
             && self.closing.is_none()
             && self.tx_idle()
-            && self.inbound.is_empty()
+            && !self.holds_messages()
             && !self.in_send_ring
             && !self.in_ack_queue
             && !self.data_held

@@ -109,19 +109,21 @@ impl Engine {
             let Some(u) = found.and_then(|slot| self.unexpected.remove(slot)) else {
                 break;
             };
+            let Some(at) = self.locate(u.peer, u.seq) else {
+                // Cannot happen: an unexpected entry always has its
+                // inbound state.
+                continue;
+            };
             // A multi-receive buffer takes every waiting message it has
             // room for and stays posted with the rest.
-            let len = self.peers[u.peer]
-                .inbound
-                .get(&u.msg_id)
-                .map(|m| m.header.len);
+            let len = self.inbound_at(u.peer, at).map(|m| m.header.len);
             match len.and_then(|l| op.carve(l)) {
                 Some(piece) => {
-                    self.bind_receive(u.peer, u.msg_id, piece);
+                    self.bind_receive(u.peer, at, piece);
                     took_messages = true;
                 }
                 None => {
-                    self.bind_receive(u.peer, u.msg_id, op);
+                    self.bind_receive(u.peer, at, op);
                     return Ok(());
                 }
             }
@@ -167,8 +169,11 @@ impl Engine {
             });
             return Ok(());
         };
-        let header = self.peers[u.peer].inbound.get(&u.msg_id).map(|m| m.header);
-        let Some(header) = header else {
+        let found = self.locate(u.peer, u.seq);
+        let header = found
+            .and_then(|at| self.inbound_at(u.peer, at))
+            .map(|m| m.header);
+        let (Some(at), Some(header)) = (found, header) else {
             // Cannot happen: an unexpected entry always has its inbound state.
             self.unexpected.remove(i);
             return Err(Error::InvalidArgument("stale unexpected message"));
@@ -187,7 +192,7 @@ impl Engine {
             });
             if discard {
                 self.unexpected.remove(i);
-                self.discard(u.peer, u.msg_id);
+                self.discard(u.peer, at);
             } else if claim {
                 self.unexpected.claim(i, op.context);
             }
@@ -207,9 +212,9 @@ impl Engine {
                 src: Some(u.src),
                 error: None,
             });
-            self.discard(u.peer, u.msg_id);
+            self.discard(u.peer, at);
         } else {
-            self.bind_receive(u.peer, u.msg_id, op);
+            self.bind_receive(u.peer, at, op);
         }
         Ok(())
     }

@@ -696,7 +696,7 @@ impl Engine {
                 self.mark_ready(p);
             }
         }
-        self.finish_if_complete(p, msg_id);
+        self.finish_if_complete(p, MsgRef::Live(msg_id));
     }
 
     /// An SES response to one of our pulls: the sender wrote the bytes into

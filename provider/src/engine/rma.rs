@@ -127,7 +127,7 @@ impl Engine {
     /// Incoming messages and RMA operations not finished yet, over all
     /// peers (diagnostics and tests).
     pub fn inbound_len(&self) -> usize {
-        self.peers.iter().map(|p| p.inbound.len()).sum()
+        self.peers.iter().map(|p| p.inbound.len()).sum::<usize>() + self.parked.len()
     }
 
     /// Memory peers may write and read (domain-wide registrations).

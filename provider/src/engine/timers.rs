@@ -245,7 +245,7 @@ impl Engine {
         let Some(rx) = p.rx.as_ref() else {
             return 0;
         };
-        if !p.inbound.is_empty() {
+        if p.holds_messages() {
             let since = rx.quiet_since.max(rx.reclaim_checked);
             let asking = rx.close_asks > 0 && rx.reclaim_checked <= rx.quiet_since;
             return match asking {
@@ -273,11 +273,12 @@ impl Engine {
             return;
         }
         let peer = &mut self.peers[p];
+        let waiting_only =
+            peer.holds_messages() && !peer.inbound.values().any(Inbound::awaits_packets);
         let Some(rx) = peer.rx.as_mut() else {
             return;
         };
-        let inbound = &peer.inbound;
-        if !inbound.is_empty() && !inbound.values().any(Inbound::awaits_packets) {
+        if waiting_only {
             // Its messages wait for receives only: it stays.
             rx.reclaim_checked = now;
             return;

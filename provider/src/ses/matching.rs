@@ -246,12 +246,13 @@ impl RecvOp {
 }
 
 /// A message that arrived before any receive matched it. Its payload and
-/// full header live in the peer's inbound table under `msg_id`.
+/// full header live in the peer's inbound state, found by `seq`, its
+/// position in the sender's message order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Unexpected {
     pub peer: usize,
     pub src: SocketAddr,
-    pub msg_id: u16,
+    pub seq: u64,
     pub tagged: bool,
     pub tag: u64,
     /// Reserved by FI_PEEK|FI_CLAIM for the receive with this context.
@@ -626,7 +627,7 @@ mod tests {
         Unexpected {
             peer: port as usize,
             src: SocketAddr::from(([127, 0, 0, 1], port)),
-            msg_id: seq as u16,
+            seq: seq as u64,
             tagged,
             tag,
             claimed: None,
@@ -648,27 +649,27 @@ mod tests {
         q.push(message(3, true, 5, 2));
         // Exact tag, from anyone: the older of the two tag-5 messages.
         let slot = q.find(&recv(true, 5, 0, None, 9)).expect("tag 5");
-        assert_eq!(q.get(slot).map(|u| u.msg_id), Some(0));
+        assert_eq!(q.get(slot).map(|u| u.seq), Some(0));
         // Exact tag, directed at port 2: the one from port 2.
         let from_2 = Some(SocketAddr::from(([127, 0, 0, 1], 2)));
         let slot = q.find(&recv(true, 5, 0, from_2, 9)).expect("tag 5 from 2");
-        assert_eq!(q.get(slot).map(|u| u.msg_id), Some(3));
+        assert_eq!(q.get(slot).map(|u| u.seq), Some(3));
         // Any tag: the oldest tagged message.
         let slot = q.find(&recv(true, 0, !0, from_2, 9)).expect("any tag");
-        assert_eq!(q.get(slot).map(|u| u.msg_id), Some(2));
+        assert_eq!(q.get(slot).map(|u| u.seq), Some(2));
         // Untagged.
         let slot = q.find(&recv(false, 0, 0, None, 9)).expect("untagged");
-        assert_eq!(q.remove(slot).map(|u| u.msg_id), Some(1));
+        assert_eq!(q.remove(slot).map(|u| u.seq), Some(1));
         assert!(q.find(&recv(false, 0, 0, None, 9)).is_none());
         // A claimed message is skipped, and found by its claim.
         let slot = q.find(&recv(true, 5, 0, None, 9)).expect("tag 5");
         q.claim(slot, 77);
         let next = q.find(&recv(true, 5, 0, None, 9)).expect("second tag 5");
-        assert_eq!(q.get(next).map(|u| u.msg_id), Some(3));
+        assert_eq!(q.get(next).map(|u| u.seq), Some(3));
         assert_eq!(q.find_claimed(77), Some(slot));
         assert_eq!(q.len(), 3);
         q.retain(|u| u.tag != 5);
-        assert_eq!(q.iter().map(|u| u.msg_id).collect::<Vec<_>>(), vec![2]);
+        assert_eq!(q.iter().map(|u| u.seq).collect::<Vec<_>>(), vec![2]);
     }
 
     /// One message nobody takes, and thousands taken behind it: the holes
@@ -682,7 +683,7 @@ mod tests {
             let slot = q
                 .find(&recv(true, n as u64 % 7, 0, None, 0))
                 .expect("just pushed");
-            assert_eq!(q.remove(slot).map(|u| u.msg_id), Some(n as u16));
+            assert_eq!(q.remove(slot).map(|u| u.seq), Some(n as u64));
             assert!(
                 q.slots.len() <= 2 * q.len() + COMPACT_SLACK,
                 "{} slots",
@@ -690,7 +691,7 @@ mod tests {
             );
         }
         let slot = q.find(&recv(true, 1000, 0, None, 0)).expect("the old one");
-        assert_eq!(q.remove(slot).map(|u| u.msg_id), Some(0));
+        assert_eq!(q.remove(slot).map(|u| u.seq), Some(0));
         assert!(q.is_empty() && q.slots.is_empty());
         assert!(q.by_tag.values().all(VecDeque::is_empty));
     }
