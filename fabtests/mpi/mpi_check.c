@@ -155,6 +155,36 @@ static int same_tag_order(void)
 	return ok;
 }
 
+/* A message its receiver takes only after 70000 later ones from the same
+ * sender (another tag): more than a round of the transport's 16-bit
+ * message IDs passes while it waits. */
+static int overtaken(void)
+{
+	enum { N = 70000 };
+	int ok = 1, early = 4242, x;
+
+	if (rank == 0) {
+		MPI_Request req;
+
+		MPI_Isend(&early, 1, MPI_INT, 1, 51, MPI_COMM_WORLD, &req);
+		for (int i = 0; i < N; i++)
+			MPI_Send(&i, 1, MPI_INT, 1, 52, MPI_COMM_WORLD);
+		MPI_Wait(&req, MPI_STATUS_IGNORE);
+	} else if (rank == 1) {
+		for (int i = 0; i < N; i++) {
+			x = -1;
+			MPI_Recv(&x, 1, MPI_INT, 0, 52, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+			if (x != i && ok)
+				ok = bad("receive %d got message %d", i, x);
+		}
+		x = -1;
+		MPI_Recv(&x, 1, MPI_INT, 0, 51, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+		if (x != early && ok)
+			ok = bad("the early message held %d", x);
+	}
+	return ok;
+}
+
 /* Every other rank sends 100 numbered messages of varying size to rank 0,
  * which receives them with MPI_ANY_SOURCE: per-source order holds. */
 static int fan_in(void)
@@ -497,6 +527,7 @@ int main(int argc, char **argv)
 		{ "ring_sizes", ring_sizes },
 		{ "ring_bidir", ring_bidir },
 		{ "same_tag_order", same_tag_order },
+		{ "overtaken_by_70000", overtaken },
 		{ "fan_in_any_source", fan_in },
 		{ "unexpected_large", unexpected_large },
 		{ "ssend", ssend },
