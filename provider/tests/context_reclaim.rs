@@ -236,23 +236,32 @@ fn a_sender_dead_mid_message_fails_the_receive_matched_to_it() {
     assert_eq!(net.eng[1].inbound_len(), 0);
 }
 
+impl Net {
+    /// Engine 0 sends engine 1 a whole 3000-byte message nobody receives
+    /// yet (context 1), dies in the middle of a 6000-byte one (context 2),
+    /// and engine 1 drops its context.
+    fn whole_message_then_death_mid_message(&mut self) {
+        let (dest, now) = (self.addrs[1], self.now);
+        self.eng[0]
+            .post_send(now, send(dest, pattern(1, 3000), None, 1))
+            .unwrap();
+        self.run("the first message is sent", |n| {
+            n.done[0].iter().any(|c| c.context == 1)
+        });
+        self.dies_mid_message(0, 1, 2, 6000);
+        assert!(self.eng[1].staged_bytes() > 3000);
+        self.run("the context is dropped", |n| {
+            n.eng[1].stats().rx_pdcs_reclaimed == 1
+        });
+    }
+}
+
 /// Unmatched, the bytes a crashed sender staged are given back; a whole
 /// message it sent before stays for the application.
 #[test]
 fn a_sender_dead_mid_message_leaves_its_whole_messages_and_no_stage() {
     let mut net = Net::new(&[config(), config()]);
-    let (dest, now) = (net.addrs[1], net.now);
-    net.eng[0]
-        .post_send(now, send(dest, pattern(1, 3000), None, 1))
-        .unwrap();
-    net.run("the first message is sent", |n| {
-        n.done[0].iter().any(|c| c.context == 1)
-    });
-    net.dies_mid_message(0, 1, 2, 6000);
-    assert!(net.eng[1].staged_bytes() > 3000);
-    net.run("the context is dropped", |n| {
-        n.eng[1].stats().rx_pdcs_reclaimed == 1
-    });
+    net.whole_message_then_death_mid_message();
     assert_eq!(net.eng[1].staged_bytes(), 3000);
     assert_eq!(net.eng[1].stats().messages_abandoned, 1);
     let now = net.now;
@@ -270,19 +279,9 @@ fn a_sender_dead_mid_message_leaves_its_whole_messages_and_no_stage() {
 #[test]
 fn a_sender_back_after_its_context_was_reclaimed_leaves_its_whole_messages() {
     let mut net = Net::new(&[config(), config()]);
-    let (dest, now) = (net.addrs[1], net.now);
-    net.eng[0]
-        .post_send(now, send(dest, pattern(1, 3000), None, 1))
-        .unwrap();
-    net.run("the first message is sent", |n| {
-        n.done[0].iter().any(|c| c.context == 1)
-    });
-    net.dies_mid_message(0, 1, 2, 6000);
-    net.run("the context is dropped", |n| {
-        n.eng[1].stats().rx_pdcs_reclaimed == 1
-    });
+    net.whole_message_then_death_mid_message();
     net.dead[0] = false;
-    let now = net.now;
+    let (dest, now) = (net.addrs[1], net.now);
     net.eng[0]
         .post_send(now, send(dest, pattern(3, 1000), None, 3))
         .unwrap();
