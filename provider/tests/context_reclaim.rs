@@ -273,6 +273,41 @@ fn a_sender_dead_mid_message_leaves_its_whole_messages_and_no_stage() {
     assert_eq!(net.eng[1].inbound_len(), 0);
 }
 
+/// A whole message whose turn waited for an earlier one that will never
+/// come (lost, and its sender died) was delivered all the same: it takes
+/// its turn when the context goes, with the sender's unfinished message.
+#[test]
+fn a_whole_message_behind_a_lost_one_stays_when_its_sender_dies() {
+    let mut net = Net::new(&[config(), config()]);
+    let (dest, src, now) = (net.addrs[1], net.addrs[0], net.now);
+    for (ctx, len) in [(2, 500), (3, 1000), (4, 6000)] {
+        net.eng[0]
+            .post_send(now, send(dest, pattern(ctx, len), None, ctx))
+            .unwrap();
+    }
+    // The first message's one packet is lost, the second arrives, and so
+    // does the first packet of the third; then the sender dies.
+    let mut buf = vec![0u8; 65536];
+    for delivered in [false, true, true] {
+        let t = net.eng[0].poll_transmit(now, &mut buf).expect("a packet");
+        if delivered {
+            net.eng[1].handle_datagram(now, src, 0, &buf[..t.len]);
+        }
+    }
+    net.dead[0] = true;
+    net.run("the context is dropped", |n| {
+        n.eng[1].stats().rx_pdcs_reclaimed == 1
+    });
+    assert_eq!(net.eng[1].stats().messages_abandoned, 1);
+    let now = net.now;
+    net.eng[1].post_recv(now, recv(8000, None, 11)).unwrap();
+    net.run("the whole message is received", |n| n.received(1, 11));
+    let c = net.done[1].iter().find(|c| c.context == 11).unwrap();
+    assert_eq!(c.len, 1000);
+    assert_eq!(net.eng[1].inbound_len(), 0);
+    assert_eq!(net.eng[1].staged_bytes(), 0);
+}
+
 /// A whole message stays for the application when its sender comes back
 /// after its context was reclaimed: the sender's new context (its IDs
 /// start again from 0) neither drops it nor takes its place in the order.
@@ -303,6 +338,8 @@ fn a_sender_back_after_its_context_was_reclaimed_leaves_its_whole_messages() {
             .iter()
             .any(|c| c.kind == CompletionKind::Recv && c.error.is_none() && c.len == 1000)
     });
+    assert_eq!(net.eng[1].inbound_len(), 0);
+    assert_eq!(net.eng[1].staged_bytes(), 0);
 }
 
 /// A sender cut off in the middle of a message for less than the

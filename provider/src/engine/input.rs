@@ -437,19 +437,17 @@ impl Engine {
                 // Pulls from the old context will not be answered, and
                 // the messages receives were matched to will not finish:
                 // those receives fail rather than wait forever. Whole
-                // unexpected messages were delivered (their sender was
-                // told so): they stay for the application, parked, ahead
-                // of the new context's messages, whose IDs start again
-                // from 0 at the next round of sequence numbers.
+                // messages were delivered (their sender was told so): they
+                // stay for the application, parked, ahead of the new
+                // context's messages, whose IDs start again from 0 at the
+                // next round of sequence numbers.
                 self.forget_pulls(p);
                 self.suspect_restart(p);
-                let next = self.peers[p].next_match_seq;
-                self.drop_inbound(p, |_, m| m.waits_for_a_receive(next));
-                let kept: Vec<Inbound> = self.peers[p].inbound.drain().map(|(_, m)| m).collect();
-                for m in kept {
-                    self.park(p, m);
-                }
-                self.peers[p].next_match_seq = next.next_multiple_of(1 << 16);
+                self.drop_unfinished(p, |_| false);
+                self.park_whole_unexpected(p);
+                self.drop_inbound(p, |id, _| id.is_none());
+                let peer = &mut self.peers[p];
+                peer.next_match_seq = peer.next_match_seq.next_multiple_of(1 << 16);
                 self.rx_by_id.insert(id, p);
             }
             return RxContext::Known;
@@ -806,8 +804,8 @@ impl Engine {
     /// still sending will not finish. Pulls from it fail (a receive whose
     /// buffer it may still write into only once it no longer can); other
     /// receives bound to its messages fail now, and what it staged goes.
-    /// Whole unexpected messages stay for the application; messages that
-    /// wait for an earlier one's turn cannot have it any more and go too.
+    /// Whole messages stay for the application (see
+    /// [`Self::drop_unfinished`]).
     pub(super) fn abandon_incoming(&mut self, p: usize) {
         self.stats.messages_abandoned += self.peers[p]
             .inbound
@@ -816,10 +814,47 @@ impl Engine {
             .count() as u64;
         self.fail_pulls(p);
         let pulled = self.pulled_messages(p);
+        self.drop_unfinished(p, |id| pulled.contains(&id));
+    }
+
+    /// Peer `p`'s context is gone or replaced: its unfinished messages
+    /// will not finish and go (receives bound to them fail), but those
+    /// `keep` names by ID. A whole message that waited for the turn of
+    /// one that will never come stays all the same (its sender may have
+    /// been told it was delivered): it takes its turn now, in the sender's
+    /// order.
+    pub(super) fn drop_unfinished(&mut self, p: usize, keep: impl Fn(u16) -> bool) {
+        self.drop_inbound(p, |id, m| m.complete() || id.is_some_and(&keep));
         let next = self.peers[p].next_match_seq;
-        self.drop_inbound(p, |id, m| {
-            m.waits_for_a_receive(next) || id.is_some_and(|id| pulled.contains(&id))
-        });
+        let mut waiting: Vec<u64> = self.peers[p]
+            .inbound
+            .values()
+            .filter(|m| m.seq >= next)
+            .map(|m| m.seq)
+            .collect();
+        waiting.sort_unstable();
+        for seq in waiting {
+            let peer = &mut self.peers[p];
+            peer.next_match_seq = peer.next_match_seq.max(seq);
+            self.match_in_order(p);
+        }
+    }
+
+    /// Move peer `p`'s whole unexpected messages out of the table of
+    /// message IDs (see [`MsgRef`]): their sender's IDs start again.
+    pub(super) fn park_whole_unexpected(&mut self, p: usize) {
+        let next = self.peers[p].next_match_seq;
+        let inbound = &mut self.peers[p].inbound;
+        let ids: Vec<u16> = inbound
+            .iter()
+            .filter(|(_, m)| m.waits_for_a_receive(next))
+            .map(|(&id, _)| id)
+            .collect();
+        for id in ids {
+            if let Some(m) = self.peers[p].inbound.remove(&id) {
+                self.park(p, m);
+            }
+        }
     }
 
     /// Drop peer `p`'s incoming messages but those `keep` names (by message
@@ -962,7 +997,8 @@ impl Engine {
                     return;
                 };
                 rx.close_attempt = ctl.payload as u16;
-                if rx.cack() != ctl.psn.wrapping_sub(1) || peer.holds_messages() {
+                // Parked messages need no context (see `MsgRef`).
+                if rx.cack() != ctl.psn.wrapping_sub(1) || !peer.inbound.is_empty() {
                     let refuse = ControlRepr {
                         flags: CLOSE_CONFIRM | CLOSE_REFUSED,
                         ..confirm

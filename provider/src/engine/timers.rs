@@ -245,7 +245,7 @@ impl Engine {
         let Some(rx) = p.rx.as_ref() else {
             return 0;
         };
-        if p.holds_messages() {
+        if !p.inbound.is_empty() {
             let since = rx.quiet_since.max(rx.reclaim_checked);
             let asking = rx.close_asks > 0 && rx.reclaim_checked <= rx.quiet_since;
             return match asking {
@@ -273,8 +273,9 @@ impl Engine {
             return;
         }
         let peer = &mut self.peers[p];
+        // Parked messages need no context (see `MsgRef`).
         let waiting_only =
-            peer.holds_messages() && !peer.inbound.values().any(Inbound::awaits_packets);
+            !peer.inbound.is_empty() && !peer.inbound.values().any(Inbound::awaits_packets);
         let Some(rx) = peer.rx.as_mut() else {
             return;
         };
