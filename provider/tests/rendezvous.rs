@@ -1435,6 +1435,39 @@ fn parked_messages_keep_the_senders_order_through_several_rounds_of_ids() {
 }
 
 #[test]
+fn messages_parked_on_one_id_in_two_rounds_are_told_apart() {
+    // A (ID 0) waits; 65536 messages later B takes ID 0 and waits too,
+    // and 65536 later C: A and B are both parked, and C holds ID 0 while
+    // they are received.
+    let mut p = Pair::new(37);
+    p.send(100, 1, 1);
+    p.settle();
+    stream_small(&mut p, 1_000_000, 65_535);
+    p.send(200, 1, 2);
+    p.settle();
+    stream_small(&mut p, 2_000_000, 65_535);
+    p.send(300, 3, 3);
+    p.settle();
+    assert_eq!(p.eng[1].stats().messages_parked, 2);
+    p.done[1].clear();
+    let a = p.recv_returned(100, 1, 10);
+    let b = p.recv_returned(200, 1, 20);
+    let c = p.recv_returned(300, 3, 30);
+    p.run(|p| {
+        [10, 20, 30]
+            .iter()
+            .all(|&ctx| p.completion(1, ctx).is_some())
+    });
+    for (ctx, out, len) in [(1, &a, 100), (2, &b, 200), (3, &c, 300)] {
+        assert_eq!(p.completion(1, ctx * 10).unwrap().error, None);
+        let got = out.lock().unwrap().take().expect("buffer released");
+        assert!(got == pattern(ctx, len), "message {ctx} differs");
+    }
+    p.settle();
+    p.assert_clean();
+}
+
+#[test]
 fn a_send_whose_id_a_waiting_rendezvous_send_holds_is_refused_for_now() {
     let mut p = Pair::new(35);
     let big = 1 << 20;
