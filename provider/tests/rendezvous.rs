@@ -729,6 +729,12 @@ fn the_sender_keeps_its_memory_until_the_receiver_has_copied_its_share() {
         p.completion(0, 1).is_none(),
         "the send completed while the receiver still reads its payload"
     );
+    // Nor may a close of the sending endpoint go ahead, whatever else it
+    // has to send (here a probe, lost): the application would free the
+    // memory the receiver reads.
+    let (now, mut buf) = (p.now, vec![0u8; 65536]);
+    while p.eng[0].poll_transmit(now, &mut buf).is_some() {}
+    assert!(p.eng[0].owes_peers());
     assert!(p.completion(1, 100).is_none());
     p.hold_copies = false;
     p.complete_intact(1, 100, &out, len);

@@ -316,7 +316,9 @@ impl Engine {
     /// done (inject complete) or will never hear of. A closing endpoint
     /// keeps going while this holds, so such a send is not lost to a close
     /// that follows it. A rendezvous send whose completion the application
-    /// still awaits is one it gave up by closing.
+    /// still awaits is one it gave up by closing, unless a receiver on
+    /// this host is copying out of its memory: the application may free
+    /// that memory once the close returns.
     pub fn owes_peers(&self) -> bool {
         // Data queued behind a close handshake is in no send ring yet.
         self.has_queued_data()
@@ -325,7 +327,7 @@ impl Engine {
                     || !p.queue.is_empty()
                     || p.messages
                         .values()
-                        .any(|m| m.pull_pending() && !m.completion_awaited())
+                        .any(|m| m.lent() || (m.pull_pending() && !m.completion_awaited()))
             })
     }
 }

@@ -138,6 +138,18 @@ impl TxMessage {
         matches!(self.rma, Some(RmaTx::Rendezvous { pull, .. }) if pull != PullState::Done)
     }
 
+    /// A rendezvous send a receiver on this host still copies out of our
+    /// memory ([`PullState::Lent`]).
+    pub fn lent(&self) -> bool {
+        matches!(
+            self.rma,
+            Some(RmaTx::Rendezvous {
+                pull: PullState::Lent,
+                ..
+            })
+        )
+    }
+
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
