@@ -254,6 +254,17 @@ impl Net {
             n.eng[1].stats().rx_pdcs_reclaimed == 1
         });
     }
+    /// Engine 1 receives a message of `len` bytes, the last it holds:
+    /// nothing of it is left behind.
+    fn receive_the_last_message(&mut self, len: usize) {
+        let now = self.now;
+        self.eng[1].post_recv(now, recv(8000, None, 11)).unwrap();
+        self.run("the message is received", |n| n.received(1, 11));
+        let c = self.done[1].iter().find(|c| c.context == 11).unwrap();
+        assert_eq!(c.len, len);
+        assert_eq!(self.eng[1].staged_bytes(), 0);
+        assert_eq!(self.eng[1].inbound_len(), 0);
+    }
 }
 
 /// Unmatched, the bytes a crashed sender staged are given back; a whole
@@ -264,13 +275,7 @@ fn a_sender_dead_mid_message_leaves_its_whole_messages_and_no_stage() {
     net.whole_message_then_death_mid_message();
     assert_eq!(net.eng[1].staged_bytes(), 3000);
     assert_eq!(net.eng[1].stats().messages_abandoned, 1);
-    let now = net.now;
-    net.eng[1].post_recv(now, recv(8000, None, 11)).unwrap();
-    net.run("the whole message is received", |n| n.received(1, 11));
-    let c = net.done[1].iter().find(|c| c.context == 11).unwrap();
-    assert_eq!(c.len, 3000);
-    assert_eq!(net.eng[1].staged_bytes(), 0);
-    assert_eq!(net.eng[1].inbound_len(), 0);
+    net.receive_the_last_message(3000);
 }
 
 /// A whole message whose turn waited for an earlier one that will never
@@ -299,13 +304,7 @@ fn a_whole_message_behind_a_lost_one_stays_when_its_sender_dies() {
         n.eng[1].stats().rx_pdcs_reclaimed == 1
     });
     assert_eq!(net.eng[1].stats().messages_abandoned, 1);
-    let now = net.now;
-    net.eng[1].post_recv(now, recv(8000, None, 11)).unwrap();
-    net.run("the whole message is received", |n| n.received(1, 11));
-    let c = net.done[1].iter().find(|c| c.context == 11).unwrap();
-    assert_eq!(c.len, 1000);
-    assert_eq!(net.eng[1].inbound_len(), 0);
-    assert_eq!(net.eng[1].staged_bytes(), 0);
+    net.receive_the_last_message(1000);
 }
 
 /// A whole message stays for the application when its sender comes back
@@ -334,13 +333,7 @@ fn a_sender_back_after_its_context_was_reclaimed_leaves_its_whole_messages() {
     net.run("the new context closes", |n| {
         n.eng[0].stats().pdcs_closed > closed
     });
-    let now = net.now;
-    net.eng[1].post_recv(now, recv(8000, None, 11)).unwrap();
-    net.run("the first message is received", |n| n.received(1, 11));
-    let first = net.done[1].iter().find(|c| c.context == 11).unwrap();
-    assert_eq!(first.len, 3000);
-    assert_eq!(net.eng[1].inbound_len(), 0);
-    assert_eq!(net.eng[1].staged_bytes(), 0);
+    net.receive_the_last_message(3000);
 }
 
 /// A sender cut off in the middle of a message for less than the
