@@ -1654,6 +1654,9 @@ fn a_closing_endpoint_serves_the_pull_of_an_inject_complete_rendezvous_send() {
     // closes before the receive is posted: the pull must still be served.
     let cfg = Config {
         rendezvous_bytes: 4 << 10,
+        // The close lingers for at most 2 x 200 ms: far longer than the
+        // receiver below takes to post its receive.
+        rto_max_us: 200_000,
         ..Config::default()
     };
     let (mut a, mut b) = pair(&cfg);
