@@ -257,7 +257,7 @@ impl Engine {
                 // resending it, rather than landing in it).
                 let next = peer.next_match_seq;
                 if arrival == Some(Arrival::New) && inb.waits_for_a_receive(next) {
-                    if !self.park_for_new_message(p, s.message_id, next) {
+                    if !self.park_if_waiting(p, s.message_id) {
                         self.stats.message_id_waits += 1;
                         self.refuse_for_now(p, from, &req);
                         return;
@@ -843,17 +843,9 @@ impl Engine {
     /// Move peer `p`'s whole unexpected messages out of the table of
     /// message IDs (see [`MsgRef`]): their sender's IDs start again.
     pub(super) fn park_whole_unexpected(&mut self, p: usize) {
-        let next = self.peers[p].next_match_seq;
-        let inbound = &mut self.peers[p].inbound;
-        let ids: Vec<u16> = inbound
-            .iter()
-            .filter(|(_, m)| m.waits_for_a_receive(next))
-            .map(|(&id, _)| id)
-            .collect();
+        let ids: Vec<u16> = self.peers[p].inbound.keys().copied().collect();
         for id in ids {
-            if let Some(m) = self.peers[p].inbound.remove(&id) {
-                self.park(p, m);
-            }
+            self.park_if_waiting(p, id);
         }
     }
 

@@ -77,23 +77,20 @@ impl Engine {
         self.parked.insert((p, m.seq), m);
     }
 
-    /// The sender's 16-bit message IDs came round to `id` while peer `p`'s
-    /// message holding it waits, whole, for a receive (`next_seq` is the
-    /// next one to match): it moves out of the new message's way. False
-    /// when it is not so (it may still get packets: the new message must
-    /// wait).
-    pub(super) fn park_for_new_message(&mut self, p: usize, id: u16, next_seq: u64) -> bool {
-        let inbound = &mut self.peers[p].inbound;
-        let Some(m) = inbound.get(&id) else {
-            return true;
-        };
-        if !m.waits_for_a_receive(next_seq) || m.rendezvous.is_some() {
-            return false;
-        }
-        if let Some(m) = inbound.remove(&id) {
+    /// Park peer `p`'s message under `id` if it waits, whole, for a
+    /// receive: when the sender's IDs came round to its own, or start again
+    /// in a new context. False when it may still get packets (or is a
+    /// rendezvous send, whose pull names it by ID): it stays.
+    pub(super) fn park_if_waiting(&mut self, p: usize, id: u16) -> bool {
+        let peer = &mut self.peers[p];
+        let waiting = peer
+            .inbound
+            .get(&id)
+            .is_some_and(|m| m.waits_for_a_receive(peer.next_match_seq) && m.rendezvous.is_none());
+        if let Some(m) = waiting.then(|| peer.inbound.remove(&id)).flatten() {
             self.park(p, m);
         }
-        true
+        waiting
     }
 }
 

@@ -299,8 +299,9 @@ struct Peer {
     oldest_msg_id: u16,
     /// Sequence number of the next incoming message to match.
     next_match_seq: u64,
-    /// Incoming messages by their 16-bit ID: those packets of which may
-    /// still come, or that wait for their turn in the matching order.
+    /// Incoming messages by their 16-bit ID: being received, waiting for
+    /// their turn in the matching order, or waiting for a receive until
+    /// they are parked (`Engine::parked`).
     inbound: FastMap<u16, Inbound>,
     /// How many of this peer's messages are parked (`Engine::parked`).
     parked: u32,
