@@ -1633,17 +1633,30 @@ fn a_closing_endpoint_resends_what_its_peer_has_not_acknowledged() {
     let (op, buf) = recv_op(300, 2);
     b.recv(op).unwrap();
     let closing = std::thread::spawn(move || drop(a));
+    receive_from_closing(&mut b, &buf, &data, closing);
+}
+
+/// `b` receives `data` into `buf` from a peer whose close runs in
+/// `closing`, without error; returns the receive's completion once the
+/// close is over.
+fn receive_from_closing(
+    b: &mut Endpoint,
+    buf: &Shared,
+    data: &[u8],
+    closing: std::thread::JoinHandle<()>,
+) -> Completion {
     let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
+    let c = loop {
         assert!(Instant::now() < deadline, "the message never arrived");
         b.progress();
         if let Some(c) = b.poll_completion() {
             assert_eq!((c.kind, c.error), (CompletionKind::Recv, None));
-            break;
+            break c;
         }
-    }
+    };
     assert_eq!(*buf.0.lock().unwrap(), data);
     closing.join().unwrap();
+    c
 }
 
 #[test]
@@ -1684,17 +1697,6 @@ fn a_closing_endpoint_serves_the_pull_of_an_inject_complete_rendezvous_send() {
     std::thread::sleep(Duration::from_millis(50));
     let (op, buf) = recv_op(data.len(), 2);
     b.recv(op).unwrap();
-    loop {
-        assert!(Instant::now() < deadline, "the message never arrived");
-        b.progress();
-        if let Some(c) = b.poll_completion() {
-            assert_eq!(
-                (c.kind, c.error, c.len),
-                (CompletionKind::Recv, None, data.len())
-            );
-            break;
-        }
-    }
-    assert_eq!(*buf.0.lock().unwrap(), data);
-    closing.join().unwrap();
+    let c = receive_from_closing(&mut b, &buf, &data, closing);
+    assert_eq!(c.len, data.len());
 }
