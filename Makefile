@@ -78,6 +78,10 @@ BENCH_BIN := $(patsubst fabtests/bench/%.c,$(BUILD)/bin/%,$(BENCH_SRC))
 
 # What selects the freshly installed provider in the test stages.
 RUN_ENV   := FI_PROVIDER_PATH=$(LIBDIR) FI_PROVIDER=uet
+# What an endpoint on a real network does by default (the auto load
+# balancer sprays over the entropy pool, the auto MTU is one Ethernet
+# frame), forced on loopback: completions then come out of order.
+SPRAYED   := FI_UET_LB=reps FI_UET_MTU=1472
 # --keep-debuginfo: the provider is dlclose'd before the leak check; its
 # symbols are needed to match the suppressions. --fair-sched=yes: with
 # valgrind's default lock a thread that spins on memory (close_rebind
@@ -261,6 +265,11 @@ test-functional:
 	$(RUN_ENV) FI_UET_HOST_READ=1 FI_UET_RENDEZVOUS_BYTES=16384 timeout $(T_FUNC) $(PREFIX)/bin/uet_functional -p uet
 	@echo "-- uet_functional again with same-host rings (FI_UET_HOST_RING=1)"
 	$(RUN_ENV) FI_UET_HOST_RING=1 timeout $(T_FUNC) $(PREFIX)/bin/uet_functional -p uet
+	@echo "-- as off loopback: packets sprayed over 16 source ports (FI_UET_LB=reps), 1472-byte packets; then with 2% loss and 10% reordering"
+	$(RUN_ENV) $(SPRAYED) timeout $(T_FUNC) $(PREFIX)/bin/uet_functional -p uet
+	$(RUN_ENV) $(SPRAYED) timeout $(T_FUNC) $(PREFIX)/bin/uet_surface -p uet
+	$(RUN_ENV) $(SPRAYED) FI_UET_FAULT_DROP=20 FI_UET_FAULT_REORDER=100 timeout $(T_FUNC) $(PREFIX)/bin/uet_functional -p uet
+	$(RUN_ENV) $(SPRAYED) FI_UET_FAULT_DROP=20 FI_UET_FAULT_REORDER=100 timeout $(T_FUNC) $(PREFIX)/bin/uet_surface -p uet
 	@echo "-- under valgrind (memory errors, definite leaks): uet_surface, uet_functional close_order"
 	$(RUN_ENV) timeout $(T_FUNC) $(VALGRIND) $(PREFIX)/bin/uet_surface -p uet
 	$(RUN_ENV) timeout $(T_FUNC) $(VALGRIND) $(PREFIX)/bin/uet_functional -p uet -t close_order
@@ -277,6 +286,8 @@ test-pingpong:
 	@echo "-- same-host rings (FI_UET_HOST_RING=1), then rings and copies together (tagged)"
 	FI_UET_HOST_RING=1 timeout $(T_PP) fabtests/scripts/pingpong.sh $(PREFIX) -S all -I 100 -c
 	FI_UET_HOST_RING=1 FI_UET_HOST_READ=1 FI_UET_RENDEZVOUS_BYTES=16384 timeout $(T_PP) fabtests/scripts/pingpong.sh $(PREFIX) -S all -I 100 -c -m tagged
+	@echo "-- as off loopback: sprayed over 16 source ports, 1472-byte packets (tagged)"
+	$(SPRAYED) timeout $(T_PP) fabtests/scripts/pingpong.sh $(PREFIX) -S all -I 100 -c -m tagged
 	@echo "-- ordered delivery (FI_UET_DELIVERY=rod) with 2% loss plus reordering"
 	FI_UET_DELIVERY=rod FI_UET_FAULT_DROP=20 FI_UET_FAULT_REORDER=100 timeout $(T_PP) fabtests/scripts/pingpong.sh $(PREFIX) -S all -I 50 -c
 
@@ -287,6 +298,8 @@ test-mpi:
 	@echo "-- halo exchanges between computing ranks (data checked): 2 ranks in pairs, 4 in a ring"
 	timeout $(T_MPI) fabtests/scripts/mpi.sh $(PREFIX) 2 $(PREFIX)/bin/mpi_halo 8192 50 300
 	timeout $(T_MPI) fabtests/scripts/mpi.sh $(PREFIX) 4 $(PREFIX)/bin/mpi_halo 4096 50 200 ring
+	@echo "-- 4 ranks as off loopback: sprayed over 16 source ports, 1472-byte packets"
+	$(SPRAYED) timeout $(T_MPI) fabtests/scripts/mpi.sh $(PREFIX) 4 $(PREFIX)/bin/mpi_check
 	@echo "-- 4 ranks over same-host rings (FI_UET_HOST_RING=1)"
 	FI_UET_HOST_RING=1 timeout $(T_MPI) fabtests/scripts/mpi.sh $(PREFIX) 4 $(PREFIX)/bin/mpi_check
 	@echo "-- one-sided over uet: osc pt2pt (the default osc rdma uses the vader btl, not uet)"

@@ -428,6 +428,30 @@ static struct comp wait_ok(int i, void *ctx)
 	return c;
 }
 
+/* Wait for a successful completion of endpoint i for one of the n
+ * operations ctx[0..n) not yet marked in *seen; mark it, return its index.
+ * Completions need not come in posting order (comp_order is
+ * FI_ORDER_NONE): over several paths a later message can finish first. */
+static int wait_ok_among(int i, void *const ctx[], int n, unsigned *seen,
+			 struct comp *out)
+{
+	struct comp c = wait_any(i);
+	int k;
+
+	if (c.err)
+		FAILF("ep %d: error completion %d (%s), olen %zu, expected success",
+		      i, c.err, fi_strerror(c.err), c.olen);
+	for (k = 0; k < n; k++) {
+		if (c.ctx == ctx[k] && !(*seen & 1u << k)) {
+			*seen |= 1u << k;
+			*out = c;
+			return k;
+		}
+	}
+	FAILF("ep %d: completion for context %p, none expected", i, c.ctx);
+	return -1;
+}
+
 /* Wait for an error completion of endpoint i for operation ctx. */
 static struct comp wait_err(int i, void *ctx, int err)
 {
@@ -998,6 +1022,8 @@ static void t_send_more(void)
 	struct fi_context2 sctx[N], rctx[N];
 	struct iovec iov[N];
 	struct fi_msg msg[N];
+	void *sent[N], *received[N];
+	unsigned sends_seen = 0, recvs_seen = 0;
 	struct comp c;
 	int k;
 
@@ -1016,14 +1042,20 @@ static void t_send_more(void)
 		POST(fi_sendmsg(E.ep[0].ep, &msg[k], FI_COMPLETION | (k < N - 1 ? FI_MORE : 0)));
 	}
 	for (k = 0; k < N; k++) {
-		c = wait_ok(0, &sctx[k]);
+		sent[k] = &sctx[k];
+		received[k] = &rctx[k];
+	}
+	for (k = 0; k < N; k++) {
+		wait_ok_among(0, sent, N, &sends_seen, &c);
 		check_flags(&c, FI_SEND | FI_MSG, 0);
 	}
 	for (k = 0; k < N; k++) {
-		c = wait_ok(1, &rctx[k]);
+		wait_ok_among(1, received, N, &recvs_seen, &c);
 		CHECK(c.len == LEN, "len %zu", c.len);
-		check_pattern(r + k * LEN, LEN, 60 + k, "FI_MORE burst");
 	}
+	/* Matched in sending order (FI_ORDER_SAS) whatever the completion order. */
+	for (k = 0; k < N; k++)
+		check_pattern(r + k * LEN, LEN, 60 + k, "FI_MORE burst");
 }
 
 static void t_msg_senddata(void)
@@ -1580,6 +1612,9 @@ static void t_selective_completion(void)
 	struct setup_opts o = { .tx_bind_flags = FI_SELECTIVE_COMPLETION };
 	uint8_t *s = xalloc(100), *r1 = xalloc(100), *r2 = xalloc(100);
 	struct fi_context2 a, b, rc1, rc2;
+	void *received[2] = { &rc1, &rc2 };
+	unsigned seen = 0;
+	struct comp c;
 
 	setup(&o);
 	fill_pattern(s, 100, 8);
@@ -1587,8 +1622,8 @@ static void t_selective_completion(void)
 	POST(fi_recv(E.ep[1].ep, r2, 100, NULL, FI_ADDR_UNSPEC, &rc2));
 	send_msg(0, 1, s, 100, &a, 0);
 	send_msg(0, 1, s, 50, &b, FI_COMPLETION);
-	wait_ok(1, &rc1);
-	wait_ok(1, &rc2);
+	wait_ok_among(1, received, 2, &seen, &c);
+	wait_ok_among(1, received, 2, &seen, &c);
 	check_pattern(r1, 100, 8, "first message");
 	check_pattern(r2, 50, 8, "second message");
 	/* Only the send with FI_COMPLETION reports. */

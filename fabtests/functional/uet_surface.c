@@ -274,7 +274,8 @@ static void recv_msg(int ep, void *buf, size_t len, void *ctx)
 }
 
 /* Blocking read of one successful entry with the given context. */
-static struct fi_cq_tagged_entry sread_one(struct fid_cq *cq, void *ctx)
+/* The next entry of cq, which must be a success. */
+static struct fi_cq_tagged_entry sread_any(struct fid_cq *cq)
 {
 	struct fi_cq_tagged_entry e;
 	ssize_t n = fi_cq_sread(cq, &e, 1, NULL, WAIT_MS);
@@ -287,8 +288,34 @@ static struct fi_cq_tagged_entry sread_one(struct fid_cq *cq, void *ctx)
 		     err.op_context, (unsigned long long)err.flags);
 	}
 	CHECK(n == 1, "fi_cq_sread = %zd (%s)", n, fi_strerror((int)-n));
+	return e;
+}
+
+/* The next entry of cq, which must be the success of operation ctx. */
+static struct fi_cq_tagged_entry sread_one(struct fid_cq *cq, void *ctx)
+{
+	struct fi_cq_tagged_entry e = sread_any(cq);
+
 	CHECK(e.op_context == ctx, "context %p, want %p", e.op_context, ctx);
 	return e;
+}
+
+/* The k < n for which op_context is &ctx[k], not yet marked in *seen
+ * (marked now); fails the test otherwise. Entries of different operations
+ * may come in any order (comp_order FI_ORDER_NONE: over several paths a
+ * later message can finish first). */
+static int take_ctx(const void *op_context, const int *ctx, int n, unsigned *seen,
+		    const char *what)
+{
+	int k;
+
+	for (k = 0; k < n; k++) {
+		if (op_context == &ctx[k] && !(*seen & 1u << k)) {
+			*seen |= 1u << k;
+			return k;
+		}
+	}
+	fail(__LINE__, "%s: entry for context %p, none expected", what, op_context);
 }
 
 /* Counter wait that also progresses the other side. */
@@ -329,7 +356,8 @@ static void t_cntr_ops(void)
 static void t_cntr_msg(void)
 {
 	char out[8][64], in[8][64];
-	int ctx[8], i;
+	int ctx[8], i, k;
+	unsigned seen = 0;
 	struct fi_cq_tagged_entry e;
 
 	open_domain();
@@ -357,14 +385,18 @@ static void t_cntr_msg(void)
 	CHECK(fi_cntr_readerr(E.cntr[0]) == 0 && fi_cntr_readerr(E.cntr[1]) == 0, "errors counted");
 	for (i = 0; i < 8; i++)
 		CHECK(in[i][0] == 'a' + i && in[i][63] == 'a' + i, "message %d data", i);
-	/* The receive CQ has 8 entries, the send CQ 4 (injects report nothing). */
+	/* The receive CQ has 8 entries, the send CQ 4 (injects report nothing),
+	 * in any order (comp_order FI_ORDER_NONE: over several paths a later
+	 * message can finish first). */
 	for (i = 0; i < 8; i++) {
 		CHECK(fi_cq_read(E.cq[1], &e, 1) == 1, "recv entry %d missing", i);
-		CHECK(e.op_context == &ctx[i], "recv entry %d context", i);
+		(void)take_ctx(e.op_context, ctx, 8, &seen, "recv");
 	}
+	seen = 0;
 	for (i = 0; i < 4; i++) {
 		CHECK(fi_cq_read(E.cq[0], &e, 1) == 1, "send entry %d missing", i);
-		CHECK(e.op_context == &ctx[2 * i], "send entry %d context", i);
+		k = take_ctx(e.op_context, ctx, 8, &seen, "send");
+		CHECK(k % 2 == 0, "send entry %d: an inject (%d) reported", i, k);
 	}
 	CHECK(fi_cq_read(E.cq[0], &e, 1) == -FI_EAGAIN, "extra send entry");
 }
@@ -942,6 +974,7 @@ static void t_auto_progress(void)
 {
 	static char out[200000], in[200000];
 	int sctx, rctx;
+	size_t i;
 	double end;
 	struct fi_cq_tagged_entry e;
 
@@ -953,11 +986,13 @@ static void t_auto_progress(void)
 	recv_msg(1, in, sizeof in, &rctx);
 	send_msg(0, 1, out, sizeof out, &sctx, 0);
 	end = now_s() + WAIT_MS / 1000.0;
-	while (__atomic_load_n(&in[sizeof in - 1], __ATOMIC_ACQUIRE) != 0x5a) {
-		CHECK(now_s() < end, "data did not arrive without application progress");
-		usleep(1000);
+	/* Every byte: over several paths the last packet can come first. */
+	for (i = 0; i < sizeof in; i++) {
+		while (__atomic_load_n(&in[i], __ATOMIC_ACQUIRE) != 0x5a) {
+			CHECK(now_s() < end, "data did not arrive without application progress");
+			usleep(1000);
+		}
 	}
-	CHECK(memcmp(in, out, sizeof in) == 0, "data");
 	/* Completions were queued by the thread: a plain read finds them. */
 	end = now_s() + WAIT_MS / 1000.0;
 	while (fi_cq_read(E.cq[1], &e, 1) != 1)
@@ -966,8 +1001,8 @@ static void t_auto_progress(void)
 	(void)sread_one(E.cq[0], &sctx);
 }
 
-/* FI_MULTI_RECV: messages land back to back in one buffer; the entry of
- * the message that leaves less than FI_OPT_MIN_MULTI_RECV carries
+/* FI_MULTI_RECV: messages land back to back in one buffer; once one leaves
+ * less than FI_OPT_MIN_MULTI_RECV, the buffer's last entry carries
  * FI_MULTI_RECV (buffer released). */
 static void t_multi_recv(void)
 {
@@ -975,7 +1010,8 @@ static void t_multi_recv(void)
 	size_t min = 200, got_min = 0, len = sizeof got_min;
 	struct iovec iov = { big, sizeof big };
 	struct fi_msg msg = { .msg_iov = &iov, .iov_count = 1, .addr = FI_ADDR_UNSPEC };
-	int mctx, mctx2, sctx[4], i;
+	int mctx, mctx2, sctx[4], i, in_big;
+	unsigned seen;
 
 	want_caps = FI_MULTI_RECV;
 	two_eps(FI_WAIT_UNSPEC);
@@ -992,19 +1028,28 @@ static void t_multi_recv(void)
 		memset(out[i], 'A' + i, sizeof out[i]);
 		send_msg(0, 1, out[i], sizeof out[i], &sctx[i], 0);
 	}
-	for (i = 0; i < 4; i++) {
-		struct fi_cq_tagged_entry e = sread_one(E.cq[1], i < 3 ? &mctx : &mctx2);
-		char *want = i < 3 ? big + 300 * i : second;
+	/* Message k lands where the matching order puts it, the first three in
+	 * big and the fourth in second; their entries may come in any order
+	 * (comp_order FI_ORDER_NONE: over several paths a later message can
+	 * finish first), and the last of big's carries FI_MULTI_RECV. */
+	for (i = 0, seen = 0, in_big = 0; i < 4; i++) {
+		struct fi_cq_tagged_entry e = sread_any(E.cq[1]);
+		int k = e.op_context == &mctx2 ? 3 : (int)(((char *)e.buf - big) / 300);
+		char *want = k < 3 ? big + 300 * k : second;
 
+		CHECK(e.op_context == &mctx || e.op_context == &mctx2, "entry %d context", i);
+		CHECK(k >= 0 && k < 4 && !(seen & 1u << k), "entry %d at %p", i, e.buf);
+		seen |= 1u << k;
+		in_big += k < 3;
 		CHECK(e.len == 300, "entry %d len %zu", i, e.len);
 		CHECK(e.buf == want, "entry %d at %p, want %p", i, e.buf, (void *)want);
-		CHECK(memcmp(want, out[i], 300) == 0, "entry %d data", i);
+		CHECK(memcmp(want, out[k], 300) == 0, "entry %d data", i);
 		CHECK(e.flags & FI_RECV, "entry %d flags", i);
-		CHECK(!!(e.flags & FI_MULTI_RECV) == (i == 2),
+		CHECK(!!(e.flags & FI_MULTI_RECV) == (k < 3 && in_big == 3),
 		      "entry %d FI_MULTI_RECV flag %d", i, !!(e.flags & FI_MULTI_RECV));
 	}
-	for (i = 0; i < 4; i++)
-		(void)sread_one(E.cq[0], &sctx[i]);
+	for (i = 0, seen = 0; i < 4; i++)
+		(void)take_ctx(sread_any(E.cq[0]).op_context, sctx, 4, &seen, "send");
 	/* The second buffer is still posted: cancel releases it. */
 	CHECK_RC((int)fi_cancel(&E.ep[1]->fid, &mctx2));
 	{
@@ -1208,6 +1253,7 @@ static void t_multi_recv_op_flag(void)
 	static char big[1000], out[2][100];
 	uint64_t tagged = 0, mark = 0x99;
 	int mctx, tctx, sctx[3], i;
+	unsigned seen = 0;
 
 	want_caps = FI_MULTI_RECV;
 	open_domain();
@@ -1227,12 +1273,15 @@ static void t_multi_recv_op_flag(void)
 		memset(out[i], 'k' + i, sizeof out[i]);
 		send_msg(0, 1, out[i], sizeof out[i], &sctx[i], 0);
 	}
+	/* Pieces in matching order, entries in any. */
 	for (i = 0; i < 2; i++) {
 		struct fi_cq_err_entry e = wait_entry(1, &mctx, 0);
+		int k = (int)(((char *)e.buf - big) / 100);
 
-		CHECK(e.len == 100 && e.buf == big + 100 * i, "piece %d: len %zu at %p", i,
-		      e.len, e.buf);
-		CHECK(memcmp(big + 100 * i, out[i], 100) == 0, "piece %d data", i);
+		CHECK(e.len == 100 && (k == 0 || k == 1) && !(seen & 1u << k) &&
+		      e.buf == big + 100 * k, "piece %d: len %zu at %p", i, e.len, e.buf);
+		seen |= 1u << k;
+		CHECK(memcmp(big + 100 * k, out[k], 100) == 0, "piece %d data", k);
 	}
 	CHECK_RC((int)fi_cancel(&E.ep[1]->fid, &mctx));
 }
@@ -2057,6 +2106,7 @@ static void t_av_remove_inflight(void)
 	size_t len = sizeof name, alen = sizeof abuf;
 	fi_addr_t old, again = FI_ADDR_NOTAVAIL;
 	int sctx[N + 1], rctx[N], i, sent = 0, recvd = 0;
+	unsigned sends_seen = 0, recvs_seen = 0;
 	double end;
 
 	want_caps = FI_RMA;
@@ -2087,13 +2137,14 @@ static void t_av_remove_inflight(void)
 		n = fi_cq_read(E.cq[0], &e, 1);
 		CHECK(n == 1 || n == -FI_EAGAIN, "sender CQ: %zd (%s)", n, fi_strerror((int)-n));
 		if (n == 1) {
-			CHECK(e.op_context == &sctx[sent], "sender entry %d out of order", sent);
+			(void)take_ctx(e.op_context, sctx, N + 1, &sends_seen, "sender");
 			sent++;
 		}
 		n = fi_cq_read(E.cq[1], &e, 1);
 		CHECK(n == 1 || n == -FI_EAGAIN, "receiver CQ: %zd", n);
 		if (n == 1) {
-			CHECK(e.op_context == &rctx[recvd] && e.len == LEN, "receive %d", recvd);
+			(void)take_ctx(e.op_context, rctx, N, &recvs_seen, "receiver");
+			CHECK(e.len == LEN, "receive %d: len %zu", recvd, e.len);
 			recvd++;
 		}
 	}
@@ -2122,6 +2173,7 @@ static void t_completion_levels(void)
 	struct fi_cq_tagged_entry e;
 	uint64_t flags;
 	int sctx[3], rctx[3], i, got_s = 0, got_r = 0;
+	unsigned recvs_seen = 0;
 	double end;
 
 	/* B must stay untouched while A looks for entries: no idle-progress
@@ -2181,7 +2233,7 @@ static void t_completion_levels(void)
 			got_s = 1;
 		}
 		if (fi_cq_read(E.cq[1], &e, 1) == 1) {
-			CHECK(e.op_context == &rctx[got_r], "receive %d", got_r);
+			(void)take_ctx(e.op_context, rctx, 3, &recvs_seen, "receive");
 			got_r++;
 		}
 	}
