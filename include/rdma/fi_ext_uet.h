@@ -131,7 +131,9 @@ struct fi_uet_peer_stats {
 	uint64_t entropies; /* entries entropy_stats can return */
 };
 
-/* Use of one entropy (UDP source port) towards one peer. */
+/* Use of one entropy (UDP source port) towards one peer. sent counts the
+ * data packets (retransmissions included) that left with it; with ordered
+ * delivery all of them leave with entropy 0. */
 struct fi_uet_entropy_stats {
 	uint64_t sent, good, ecn, nacks_fabric, nacks_last_hop, timeouts;
 	uint64_t penalty; /* bitmap load balancer only */

@@ -153,3 +153,51 @@ fn sprayed_data_matches_in_order_from_the_canonical_address() {
         assert_eq!(eng[e].stats().unknown_pdc, 0);
     }
 }
+
+/// The per-entropy counters add up to the data packets sent, sprayed or
+/// kept to one path (ordered delivery: all on the endpoint's own entropy),
+/// retransmissions included.
+#[test]
+fn entropy_counters_add_up_to_the_data_packets_sent() {
+    for ordered in [false, true] {
+        let cfg = Config {
+            mtu: 1500,
+            entropies: ENTROPIES,
+            lb: Some(uet::cms::LbAlgorithm::Oblivious),
+            ordered,
+            ..Config::default()
+        };
+        let mut net = common::Net::new(&[cfg.clone(), cfg]);
+        let to = net.addrs[1];
+        for i in 0..6u64 {
+            net.eng[1]
+                .post_recv(0, common::recv(5000, None, 100 + i))
+                .unwrap();
+            net.eng[0]
+                .post_send(0, send(to, pattern(i, 5000), None, i))
+                .unwrap();
+        }
+        // Drop the first burst whole, so everything is sent again.
+        let mut buf = vec![0u8; 2048];
+        let mut dropped = 0;
+        while net.eng[0].poll_transmit(0, &mut buf).is_some() {
+            dropped += 1;
+        }
+        net.run("all delivered", |n| {
+            n.done[0].len() == 6 && n.done[1].len() == 6
+        });
+        let sent = net.eng[0].stats().packets_sent;
+        assert!(
+            dropped > 0 && sent > dropped as u64,
+            "no resend: {sent} sent"
+        );
+        let per_entropy = net.eng[0].peer_stats(to).unwrap().entropies;
+        let counted: u64 = per_entropy.iter().map(|e| e.sent).sum();
+        assert_eq!(counted, sent, "ordered {ordered}: {per_entropy:?}");
+        if ordered {
+            assert_eq!(per_entropy[0].sent, sent, "ordered delivery left its path");
+        } else {
+            assert!(per_entropy.iter().filter(|e| e.sent > 0).count() > 1);
+        }
+    }
+}

@@ -256,6 +256,7 @@ impl Engine {
             // Ordered delivery keeps to one path.
             let entropy = match peer.tx.slot(psn).map(|s| s.kind) {
                 Some(SlotKind::Data { .. }) if !ordered => peer.lb.next_entropy(now),
+                Some(SlotKind::Data { .. }) => peer.lb.fixed_entropy(),
                 _ => 0,
             };
             let Some(slot) = peer.tx.resend(psn, now, rto, entropy) else {
@@ -332,7 +333,7 @@ impl Engine {
         }
         let entropy = match kind {
             SlotKind::Data { .. } if !ordered => peer.lb.next_entropy(now),
-            SlotKind::Data { .. } => 0,
+            SlotKind::Data { .. } => peer.lb.fixed_entropy(),
             // Responses are control-like: the endpoint's own address.
             SlotKind::Response { .. } => 0,
         };
