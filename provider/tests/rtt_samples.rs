@@ -55,3 +55,42 @@ fn a_service_time_longer_than_the_round_trip_is_no_sample() {
     let base = base_rtt_after(200_000, 100_000);
     assert_eq!(base, uet::cms::REFERENCE_RTT_NS);
 }
+
+/// What a closing endpoint takes for the longest a peer may wait before it
+/// resends: the minimum timeout on a fast path, the timeout of our own
+/// context to that peer once round trips there were long.
+#[test]
+fn peer_resend_wait_follows_the_round_trips_to_the_peers_we_receive_from() {
+    const MS: u64 = 1_000_000;
+    let cfg = Config {
+        rto_min_us: 1_000,
+        ..Config::default()
+    };
+    let (addrs, mut a, mut b) = common::engine_pair_with(&cfg);
+    assert_eq!(a.peer_resend_wait_ns(), MS, "no peer yet");
+    let mut now = 0;
+    // b sends to a (so a receives from b), and a's messages to b are
+    // acknowledged 8 ms after they leave, without a's timer firing (a's
+    // ACKs take as long, so b's round trips are as long).
+    for i in 0..6u64 {
+        b.post_recv(now, common::recv(64, None, 100 + i)).unwrap();
+        a.post_send(now, send(addrs[1], pattern(i, 64), None, i))
+            .unwrap();
+        a.post_recv(now, common::recv(64, None, 200 + i)).unwrap();
+        b.post_send(now, send(addrs[0], pattern(i, 64), None, i))
+            .unwrap();
+        for (_, d) in common::drain(&mut a, now) {
+            b.handle_datagram(now, addrs[0], 0, &d);
+        }
+        for (_, d) in common::drain(&mut b, now) {
+            a.handle_datagram(now + 8 * MS, addrs[1], 0, &d);
+        }
+        now += 8 * MS;
+        for (_, d) in common::drain(&mut a, now) {
+            b.handle_datagram(now, addrs[0], 0, &d);
+        }
+        now += MS;
+    }
+    let wait = a.peer_resend_wait_ns();
+    assert!(wait >= 8 * MS, "a's resend wait stayed at {wait} ns");
+}

@@ -769,6 +769,19 @@ impl Engine {
         self.rto_max
     }
 
+    /// How long a peer that sends to us may wait before it resends, as far
+    /// as this end can tell: the largest retransmission timeout of our own
+    /// contexts to the peers we receive from (the same path the other way;
+    /// a long transfer leaves it well above the minimum), at least the
+    /// minimum one. A closing driver keeps answering for longer than this.
+    pub fn peer_resend_wait_ns(&self) -> u64 {
+        self.peers
+            .iter()
+            .filter(|p| p.rx.is_some())
+            .map(|p| p.tx.rto(self.rto_min, self.rto_max, 0))
+            .fold(self.rto_min, u64::max)
+    }
+
     /// Hold (or, with `held` false, release) the data packets for `addr`:
     /// for a driver whose carrier to that peer alone is full (a same-host
     /// lane whose receiver does not take), so the peer's packets wait here,

@@ -337,8 +337,9 @@ pub struct Endpoint {
     timers_waited: u32,
     /// When the last datagram arrived (engine time; 0 = never).
     last_arrival_ns: u64,
-    /// How long a closing endpoint waits for silence: twice the minimum
-    /// retransmission timeout, at most [`LINGER_MAX_NS`].
+    /// How long a closing endpoint waits for silence at least: twice the
+    /// minimum retransmission timeout, at most [`LINGER_MAX_NS`] (see
+    /// `Drop`).
     linger_quiet_ns: u64,
     /// How long a closing endpoint keeps resending what its peers have not
     /// acknowledged: twice the largest retransmission timeout, at most
@@ -1508,10 +1509,14 @@ impl Drop for Endpoint {
     /// reply that never came, sends a burst left waiting and datagrams fault
     /// injection holds back go out. And a peer whose last packet arrived
     /// just now may not have its ACK (lost on the way): until nothing has
-    /// arrived for twice the minimum retransmission timeout (at most
-    /// `LINGER_MAX_NS` in all), the endpoint keeps answering, so that peer's
-    /// retransmission is acknowledged instead of meeting a closed port and
-    /// failing its send. Likewise, while a peer has not acknowledged all we
+    /// arrived for twice as long as that peer may wait before it resends
+    /// (`Engine::peer_resend_wait_ns`: after a long transfer its timeout is
+    /// well above the minimum), twice the minimum retransmission timeout at
+    /// least, and longer after each resend that shows our answer lost
+    /// again (the peer then waits twice as long), the endpoint keeps
+    /// answering, so that peer's retransmission is acknowledged instead of
+    /// meeting a closed port and failing its send; `LINGER_MAX_NS` in all
+    /// at most. Likewise, while a peer has not acknowledged all we
     /// sent it (at most twice the largest retransmission timeout), the
     /// endpoint keeps resending: an application that closes right after an
     /// inject has no completion to wait for, and a lost packet of it would
@@ -1519,9 +1524,13 @@ impl Drop for Endpoint {
     fn drop(&mut self) {
         let start = self.now();
         self.flush(start);
+        let resend_wait = self.engine.peer_resend_wait_ns();
+        let duplicates_before = self.engine.stats().duplicates;
         loop {
             let now = self.now();
-            let quiet = now.saturating_sub(self.last_arrival_ns) >= self.linger_quiet_ns;
+            let resends = self.engine.stats().duplicates - duplicates_before;
+            let quiet_ns = linger_quiet_ns(self.linger_quiet_ns, resend_wait, resends);
+            let quiet = now.saturating_sub(self.last_arrival_ns) >= quiet_ns;
             let answering = self.last_arrival_ns != 0 && !quiet && now - start < LINGER_MAX_NS;
             let owing = self.engine.owes_peers() && now - start < self.linger_owed_ns;
             if !answering && !owing {
@@ -1548,6 +1557,22 @@ impl Drop for Endpoint {
         // abandoned (host_ring::remove_abandoned_mailboxes).
         self.rings = None;
     }
+}
+
+/// How long a closing endpoint waits for silence before it stops answering:
+/// twice as long as a peer may wait before it resends (`resend_wait`), and
+/// twice more for each resend of a packet we had (`resends`: our answer
+/// was lost again, and the peer backs off, doubling its wait); at least
+/// `floor`, at most [`LINGER_MAX_NS`].
+fn linger_quiet_ns(floor: u64, resend_wait: u64, resends: u64) -> u64 {
+    let mut quiet = resend_wait.saturating_mul(2).max(floor);
+    for _ in 0..resends {
+        if quiet >= LINGER_MAX_NS {
+            break;
+        }
+        quiet = quiet.saturating_mul(2);
+    }
+    quiet.min(LINGER_MAX_NS)
 }
 
 /// Send the remaining copies of `out` (bytes in `data`); false when the

@@ -1342,6 +1342,22 @@ fn a_closing_endpoint_acknowledges_the_retransmission_of_a_lost_ack() {
 }
 
 #[test]
+fn a_closing_endpoint_waits_longer_than_its_peers_resend() {
+    const MS: u64 = 1_000_000;
+    // A quiet path: the floor (twice the minimum timeout).
+    assert_eq!(linger_quiet_ns(2 * MS, MS, 0), 2 * MS);
+    // After a long transfer the peers' timeout grew: twice that.
+    assert_eq!(linger_quiet_ns(2 * MS, 7 * MS, 0), 14 * MS);
+    // Each resend of what we had shows our answer lost again, and the
+    // peer's next wait doubles: so does ours.
+    assert_eq!(linger_quiet_ns(2 * MS, 7 * MS, 1), 28 * MS);
+    assert_eq!(linger_quiet_ns(2 * MS, 7 * MS, 2), 56 * MS);
+    // Never past the bound, however long the timeout or many the resends.
+    assert_eq!(linger_quiet_ns(2 * MS, 7 * MS, 3), LINGER_MAX_NS);
+    assert_eq!(linger_quiet_ns(2 * MS, u64::MAX, u64::MAX), LINGER_MAX_NS);
+}
+
+#[test]
 fn a_closing_endpoint_sends_what_fault_injection_holds_back() {
     let cfg = Config {
         fault_reorder: 1000,
