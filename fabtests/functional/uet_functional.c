@@ -452,6 +452,18 @@ static int wait_ok_among(int i, void *const ctx[], int n, unsigned *seen,
 	return -1;
 }
 
+/* Wait for successful completions of endpoint i for operations a and b,
+ * in either order. */
+static void wait_both_ok(int i, void *a, void *b)
+{
+	void *ctx[2] = { a, b };
+	unsigned seen = 0;
+	struct comp c;
+
+	wait_ok_among(i, ctx, 2, &seen, &c);
+	wait_ok_among(i, ctx, 2, &seen, &c);
+}
+
 /* Wait for an error completion of endpoint i for operation ctx. */
 static struct comp wait_err(int i, void *ctx, int err)
 {
@@ -1190,8 +1202,7 @@ static void t_tagged_basic(void)
 	CHECK(c.len == 60, "untagged receive len %zu", c.len);
 	check_flags(&c, FI_RECV | FI_MSG, FI_TAGGED);
 	check_pattern(b1, 60, 0x7B, "untagged message");
-	wait_ok(0, &s1);
-	wait_ok(0, &s2);
+	wait_both_ok(0, &s1, &s2);
 }
 
 static void t_tagged_ignore(void)
@@ -1215,8 +1226,7 @@ static void t_tagged_ignore(void)
 	CHECK(c.tag == 0xAC42 && c.len == 16, "tag 0x%llx len %zu",
 	      (unsigned long long)c.tag, c.len);
 	check_pattern(rbuf, 16, 1, "tagged payload");
-	wait_ok(0, &s1);
-	wait_ok(0, &s2);
+	wait_both_ok(0, &s1, &s2);
 	/* Ignore bits in the top of the tag. */
 	tagged_exchange(0, 1, 8, 0xF000000000000042ULL, 3);
 	POST(fi_trecv(E.ep[1].ep, rbuf, 64, NULL, FI_ADDR_UNSPEC, 0x42,
@@ -1615,6 +1625,7 @@ static void t_selective_completion(void)
 	void *received[2] = { &rc1, &rc2 };
 	unsigned seen = 0;
 	struct comp c;
+	int k;
 
 	setup(&o);
 	fill_pattern(s, 100, 8);
@@ -1622,8 +1633,11 @@ static void t_selective_completion(void)
 	POST(fi_recv(E.ep[1].ep, r2, 100, NULL, FI_ADDR_UNSPEC, &rc2));
 	send_msg(0, 1, s, 100, &a, 0);
 	send_msg(0, 1, s, 50, &b, FI_COMPLETION);
-	wait_ok_among(1, received, 2, &seen, &c);
-	wait_ok_among(1, received, 2, &seen, &c);
+	for (k = 0; k < 2; k++) {
+		int which = wait_ok_among(1, received, 2, &seen, &c);
+
+		CHECK(c.len == (which ? 50u : 100u), "receive %d: len %zu", which, c.len);
+	}
 	check_pattern(r1, 100, 8, "first message");
 	check_pattern(r2, 50, 8, "second message");
 	/* Only the send with FI_COMPLETION reports. */
