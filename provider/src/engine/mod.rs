@@ -773,7 +773,9 @@ impl Engine {
     /// as this end can tell: the largest retransmission timeout of our own
     /// contexts to the peers we receive from (the same path the other way;
     /// a long transfer leaves it well above the minimum), at least the
-    /// minimum one. A closing driver keeps answering for longer than this.
+    /// minimum one; a peer we never sent to counts the minimum (no round
+    /// trip to go by). A closing driver keeps answering for longer than
+    /// this.
     pub fn peer_resend_wait_ns(&self) -> u64 {
         self.peers
             .iter()

@@ -254,7 +254,9 @@ impl Engine {
             // Only data is sprayed; SES responses leave from socket 0, so
             // their source address is the canonical one the peer knows.
             // Ordered delivery keeps to one path.
-            let entropy = match peer.tx.slot(psn).map(|s| s.kind) {
+            // A slot SACKed while it waited is not resent (below): no
+            // entropy is drawn, or counted, for it.
+            let entropy = match peer.tx.slot(psn).filter(|s| !s.acked).map(|s| s.kind) {
                 Some(SlotKind::Data { .. }) if !ordered => peer.lb.next_entropy(now),
                 Some(SlotKind::Data { .. }) => peer.lb.fixed_entropy(),
                 _ => 0,

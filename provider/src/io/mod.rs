@@ -1511,9 +1511,11 @@ impl Drop for Endpoint {
     /// just now may not have its ACK (lost on the way): until nothing has
     /// arrived for twice as long as that peer may wait before it resends
     /// (`Engine::peer_resend_wait_ns`: after a long transfer its timeout is
-    /// well above the minimum), twice the minimum retransmission timeout at
-    /// least, and longer after each resend that shows our answer lost
-    /// again (the peer then waits twice as long), the endpoint keeps
+    /// well above the minimum; a peer we never sent to counts the minimum,
+    /// for want of a round trip to go by), twice the minimum retransmission
+    /// timeout at least, and twice longer after each round of resends that
+    /// shows our answer lost again (the peer then waits twice as long), the
+    /// endpoint keeps
     /// answering, so that peer's retransmission is acknowledged instead of
     /// meeting a closed port and failing its send; `LINGER_MAX_NS` in all
     /// at most. Likewise, while a peer has not acknowledged all we
@@ -1525,11 +1527,21 @@ impl Drop for Endpoint {
         let start = self.now();
         self.flush(start);
         let resend_wait = self.engine.peer_resend_wait_ns();
-        let duplicates_before = self.engine.stats().duplicates;
+        let mut duplicates = self.engine.stats().duplicates;
+        // Rounds of resends seen, and when the latest began: the packets
+        // of one round (a window resent at once) come together.
+        let (mut rounds, mut round_at) = (0, 0);
         loop {
             let now = self.now();
-            let resends = self.engine.stats().duplicates - duplicates_before;
-            let quiet_ns = linger_quiet_ns(self.linger_quiet_ns, resend_wait, resends);
+            let seen = self.engine.stats().duplicates;
+            if seen != duplicates {
+                duplicates = seen;
+                if rounds == 0 || now.saturating_sub(round_at) >= resend_wait {
+                    rounds += 1;
+                    round_at = now;
+                }
+            }
+            let quiet_ns = linger_quiet_ns(self.linger_quiet_ns, resend_wait, rounds);
             let quiet = now.saturating_sub(self.last_arrival_ns) >= quiet_ns;
             let answering = self.last_arrival_ns != 0 && !quiet && now - start < LINGER_MAX_NS;
             let owing = self.engine.owes_peers() && now - start < self.linger_owed_ns;
@@ -1561,12 +1573,12 @@ impl Drop for Endpoint {
 
 /// How long a closing endpoint waits for silence before it stops answering:
 /// twice as long as a peer may wait before it resends (`resend_wait`), and
-/// twice more for each resend of a packet we had (`resends`: our answer
-/// was lost again, and the peer backs off, doubling its wait); at least
-/// `floor`, at most [`LINGER_MAX_NS`].
-fn linger_quiet_ns(floor: u64, resend_wait: u64, resends: u64) -> u64 {
+/// twice more for each round of resends of packets we had (`rounds`: our
+/// answer was lost again, and the peer backs off, doubling its wait); at
+/// least `floor`, at most [`LINGER_MAX_NS`].
+fn linger_quiet_ns(floor: u64, resend_wait: u64, rounds: u32) -> u64 {
     let mut quiet = resend_wait.saturating_mul(2).max(floor);
-    for _ in 0..resends {
+    for _ in 0..rounds {
         if quiet >= LINGER_MAX_NS {
             break;
         }

@@ -1348,13 +1348,13 @@ fn a_closing_endpoint_waits_longer_than_its_peers_resend() {
     assert_eq!(linger_quiet_ns(2 * MS, MS, 0), 2 * MS);
     // After a long transfer the peers' timeout grew: twice that.
     assert_eq!(linger_quiet_ns(2 * MS, 7 * MS, 0), 14 * MS);
-    // Each resend of what we had shows our answer lost again, and the
-    // peer's next wait doubles: so does ours.
+    // Each round of resends of what we had shows our answer lost again,
+    // and the peer's next wait doubles: so does ours.
     assert_eq!(linger_quiet_ns(2 * MS, 7 * MS, 1), 28 * MS);
     assert_eq!(linger_quiet_ns(2 * MS, 7 * MS, 2), 56 * MS);
     // Never past the bound, however long the timeout or many the resends.
     assert_eq!(linger_quiet_ns(2 * MS, 7 * MS, 3), LINGER_MAX_NS);
-    assert_eq!(linger_quiet_ns(2 * MS, u64::MAX, u64::MAX), LINGER_MAX_NS);
+    assert_eq!(linger_quiet_ns(2 * MS, u64::MAX, u32::MAX), LINGER_MAX_NS);
 }
 
 #[test]
