@@ -298,8 +298,10 @@ test-mpi:
 	@echo "-- halo exchanges between computing ranks (data checked): 2 ranks in pairs, 4 in a ring"
 	timeout $(T_MPI) fabtests/scripts/mpi.sh $(PREFIX) 2 $(PREFIX)/bin/mpi_halo 8192 50 300
 	timeout $(T_MPI) fabtests/scripts/mpi.sh $(PREFIX) 4 $(PREFIX)/bin/mpi_halo 4096 50 200 ring
-	@echo "-- 4 ranks as off loopback: sprayed over 16 source ports, 1472-byte packets"
+	@echo "-- 4 ranks as off loopback: sprayed over 16 source ports, 1472-byte packets; then with 2% loss and 10% reordering"
 	$(SPRAYED) timeout $(T_MPI) fabtests/scripts/mpi.sh $(PREFIX) 4 $(PREFIX)/bin/mpi_check
+	$(SPRAYED) FI_UET_FAULT_DROP=20 FI_UET_FAULT_REORDER=100 timeout $(T_MPI) \
+	  fabtests/scripts/mpi.sh $(PREFIX) 4 $(PREFIX)/bin/mpi_check
 	@echo "-- 4 ranks over same-host rings (FI_UET_HOST_RING=1)"
 	FI_UET_HOST_RING=1 timeout $(T_MPI) fabtests/scripts/mpi.sh $(PREFIX) 4 $(PREFIX)/bin/mpi_check
 	@echo "-- one-sided over uet: osc pt2pt (the default osc rdma uses the vader btl, not uet)"
@@ -313,6 +315,8 @@ else
 	$(MAKE) --no-print-directory $(MPICH_PROGS)
 	timeout $(T_MPI) fabtests/scripts/mpich.sh $(MPICH_HOME) $(PREFIX) 2 $(BUILD)/mpich-bin/mpi_check
 	timeout $(T_MPI) fabtests/scripts/mpich.sh $(MPICH_HOME) $(PREFIX) 4 $(BUILD)/mpich-bin/mpi_check
+	$(SPRAYED) FI_UET_FAULT_DROP=20 FI_UET_FAULT_REORDER=100 timeout $(T_MPI) \
+	  fabtests/scripts/mpich.sh $(MPICH_HOME) $(PREFIX) 4 $(BUILD)/mpich-bin/mpi_check
 	timeout $(T_MPI) fabtests/scripts/mpich.sh $(MPICH_HOME) $(PREFIX) 4 $(BUILD)/mpich-bin/mpi_halo 4096 50 200 ring
 	MPIR_CVAR_CH4_NUM_VCIS=4 timeout $(T_MPI) \
 	  fabtests/scripts/mpich.sh $(MPICH_HOME) $(PREFIX) 2 $(BUILD)/mpich-bin/mpi_threads 4
