@@ -238,7 +238,7 @@ pub const PARAMS: &[ParamSpec] = &[
     ParamSpec {
         name: "fault_drop",
         kind: ParamKind::Int,
-        help: "Fault injection: per-mille of data and ACK packets not sent (default 0; 0..1000).",
+        help: "Fault injection: per-mille of data and ACK packets not sent (default 0; 0..1000). Any fault setting sends datagrams one by one, without GSO, which alone slows streaming with small packets: compare lossy runs against a harmless setting such as FI_UET_FAULT_DUP=1.",
     },
     ParamSpec {
         name: "fault_dup",
