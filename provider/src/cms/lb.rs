@@ -222,10 +222,15 @@ impl LoadBalancer {
     /// delivery): the endpoint's own, counted as any choice is, so the
     /// per-entropy counters still add up to the data packets sent.
     pub fn fixed_entropy(&mut self) -> u16 {
-        if let Some(s) = self.stats.first_mut() {
+        self.count_sent(0)
+    }
+
+    /// Entropy `ev` carries a packet: counted, and returned.
+    fn count_sent(&mut self, ev: u16) -> u16 {
+        if let Some(s) = self.stats.get_mut(ev as usize) {
             s.sent += 1;
         }
-        0
+        ev
     }
 
     /// The entropy for the next data packet.
@@ -303,10 +308,7 @@ impl LoadBalancer {
             }
             Kind::Single => 0,
         };
-        if let Some(s) = self.stats.get_mut(ev as usize) {
-            s.sent += 1;
-        }
-        ev
+        self.count_sent(ev)
     }
 
     /// Feedback for a packet that was sent on `entropy`.

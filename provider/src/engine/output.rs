@@ -251,15 +251,11 @@ impl Engine {
             .next_retransmit(ordered)
             .and_then(|i| peer.tx.retransmit.remove(i))
         {
-            // Only data is sprayed; SES responses leave from socket 0, so
-            // their source address is the canonical one the peer knows.
-            // Ordered delivery keeps to one path.
             // A slot SACKed while it waited is not resent (below): no
             // entropy is drawn, or counted, for it.
             let entropy = match peer.tx.slot(psn).filter(|s| !s.acked).map(|s| s.kind) {
-                Some(SlotKind::Data { .. }) if !ordered => peer.lb.next_entropy(now),
-                Some(SlotKind::Data { .. }) => peer.lb.fixed_entropy(),
-                _ => 0,
+                Some(kind) => packet_entropy(&mut peer.lb, kind, ordered, now),
+                None => 0,
             };
             let Some(slot) = peer.tx.resend(psn, now, rto, entropy) else {
                 continue;
@@ -333,12 +329,7 @@ impl Engine {
         if last_of_item {
             peer.queue.pop_front();
         }
-        let entropy = match kind {
-            SlotKind::Data { .. } if !ordered => peer.lb.next_entropy(now),
-            SlotKind::Data { .. } => peer.lb.fixed_entropy(),
-            // Responses are control-like: the endpoint's own address.
-            SlotKind::Response { .. } => 0,
-        };
+        let entropy = packet_entropy(&mut peer.lb, kind, ordered, now);
         if std::mem::take(&mut peer.pipe_drained) && peer.in_flight_bytes == 0 {
             peer.cc.on_idle_restart();
         }
@@ -388,6 +379,18 @@ impl Engine {
             gathered,
             trailer_here,
         ))
+    }
+}
+
+/// The entropy (source socket) a packet of `kind` leaves with. Only data is
+/// sprayed, and ordered delivery keeps it to one path (counted all the
+/// same); SES responses leave from socket 0, so their source address is
+/// the canonical one the peer knows.
+fn packet_entropy(lb: &mut LoadBalancer, kind: SlotKind, ordered: bool, now: u64) -> u16 {
+    match kind {
+        SlotKind::Data { .. } if !ordered => lb.next_entropy(now),
+        SlotKind::Data { .. } => lb.fixed_entropy(),
+        SlotKind::Response { .. } => 0,
     }
 }
 
