@@ -82,6 +82,8 @@ RUN_ENV   := FI_PROVIDER_PATH=$(LIBDIR) FI_PROVIDER=uet
 # balancer sprays over the entropy pool, the auto MTU is one Ethernet
 # frame), forced on loopback: completions then come out of order.
 SPRAYED   := FI_UET_LB=reps FI_UET_MTU=1472
+# Injected faults on transmit: 2% loss plus 10% reordering.
+LOSSY     := FI_UET_FAULT_DROP=20 FI_UET_FAULT_REORDER=100
 # --keep-debuginfo: the provider is dlclose'd before the leak check; its
 # symbols are needed to match the suppressions. --fair-sched=yes: with
 # valgrind's default lock a thread that spins on memory (close_rebind
@@ -268,8 +270,8 @@ test-functional:
 	@echo "-- as off loopback: packets sprayed over 16 source ports (FI_UET_LB=reps), 1472-byte packets; then with 2% loss and 10% reordering"
 	$(RUN_ENV) $(SPRAYED) timeout $(T_FUNC) $(PREFIX)/bin/uet_functional -p uet
 	$(RUN_ENV) $(SPRAYED) timeout $(T_FUNC) $(PREFIX)/bin/uet_surface -p uet
-	$(RUN_ENV) $(SPRAYED) FI_UET_FAULT_DROP=20 FI_UET_FAULT_REORDER=100 timeout $(T_FUNC) $(PREFIX)/bin/uet_functional -p uet
-	$(RUN_ENV) $(SPRAYED) FI_UET_FAULT_DROP=20 FI_UET_FAULT_REORDER=100 timeout $(T_FUNC) $(PREFIX)/bin/uet_surface -p uet
+	$(RUN_ENV) $(SPRAYED) $(LOSSY) timeout $(T_FUNC) $(PREFIX)/bin/uet_functional -p uet
+	$(RUN_ENV) $(SPRAYED) $(LOSSY) timeout $(T_FUNC) $(PREFIX)/bin/uet_surface -p uet
 	@echo "-- under valgrind (memory errors, definite leaks): uet_surface, uet_functional close_order"
 	$(RUN_ENV) timeout $(T_FUNC) $(VALGRIND) $(PREFIX)/bin/uet_surface -p uet
 	$(RUN_ENV) timeout $(T_FUNC) $(VALGRIND) $(PREFIX)/bin/uet_functional -p uet -t close_order
@@ -279,7 +281,7 @@ test-pingpong:
 	timeout $(T_PP) fabtests/scripts/pingpong.sh $(PREFIX) -S all -I 300 -c
 	timeout $(T_PP) fabtests/scripts/pingpong.sh $(PREFIX) -S all -I 300 -c -m tagged
 	@echo "-- with injected faults: 2% loss plus 10% reordering (msg), then 5% trimming (tagged)"
-	FI_UET_FAULT_DROP=20 FI_UET_FAULT_REORDER=100 timeout $(T_PP) fabtests/scripts/pingpong.sh $(PREFIX) -S all -I 100 -c
+	$(LOSSY) timeout $(T_PP) fabtests/scripts/pingpong.sh $(PREFIX) -S all -I 100 -c
 	FI_UET_FAULT_TRIM=50 timeout $(T_PP) fabtests/scripts/pingpong.sh $(PREFIX) -S all -I 100 -c -m tagged
 	@echo "-- same-host copies (FI_UET_HOST_READ=1, rendezvous from 16 KiB) between the two processes (tagged)"
 	FI_UET_HOST_READ=1 FI_UET_RENDEZVOUS_BYTES=16384 timeout $(T_PP) fabtests/scripts/pingpong.sh $(PREFIX) -S all -I 100 -c -m tagged
@@ -289,7 +291,7 @@ test-pingpong:
 	@echo "-- as off loopback: sprayed over 16 source ports, 1472-byte packets (tagged)"
 	$(SPRAYED) timeout $(T_PP) fabtests/scripts/pingpong.sh $(PREFIX) -S all -I 100 -c -m tagged
 	@echo "-- ordered delivery (FI_UET_DELIVERY=rod) with 2% loss plus reordering"
-	FI_UET_DELIVERY=rod FI_UET_FAULT_DROP=20 FI_UET_FAULT_REORDER=100 timeout $(T_PP) fabtests/scripts/pingpong.sh $(PREFIX) -S all -I 50 -c
+	FI_UET_DELIVERY=rod $(LOSSY) timeout $(T_PP) fabtests/scripts/pingpong.sh $(PREFIX) -S all -I 50 -c
 
 test-mpi:
 	@echo "== [6/7] MPI over uet: Open MPI (pml cm, mtl ofi) and MPICH (ch4:ofi), 2 and 4 ranks"
@@ -300,7 +302,7 @@ test-mpi:
 	timeout $(T_MPI) fabtests/scripts/mpi.sh $(PREFIX) 4 $(PREFIX)/bin/mpi_halo 4096 50 200 ring
 	@echo "-- 4 ranks as off loopback: sprayed over 16 source ports, 1472-byte packets; then with 2% loss and 10% reordering"
 	$(SPRAYED) timeout $(T_MPI) fabtests/scripts/mpi.sh $(PREFIX) 4 $(PREFIX)/bin/mpi_check
-	$(SPRAYED) FI_UET_FAULT_DROP=20 FI_UET_FAULT_REORDER=100 timeout $(T_MPI) \
+	$(SPRAYED) $(LOSSY) timeout $(T_MPI) \
 	  fabtests/scripts/mpi.sh $(PREFIX) 4 $(PREFIX)/bin/mpi_check
 	@echo "-- 4 ranks over same-host rings (FI_UET_HOST_RING=1)"
 	FI_UET_HOST_RING=1 timeout $(T_MPI) fabtests/scripts/mpi.sh $(PREFIX) 4 $(PREFIX)/bin/mpi_check
@@ -315,7 +317,7 @@ else
 	$(MAKE) --no-print-directory $(MPICH_PROGS)
 	timeout $(T_MPI) fabtests/scripts/mpich.sh $(MPICH_HOME) $(PREFIX) 2 $(BUILD)/mpich-bin/mpi_check
 	timeout $(T_MPI) fabtests/scripts/mpich.sh $(MPICH_HOME) $(PREFIX) 4 $(BUILD)/mpich-bin/mpi_check
-	$(SPRAYED) FI_UET_FAULT_DROP=20 FI_UET_FAULT_REORDER=100 timeout $(T_MPI) \
+	$(SPRAYED) $(LOSSY) timeout $(T_MPI) \
 	  fabtests/scripts/mpich.sh $(MPICH_HOME) $(PREFIX) 4 $(BUILD)/mpich-bin/mpi_check
 	timeout $(T_MPI) fabtests/scripts/mpich.sh $(MPICH_HOME) $(PREFIX) 4 $(BUILD)/mpich-bin/mpi_halo 4096 50 200 ring
 	MPIR_CVAR_CH4_NUM_VCIS=4 timeout $(T_MPI) \

@@ -1515,11 +1515,11 @@ impl Drop for Endpoint {
     /// for want of a round trip to go by), twice the minimum retransmission
     /// timeout at least, and twice longer after each round of resends that
     /// shows our answer lost again (the peer then waits twice as long), the
-    /// endpoint keeps
-    /// answering, so that peer's retransmission is acknowledged instead of
-    /// meeting a closed port and failing its send; `LINGER_MAX_NS` in all
-    /// at most. Likewise, while a peer has not acknowledged all we
-    /// sent it (at most twice the largest retransmission timeout), the
+    /// endpoint keeps answering, so that peer's retransmission is
+    /// acknowledged instead of meeting a closed port and failing its send;
+    /// `LINGER_MAX_NS` in all at most. Likewise, while a peer has not
+    /// acknowledged all we sent it (at most twice the largest
+    /// retransmission timeout), the
     /// endpoint keeps resending: an application that closes right after an
     /// inject has no completion to wait for, and a lost packet of it would
     /// otherwise be lost for good.
