@@ -123,7 +123,7 @@ pub const PARAMS: &[ParamSpec] = &[
     ParamSpec {
         name: "host_ring",
         kind: ParamKind::Bool,
-        help: "Between endpoints of one host (same boot and network namespace, same user), datagrams travel through shared-memory rings in /dev/shm instead of UDP: the same packets, ACKs and congestion control, without a system call per datagram at either end. A sender uses the ring of a peer that also enables it and that it finds holding the peer's UDP address; to other peers, and past 32 senders per endpoint, it sends over UDP. Those datagrams bypass the network (no ECN marks, trimming or loss); an endpoint with FI_UET_FABRIC, fault injection or FI_UET_ORDERED ignores this parameter (default 0).",
+        help: "Between endpoints of one host (same boot and network namespace, same user), datagrams travel through shared-memory rings in /dev/shm instead of UDP: the same packets, ACKs and congestion control, without a system call per datagram at either end. A sender uses the ring of a peer that also enables it and that it finds holding the peer's UDP address; to other peers, and past 32 senders per endpoint, it sends over UDP. Those datagrams bypass the network (no ECN marks, trimming or loss); an endpoint with FI_UET_FABRIC, fault injection or FI_UET_DELIVERY=rod ignores this parameter (default 0).",
     },
     ParamSpec {
         name: "host_rendezvous_bytes",
@@ -238,7 +238,7 @@ pub const PARAMS: &[ParamSpec] = &[
     ParamSpec {
         name: "fault_drop",
         kind: ParamKind::Int,
-        help: "Fault injection: per-mille of data and ACK packets not sent (default 0; 0..1000). Any fault setting sends datagrams one by one, without GSO, which alone slows streaming with small packets: compare lossy runs against a harmless setting such as FI_UET_FAULT_DUP=1.",
+        help: "Fault injection: per-mille of data and ACK packets not sent (default 0; 0..1000). Faults apply to single packets within GSO batches; the rest of a batch still leaves segmented.",
     },
     ParamSpec {
         name: "fault_dup",
@@ -721,6 +721,31 @@ mod tests {
             let mut c = Config::default();
             c.set(p.name, v).unwrap();
             assert_eq!(c, defaults, "{}", p.name);
+        }
+    }
+
+    /// A help text that points the reader to another parameter names one
+    /// that exists (`fi_info -e` is all a user has to go by).
+    #[test]
+    fn help_texts_name_only_real_parameters() {
+        let known: Vec<String> = PARAMS
+            .iter()
+            .map(|p| format!("FI_UET_{}", p.name.to_uppercase()))
+            .collect();
+        for p in PARAMS {
+            for (at, _) in p.help.match_indices("FI_UET_") {
+                let name: String = p.help[at..]
+                    .chars()
+                    .take_while(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || *c == '_')
+                    .collect();
+                // "FI_UET_FAULT_*" names a family.
+                let family = p.help[at + name.len()..].starts_with('*');
+                assert!(
+                    family || known.contains(&name),
+                    "the help of {} names {name}",
+                    p.name
+                );
+            }
         }
     }
 
