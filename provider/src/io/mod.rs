@@ -238,6 +238,8 @@ struct Gso {
     order: Vec<usize>,
     /// Scratch: first index into `order` per socket.
     starts: Vec<usize>,
+    /// Scratch: a batch on its way through fault injection.
+    impaired: Vec<Pending>,
 }
 
 /// A datagram held back by fault injection until `at`.
@@ -456,6 +458,7 @@ impl Endpoint {
                 pending: Vec::with_capacity(GSO_BATCH),
                 order: Vec::with_capacity(GSO_BATCH),
                 starts: vec![0; n + 1],
+                impaired: Vec::new(),
             }
         });
         // Peers run the same configuration, so only endpoints that send
@@ -1204,12 +1207,19 @@ impl Endpoint {
             self.stalled.pop_front();
             sent = true;
         }
-        if self.impairer.is_none() {
-            if self.gso.is_some() {
-                return self.flush_batched(now) || sent;
-            }
-            return self.flush_gather(now) || sent;
+        if self.gso.is_some() {
+            return self.flush_batched(now) || sent;
         }
+        self.flush_unsegmented(now) || sent
+    }
+
+    /// The transmit loop without GSO: `flush_gather`, or datagram by
+    /// datagram through fault injection.
+    fn flush_unsegmented(&mut self, now: u64) -> bool {
+        if self.impairer.is_none() {
+            return self.flush_gather(now);
+        }
+        let mut sent = false;
         while let Some(t) = self.engine.poll_transmit(now, &mut self.tx_buf[HEADROOM..]) {
             sent = true;
             let Some(mut out) = self.prepare(&t, now) else {
@@ -1301,6 +1311,8 @@ impl Endpoint {
             stats,
             stalled,
             rings,
+            impairer,
+            held,
             ..
         } = self
         else {
@@ -1331,6 +1343,25 @@ impl Endpoint {
                 break;
             }
             sent = true;
+            // A payload the engine no longer has (never within one flush)
+            // leaves the headers alone rather than garbage: the receiver
+            // drops the short packet. Its length must say so, or it would
+            // break a run of segments.
+            for p in gso.pending.iter_mut() {
+                if p.payload.is_some_and(|r| engine.payload(r).is_none()) {
+                    p.len = p.head_len();
+                    p.payload = None;
+                }
+            }
+            if let Some(imp) = impairer.as_mut() {
+                impair_batch(imp, gso, tx_buf, engine, stats, held, now);
+                if gso.pending.is_empty() {
+                    if taken < gso.batch {
+                        break;
+                    }
+                    continue;
+                }
+            }
             let mut batch = Batch {
                 sockets,
                 rings,
@@ -1340,24 +1371,17 @@ impl Endpoint {
                 stalled,
                 gso_on: true,
             };
-            // A lone packet (a ping-pong's message or ACK) leaves as
-            // flush_gather would send it, without the grouping.
+            // A lone packet (a ping-pong's message or ACK; twice when
+            // fault injection duplicates it) leaves as flush_gather would
+            // send it, without the grouping.
             if taken == 1 {
-                if batch.send_one_by_one(&gso.pending, &[0]).is_err() {
-                    batch.stall(&gso.pending, &[0]);
+                gso.order.clear();
+                gso.order.extend(0..gso.pending.len());
+                if let Err(at) = batch.send_one_by_one(&gso.pending, &gso.order) {
+                    batch.stall(&gso.pending, &gso.order[at..]);
                 }
                 hold_ring_backlog(rings, engine);
                 break;
-            }
-            // A payload the engine no longer has (never within one flush)
-            // leaves the headers alone rather than garbage: the receiver
-            // drops the short packet. Its length must say so, or it would
-            // break a run of segments.
-            for p in gso.pending.iter_mut() {
-                if p.payload.is_some_and(|r| batch.engine.payload(r).is_none()) {
-                    p.len = p.head_len();
-                    p.payload = None;
-                }
             }
             group_by_socket(gso, sockets.len());
             let all_out = batch.send(&gso.pending, &gso.order);
@@ -1372,7 +1396,7 @@ impl Endpoint {
                 // sleeper's budget would say it waits.
                 if all_out {
                     let now = engine_time(epoch_ns);
-                    return self.flush_gather(now) || sent;
+                    return self.flush_unsegmented(now) || sent;
                 }
                 return sent;
             }
@@ -1391,32 +1415,13 @@ impl Endpoint {
     /// the wire: fault injection, relay header, TOS byte. `None` when the
     /// packet is dropped or held back.
     fn prepare(&mut self, t: &Transmit, now: u64) -> Option<Outgoing> {
+        let mut len = t.len;
+        let mut tos = ip::tos(0, t.ecn);
         let mut treat = Treatment::UNTOUCHED;
         if let Some(imp) = self.impairer.as_mut() {
-            let class = PacketClass::of(&self.tx_buf[HEADROOM..HEADROOM + t.len]);
-            match imp.decide(now, class) {
-                Verdict::Drop => {
-                    self.stats.fault_dropped += 1;
-                    return None;
-                }
-                Verdict::Send(s) => treat = s,
-            }
-        }
-        let mut len = t.len;
-        let mut dscp = 0;
-        if treat.trim && len > TRIMMED_LEN {
-            len = ack_trailer::trim(&mut self.tx_buf[HEADROOM..HEADROOM + len], TRIMMED_LEN);
-            dscp = ip::DSCP_TRIMMED;
-            self.stats.fault_trimmed += 1;
-        }
-        let ecn = if treat.mark_ce {
-            self.stats.fault_ce_marked += 1;
-            Ecn::Ce
-        } else {
-            t.ecn
-        };
-        if treat.copies > 1 {
-            self.stats.fault_duplicated += 1;
+            let packet = &mut self.tx_buf[HEADROOM..HEADROOM + len];
+            treat = judge(imp, &mut self.stats, now, packet, len)?;
+            (len, tos) = apply_treatment(&treat, packet, tos);
         }
         let (start, to) = match self.fabric {
             None => (HEADROOM, t.dest),
@@ -1428,13 +1433,12 @@ impl Endpoint {
         let out = Outgoing {
             socket: t.entropy as usize % self.sockets.len(),
             to,
-            tos: ip::tos(dscp, ecn),
+            tos,
             start,
             end: HEADROOM + len,
             copies: treat.copies,
         };
         if let Some(at) = treat.hold_until {
-            self.stats.fault_delayed += 1;
             debug_assert_eq!(at, now + self.fault_delay_ns);
             self.held.push_back(Held {
                 at,
@@ -1445,6 +1449,100 @@ impl Endpoint {
         }
         Some(out)
     }
+}
+
+/// Fault injection's verdict on a packet of `len` bytes whose headers are
+/// `head`, counted in `stats`: `None` when it is dropped. A trim is only
+/// asked of a packet longer than a trimmed one.
+fn judge(
+    imp: &mut Impairer,
+    stats: &mut DriverStats,
+    now: u64,
+    head: &[u8],
+    len: usize,
+) -> Option<Treatment> {
+    let mut treat = match imp.decide(now, PacketClass::of(head)) {
+        Verdict::Drop => {
+            stats.fault_dropped += 1;
+            return None;
+        }
+        Verdict::Send(treat) => treat,
+    };
+    treat.trim &= len > TRIMMED_LEN;
+    stats.fault_trimmed += u64::from(treat.trim);
+    stats.fault_ce_marked += u64::from(treat.mark_ce);
+    stats.fault_duplicated += u64::from(treat.copies > 1);
+    stats.fault_delayed += u64::from(treat.hold_until.is_some());
+    Some(treat)
+}
+
+/// Trim `packet` (whole, contiguous) and mark its TOS byte `tos` as
+/// `treat` says: its new length and TOS.
+fn apply_treatment(treat: &Treatment, packet: &mut [u8], tos: u8) -> (usize, u8) {
+    let (len, dscp) = if treat.trim {
+        (ack_trailer::trim(packet, TRIMMED_LEN), ip::DSCP_TRIMMED)
+    } else {
+        (packet.len(), ip::dscp(tos))
+    };
+    let ecn = if treat.mark_ce {
+        Ecn::Ce
+    } else {
+        Ecn::from_tos(tos)
+    };
+    (len, ip::tos(dscp, ecn))
+}
+
+/// Fault injection over a batch taken from the engine, as `prepare` does
+/// for a datagram sent alone: dropped packets leave `gso.pending`, held
+/// ones go to `held` (copied whole), duplicated ones appear twice in a
+/// row; a packet trimmed or held first has its payload copied behind its
+/// headers.
+fn impair_batch(
+    imp: &mut Impairer,
+    gso: &mut Gso,
+    tx_buf: &mut [u8],
+    engine: &Engine,
+    stats: &mut DriverStats,
+    held: &mut VecDeque<Held>,
+    now: u64,
+) {
+    let mut taken = std::mem::take(&mut gso.impaired);
+    std::mem::swap(&mut taken, &mut gso.pending);
+    for mut p in taken.drain(..) {
+        let start = p.slot + HEADROOM;
+        let head = &tx_buf[start..start + p.head_len()];
+        let Some(treat) = judge(imp, stats, now, head, p.len) else {
+            continue;
+        };
+        if treat.trim || treat.hold_until.is_some() {
+            if let Some(payload) = p.payload.and_then(|r| engine.payload(r)) {
+                let at = start + p.head_len();
+                copy_bytes(&mut tx_buf[at..at + payload.len()], payload);
+            }
+            p.payload = None;
+        }
+        let packet = &mut tx_buf[start..start + p.len];
+        (p.len, p.tos) = apply_treatment(&treat, packet, p.tos);
+        if let Some(at) = treat.hold_until {
+            held.push_back(Held {
+                at,
+                out: Outgoing {
+                    socket: p.socket,
+                    to: p.to,
+                    tos: p.tos,
+                    start: 0,
+                    end: p.len,
+                    copies: treat.copies,
+                },
+                bytes: tx_buf[start..start + p.len].to_vec(),
+            });
+            continue;
+        }
+        for _ in 0..treat.copies {
+            gso.pending.push(p);
+        }
+    }
+    gso.impaired = taken;
 }
 
 /// The engine's clock: nanoseconds since `epoch_ns` (the endpoint's bind).

@@ -304,14 +304,15 @@ fn relay_stats_check(relay: &TestRelay, sa: &DriverStats, sb: &DriverStats) {
     assert_eq!(sb.trimmed_received, trimmed);
 }
 
-/// An endpoint with `faults` sending one message to a bare socket that
+/// An endpoint with `faults` sending one message of `len` bytes (within
+/// what the sink's receive buffer holds at once) to a bare socket that
 /// records every datagram with its TOS byte.
-fn impaired_datagrams(faults: Config, wait: Duration) -> (Endpoint, Vec<(usize, u8)>) {
+fn impaired_datagrams(faults: Config, len: usize, wait: Duration) -> (Endpoint, Vec<(usize, u8)>) {
     let sink = UdpSocket::bind(LOOPBACK).unwrap();
     sink.set_nonblocking(true).unwrap();
     sys::enable_recv_tos(&sink, false).unwrap();
     let mut a = Endpoint::bind(&faults, LOOPBACK.parse().unwrap()).unwrap();
-    a.send(send_op(sink.local_addr().unwrap(), pattern(1, 20_000), 1))
+    a.send(send_op(sink.local_addr().unwrap(), pattern(1, len), 1))
         .unwrap();
     let mut got = Vec::new();
     let mut buf = vec![0u8; MAX_DATAGRAM];
@@ -342,7 +343,7 @@ fn fault_trim_and_ecn_arrive_as_described() {
         fault_ecn: 1000,
         ..config(1)
     };
-    let (a, got) = impaired_datagrams(faults, Duration::from_millis(50));
+    let (a, got) = impaired_datagrams(faults, 20_000, Duration::from_millis(50));
     // 20 000 bytes in 4096-byte packets: 5 packets, each cut to its headers
     // and carrying DSCP TRIMMED with CE.
     assert!(got.len() >= 5, "{got:?}");
@@ -358,7 +359,7 @@ fn fault_trim_and_ecn_arrive_as_described() {
 #[test]
 fn fault_drop_dup_and_reorder_arrive_as_described() {
     // Untouched: ECT(0), full size.
-    let (_, plain) = impaired_datagrams(config(1), Duration::from_millis(20));
+    let (_, plain) = impaired_datagrams(config(1), 20_000, Duration::from_millis(20));
     assert!(!plain.is_empty());
     assert!(plain
         .iter()
@@ -368,7 +369,7 @@ fn fault_drop_dup_and_reorder_arrive_as_described() {
         fault_drop: 1000,
         ..config(1)
     };
-    let (a, got) = impaired_datagrams(drop, Duration::from_millis(20));
+    let (a, got) = impaired_datagrams(drop, 20_000, Duration::from_millis(20));
     assert!(got.is_empty(), "{got:?}");
     assert!(a.stats().fault_dropped > 0);
     // Duplicated: every datagram twice.
@@ -376,7 +377,7 @@ fn fault_drop_dup_and_reorder_arrive_as_described() {
         fault_dup: 1000,
         ..config(1)
     };
-    let (a, got) = impaired_datagrams(dup, Duration::from_millis(20));
+    let (a, got) = impaired_datagrams(dup, 20_000, Duration::from_millis(20));
     assert_eq!(got.len() as u64, 2 * a.stats().fault_duplicated);
     assert_eq!(got.len() as u64, a.stats().sent[0]);
     // Held: nothing before the delay, everything after it.
@@ -385,12 +386,43 @@ fn fault_drop_dup_and_reorder_arrive_as_described() {
         fault_delay_us: 100_000,
         ..config(1)
     };
-    let (mut a, early) = impaired_datagrams(hold, Duration::from_millis(20));
+    let (mut a, early) = impaired_datagrams(hold, 20_000, Duration::from_millis(20));
     assert!(early.is_empty(), "{early:?}");
     assert!(a.stats().fault_delayed >= 5);
     std::thread::sleep(Duration::from_millis(100));
     a.progress();
     assert!(a.stats().sent[0] >= 5);
+}
+
+/// Fault injection touches single packets of a segmented batch: the rest
+/// of the batch still leaves in runs, and what arrives is exactly what the
+/// counters say was trimmed and marked.
+#[test]
+fn faults_within_a_segmented_batch_touch_only_their_packets() {
+    let faults = Config {
+        fault_trim: 200,
+        fault_ecn: 200,
+        ..config(1)
+    };
+    let (a, got) = impaired_datagrams(faults, 60_000, Duration::from_millis(50));
+    let s = a.stats();
+    assert!(
+        s.gso_sends > 0 && s.gso_segments >= 2 * s.gso_sends,
+        "{s:?}"
+    );
+    assert_eq!(got.len() as u64, s.sent[0]);
+    for &(len, tos) in &got {
+        assert_eq!(
+            len == TRIMMED_LEN,
+            ip::trim_of(tos).is_some(),
+            "{len} {tos}"
+        );
+    }
+    let trimmed = got.iter().filter(|g| ip::trim_of(g.1).is_some()).count();
+    let marked = got.iter().filter(|g| Ecn::from_tos(g.1) == Ecn::Ce).count();
+    assert_eq!(trimmed as u64, s.fault_trimmed);
+    assert_eq!(marked as u64, s.fault_ce_marked);
+    assert!(trimmed > 0 && marked > 0 && trimmed + marked < got.len());
 }
 
 #[test]
@@ -415,6 +447,8 @@ fn faulty_links_still_deliver() {
     .unwrap();
     exchange(&mut a, &mut b, &[300_000, 5, 70_000]);
     let (sa, sb) = (a.stats(), b.stats());
+    // Faults are applied within GSO batches, which still leave segmented.
+    assert!(sa.gso_sends > 0, "{sa:?}");
     assert!(sa.fault_dropped + sb.fault_dropped > 0);
     assert!(sa.fault_duplicated > 0 && sa.fault_delayed > 0);
     // Marked packets that were not dropped reach b with CE (some may still
