@@ -1389,8 +1389,8 @@ impl Endpoint {
             hold_ring_backlog(rings, engine);
             if !gso_on {
                 stats.gso_disabled = true;
-                // Slots of stalled packets stay valid: flush_gather uses
-                // only the first, and runs once nothing is stalled.
+                // Slots of stalled packets stay valid: flush_unsegmented
+                // uses only the first, and runs once nothing is stalled.
                 self.gso = None;
                 // What the engine has left leaves now, unsegmented: no
                 // sleeper's budget would say it waits.

@@ -406,10 +406,7 @@ fn faults_within_a_segmented_batch_touch_only_their_packets() {
     };
     let (a, got) = impaired_datagrams(faults, 60_000, Duration::from_millis(50));
     let s = a.stats();
-    assert!(
-        s.gso_sends > 0 && s.gso_segments >= 2 * s.gso_sends,
-        "{s:?}"
-    );
+    assert!(s.gso_sends > 0, "{s:?}");
     assert_eq!(got.len() as u64, s.sent[0]);
     for &(len, tos) in &got {
         assert_eq!(
@@ -433,6 +430,7 @@ fn faulty_links_still_deliver() {
         fault_reorder: 100,
         fault_delay_us: 300,
         fault_ecn: 300,
+        fault_trim: 50,
         rto_min_us: 200,
         ..config(4)
     };
@@ -450,7 +448,7 @@ fn faulty_links_still_deliver() {
     // Faults are applied within GSO batches, which still leave segmented.
     assert!(sa.gso_sends > 0, "{sa:?}");
     assert!(sa.fault_dropped + sb.fault_dropped > 0);
-    assert!(sa.fault_duplicated > 0 && sa.fault_delayed > 0);
+    assert!(sa.fault_duplicated > 0 && sa.fault_delayed > 0 && sa.fault_trimmed > 0);
     // Marked packets that were not dropped reach b with CE (some may still
     // be held when the exchange ends, duplicates count twice).
     assert!(sa.fault_ce_marked > 0 && sb.ecn_ce_received > 0);
