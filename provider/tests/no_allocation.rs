@@ -1,7 +1,8 @@
 //! A steady exchange of messages allocates nothing in the engine: the copy
 //! of a small send and the box of a receive or of a large send's memory
 //! come from finished operations (`engine/spares.rs`), and every queue has
-//! grown to its working size during the warm-up.
+//! grown to its working size during the warm-up. That holds for
+//! rendezvous sends too, whose receiver pulls the rest of the message.
 
 mod common;
 
@@ -118,19 +119,22 @@ fn sides() -> [Side; 2] {
     let side = |engine, addr| Side {
         engine,
         addr,
-        inbox: Shared(Arc::new(Mutex::new(vec![0; 70_000]))),
+        inbox: Shared(Arc::new(Mutex::new(vec![0; 1 << 20]))),
         received: 0,
     };
     [side(a, addrs[0]), side(b, addrs[1])]
 }
 
-fn assert_steady_state_allocates_nothing(size: usize, copy: bool) {
+/// Asserts it for `size` B messages; returns how many rendezvous pulls
+/// side 0 made in the measured rounds.
+fn assert_steady_state_allocates_nothing(size: usize, copy: bool) -> u64 {
     let mut s = sides();
     let message = Shared(Arc::new(Mutex::new(
         (0..size).map(|i| (i * 7 + size) as u8).collect(),
     )));
     let now = ping_pong(&mut s, 1_000_000, 50, &message, copy);
     let before = [s[0].received, s[1].received];
+    let pulls = s[0].engine.stats().rendezvous_pulls;
     let info = allocation_counter::measure(|| {
         ping_pong(&mut s, now, 200, &message, copy);
     });
@@ -151,15 +155,23 @@ fn assert_steady_state_allocates_nothing(size: usize, copy: bool) {
         "{size} B messages allocated {} times in 400",
         info.count_total
     );
+    s[0].engine.stats().rendezvous_pulls - pulls
 }
 
 #[test]
 fn small_copied_messages_allocate_nothing() {
-    assert_steady_state_allocates_nothing(64, true);
+    assert_eq!(assert_steady_state_allocates_nothing(64, true), 0);
 }
 
 #[test]
 fn sends_from_application_memory_allocate_nothing() {
     assert_steady_state_allocates_nothing(64, false);
     assert_steady_state_allocates_nothing(60_000, false);
+}
+
+#[test]
+fn rendezvous_sends_allocate_nothing() {
+    // Past the default rendezvous threshold (256 KiB): side 0 pulls each
+    // message it receives.
+    assert_eq!(assert_steady_state_allocates_nothing(1 << 20, false), 200);
 }

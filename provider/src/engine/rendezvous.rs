@@ -75,6 +75,7 @@ use super::rma::RECEIVE_FAILED;
 use super::*;
 use crate::ses::{PullState, RmaTx};
 use crate::wire::HostMemoryRepr;
+use smallvec::SmallVec;
 use std::collections::hash_map::Entry;
 use std::net::SocketAddr;
 
@@ -287,8 +288,8 @@ struct PullTable {
     /// when IDs were used again during a pull's life: the 16-bit ID came
     /// round, or a fresh context to the peer numbered its messages from 0
     /// while pulls asked for on the old one wait (doomed, or for a
-    /// same-host write).
-    by_request: FastMap<(usize, u16), Vec<u64>>,
+    /// same-host write). Inline up to two, so a pull allocates nothing.
+    by_request: FastMap<(usize, u16), SmallVec<[u64; 2]>>,
     /// How many pulls are doomed: only then do the timers pass over them.
     doomed: usize,
     /// Peer -> how many of its pulls are not doomed (absent: none). A
@@ -376,7 +377,7 @@ impl PullTable {
 
     fn unindex(&mut self, (p, token): (usize, u64), request_id: u16) {
         if let Some(tokens) = self.by_request.get_mut(&(p, request_id)) {
-            tokens.retain(|&t| t != token);
+            tokens.retain(|t| *t != token);
             if tokens.is_empty() {
                 self.by_request.remove(&(p, request_id));
             }
