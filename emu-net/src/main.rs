@@ -34,6 +34,7 @@ const USAGE: &str = "usage:
       within N us of their model time and 99% of the datagrams it received
       were read within N us of arriving (default 100 x the slowdown).
   uet-emu sim SCENARIO --out DIR [--variant NAME] [--plot SCRIPT] [--first-host N] [--quiet]
+              [--slowdown K]
       The same scenario in virtual time: every host is the provider's engine
       (no processes or sockets), the model between them, one simulated clock.
       Deterministic for the scenario's seed and valid on any machine; the
@@ -276,10 +277,14 @@ fn publish(
 }
 
 fn sim(args: &Args) -> ExitCode {
-    let (scenario, out) = match scenario_and_out(args) {
+    let (mut scenario, out) = match scenario_and_out(args) {
         Ok(x) => x,
         Err(e) => return fail(e),
     };
+    match slowdown_of(args) {
+        Ok(k) => scenario = stretched(scenario, k),
+        Err(e) => return fail(e),
+    }
     let first_host = match args.first_host() {
         Ok(f) => f,
         Err(e) => return fail(e),
@@ -299,6 +304,32 @@ fn sim(args: &Args) -> ExitCode {
         return fail(format!("{} variant(s) failed", failed.len()));
     }
     ExitCode::SUCCESS
+}
+
+/// `--slowdown K` (default 1): a finite factor of 1 or more.
+fn slowdown_of(args: &Args) -> Result<f64, String> {
+    let k = args.parsed::<f64>("--slowdown")?.unwrap_or(1.0);
+    if !(k.is_finite() && k >= 1.0) {
+        return Err(format!("--slowdown {k}: need a finite factor of 1 or more"));
+    }
+    Ok(k)
+}
+
+/// `scenario` stretched `k` times (`runner::slowed`), its description
+/// saying so.
+fn stretched(scenario: Scenario, k: f64) -> Scenario {
+    if k == 1.0 {
+        return scenario;
+    }
+    let mut s = runner::slowed(&scenario, k);
+    s.description = format!(
+        "{} [slowed down {}x: links at {} Gb/s, {} us]",
+        s.description,
+        k,
+        s.fabric.topology.link_gbps,
+        s.fabric.topology.link_delay_ns as f64 / 1e3
+    );
+    s
 }
 
 fn run(args: &Args) -> ExitCode {
@@ -327,15 +358,10 @@ fn run(args: &Args) -> ExitCode {
                 ])
             })
     });
-    let slowdown = match args.parsed::<f64>("--slowdown") {
-        Ok(k) => k.unwrap_or(1.0),
+    let slowdown = match slowdown_of(args) {
+        Ok(k) => k,
         Err(e) => return fail(e),
     };
-    if !(slowdown.is_finite() && slowdown >= 1.0) {
-        return fail(format!(
-            "--slowdown {slowdown}: need a finite factor of 1 or more"
-        ));
-    }
     let (first_host, max_lag_us) = match (args.first_host(), args.parsed("--max-lag-us")) {
         (Ok(f), Ok(m)) => (f, m),
         (Err(e), _) | (_, Err(e)) => return fail(e),
@@ -352,16 +378,7 @@ fn run(args: &Args) -> ExitCode {
         realtime: true,
         slowdown,
     };
-    if opts.slowdown != 1.0 {
-        scenario = runner::slowed(&scenario, opts.slowdown);
-        scenario.description = format!(
-            "{} [slowed down {}x: links at {} Gb/s, {} us]",
-            scenario.description,
-            opts.slowdown,
-            scenario.fabric.topology.link_gbps,
-            scenario.fabric.topology.link_delay_ns as f64 / 1e3
-        );
-    }
+    scenario = stretched(scenario, opts.slowdown);
     let opts = RunOptions {
         slowdown: 1.0,
         ..opts

@@ -64,3 +64,32 @@ fn relay_refuses_a_duration_it_cannot_sleep() {
     assert!(err.contains("--first-host"), "{err}");
     let _ = std::fs::remove_file(&config);
 }
+
+/// `sim --slowdown K` stretches the scenario as `run` does (rates / K,
+/// delays x K), so virtual time can be compared with a stretched relay
+/// run; a factor below 1 is an error.
+#[test]
+fn sim_stretches_a_scenario_like_run() {
+    let scenario = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../fabtests/scenarios/smoke.toml"
+    );
+    // The ideal completion time of flow 0 (a flow that waits for none).
+    let ideal_fct = |k: &str| -> f64 {
+        let dir = std::env::temp_dir().join(format!("emu-cli-sim-{}-{k}", std::process::id()));
+        let out = dir.to_string_lossy().into_owned();
+        let (code, err) = uet_emu(&["sim", scenario, "--out", &out, "--quiet", "--slowdown", k]);
+        assert_eq!(code, Some(0), "{k}: {err}");
+        let text = std::fs::read_to_string(dir.join("default/results.json")).unwrap();
+        let r: serde_json::Value = serde_json::from_str(&text).unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+        r["flows"][0]["ideal_fct_ns"].as_f64().unwrap()
+    };
+    let ratio = ideal_fct("4") / ideal_fct("1");
+    assert!((ratio - 4.0).abs() < 0.01, "{ratio}");
+    for bad in ["0.5", "inf", "fast"] {
+        let (code, err) = uet_emu(&["sim", scenario, "--out", "/nonexistent", "--slowdown", bad]);
+        assert_eq!(code, Some(1), "{bad}: {err}");
+        assert!(err.contains("--slowdown"), "{bad}: {err}");
+    }
+}
