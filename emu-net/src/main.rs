@@ -242,9 +242,11 @@ fn publish(
         let line = why.lines().next().unwrap_or("");
         table.push_str(&format!("  [{name}] FAILED (no measurement): {line}\n"));
     }
-    println!("== {}: {}", scenario.name, scenario.description);
-    print!("{table}");
     let _ = std::fs::write(out.join("table.txt"), &table);
+    say(&format!(
+        "== {}: {}\n{table}",
+        scenario.name, scenario.description
+    ));
     let exe_dir = exe_dir();
     let plot = args.opt("--plot").map(PathBuf::from).or_else(|| {
         find(&[
@@ -264,7 +266,7 @@ fn publish(
                 .arg(out)
                 .status()
             {
-                Ok(s) if s.success() => println!("plots in {}", out.display()),
+                Ok(s) if s.success() => say(&format!("plots in {}\n", out.display())),
                 Ok(s) => eprintln!(
                     "uet-emu: plotting failed ({s}); results are in {}",
                     out.display()
@@ -304,6 +306,14 @@ fn sim(args: &Args) -> ExitCode {
         return fail(format!("{} variant(s) failed", failed.len()));
     }
     ExitCode::SUCCESS
+}
+
+/// Print `text` to standard output. A reader that went away (`| head`)
+/// loses the rest of it, and nothing else: results and plots are still
+/// written.
+fn say(text: &str) {
+    use std::io::Write;
+    let _ = std::io::stdout().lock().write_all(text.as_bytes());
 }
 
 /// `--slowdown K` (default 1): a finite factor of 1 or more.

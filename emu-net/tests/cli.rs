@@ -93,3 +93,27 @@ fn sim_stretches_a_scenario_like_run() {
         assert!(err.contains("--slowdown"), "{bad}: {err}");
     }
 }
+
+/// A reader that stops reading (`uet-emu sim ... | head -1`) costs the
+/// rest of the printed table, not the run: it still succeeds and writes
+/// its results.
+#[test]
+fn a_closed_output_pipe_still_leaves_the_results() {
+    let scenario = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../fabtests/scenarios/smoke.toml"
+    );
+    let dir = std::env::temp_dir().join(format!("emu-cli-pipe-{}", std::process::id()));
+    let mut child = Command::new(env!("CARGO_BIN_EXE_uet-emu"))
+        .args(["sim", scenario, "--out", &dir.to_string_lossy(), "--quiet"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let status = child.wait().unwrap();
+    assert!(status.success(), "{status}");
+    assert!(dir.join("table.txt").exists());
+    assert!(dir.join("default/results.json").exists());
+    let _ = std::fs::remove_dir_all(&dir);
+}
