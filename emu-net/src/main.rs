@@ -4,7 +4,9 @@
 //! uet-emu relay --config FILE [--listen ADDR] [--first-host N] [--duration S] [--report FILE]
 //! uet-emu run SCENARIO --out DIR [--variant NAME] [--matrix PATH]
 //!             [--provider-path DIR] [--plot SCRIPT] [--max-lag-us N]
+//!             [--first-host N] [--slowdown K] [--check]
 //! uet-emu sim SCENARIO --out DIR [--variant NAME] [--plot SCRIPT]
+//!             [--first-host N] [--quiet] [--slowdown K]
 //! ```
 
 use std::path::{Path, PathBuf};
@@ -38,7 +40,8 @@ const USAGE: &str = "usage:
       The same scenario in virtual time: every host is the provider's engine
       (no processes or sockets), the model between them, one simulated clock.
       Deterministic for the scenario's seed and valid on any machine; the
-      same results, tables and plots as run.
+      same results, tables and plots as run. --slowdown K stretches the
+      scenario as run does, to compare the two at one time scale.
   uet-emu --version";
 
 /// Options that take no value.
@@ -279,14 +282,16 @@ fn publish(
 }
 
 fn sim(args: &Args) -> ExitCode {
-    let (mut scenario, out) = match scenario_and_out(args) {
+    // Checked before the output directory is made.
+    let slowdown = match slowdown_of(args) {
+        Ok(k) => k,
+        Err(e) => return fail(e),
+    };
+    let (scenario, out) = match scenario_and_out(args) {
         Ok(x) => x,
         Err(e) => return fail(e),
     };
-    match slowdown_of(args) {
-        Ok(k) => scenario = stretched(scenario, k),
-        Err(e) => return fail(e),
-    }
+    let scenario = stretched(scenario, slowdown);
     let first_host = match args.first_host() {
         Ok(f) => f,
         Err(e) => return fail(e),
@@ -343,6 +348,11 @@ fn stretched(scenario: Scenario, k: f64) -> Scenario {
 }
 
 fn run(args: &Args) -> ExitCode {
+    // Checked before the output directory is made.
+    let slowdown = match slowdown_of(args) {
+        Ok(k) => k,
+        Err(e) => return fail(e),
+    };
     let (mut scenario, out) = match scenario_and_out(args) {
         Ok(x) => x,
         Err(e) => return fail(e),
@@ -368,10 +378,6 @@ fn run(args: &Args) -> ExitCode {
                 ])
             })
     });
-    let slowdown = match slowdown_of(args) {
-        Ok(k) => k,
-        Err(e) => return fail(e),
-    };
     let (first_host, max_lag_us) = match (args.first_host(), args.parsed("--max-lag-us")) {
         (Ok(f), Ok(m)) => (f, m),
         (Err(e), _) | (_, Err(e)) => return fail(e),
@@ -420,7 +426,7 @@ fn main() -> ExitCode {
     let argv: Vec<String> = std::env::args().skip(1).collect();
     match argv.first().map(String::as_str) {
         Some("--version") | Some("-V") => {
-            println!("uet-emu {}", env!("CARGO_PKG_VERSION"));
+            say(&format!("uet-emu {}\n", env!("CARGO_PKG_VERSION")));
             ExitCode::SUCCESS
         }
         Some("relay") => relay(&Args(argv[1..].to_vec())),

@@ -87,10 +87,14 @@ fn sim_stretches_a_scenario_like_run() {
     };
     let ratio = ideal_fct("4") / ideal_fct("1");
     assert!((ratio - 4.0).abs() < 0.01, "{ratio}");
+    // Refused before anything is written.
+    let unused = std::env::temp_dir().join(format!("emu-cli-sim-{}-bad", std::process::id()));
     for bad in ["0.5", "inf", "fast"] {
-        let (code, err) = uet_emu(&["sim", scenario, "--out", "/nonexistent", "--slowdown", bad]);
+        let out = unused.to_string_lossy();
+        let (code, err) = uet_emu(&["sim", scenario, "--out", &out, "--slowdown", bad]);
         assert_eq!(code, Some(1), "{bad}: {err}");
         assert!(err.contains("--slowdown"), "{bad}: {err}");
+        assert!(!unused.exists(), "{bad}");
     }
 }
 
