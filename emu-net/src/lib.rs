@@ -13,6 +13,17 @@
 //! * [`sim`] the virtual-time front-end behind `uet-emu sim`: the provider's
 //!   engine on every host, the model between them, one simulated clock.
 
+/// `eprintln!` for progress and warnings that may go unread: an error
+/// writing them (a closed pipe, `2>&1 | head`) is ignored instead of a
+/// panic, so the run still writes its results.
+#[macro_export]
+macro_rules! note {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
+
 pub mod config;
 pub mod ideal;
 pub mod model;

@@ -14,6 +14,7 @@ use std::process::ExitCode;
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
+use emu_net::note;
 use emu_net::relay::{Relay, RelaySettings};
 use emu_net::runner::{self, RunOptions};
 use emu_net::scenario::Scenario;
@@ -90,7 +91,7 @@ impl Args {
 }
 
 fn fail(msg: impl std::fmt::Display) -> ExitCode {
-    eprintln!("uet-emu: {msg}");
+    note!("uet-emu: {msg}");
     ExitCode::from(1)
 }
 
@@ -164,7 +165,7 @@ fn relay(args: &Args) -> ExitCode {
         Ok(r) => r,
         Err(e) => return fail(e),
     };
-    eprintln!(
+    note!(
         "uet-emu relay on {} for hosts {}..{}",
         listen,
         hosts[0],
@@ -183,7 +184,7 @@ fn relay(args: &Args) -> ExitCode {
     });
     let report = relay.report();
     if !report.kept_up {
-        eprintln!(
+        note!(
             "uet-emu relay: DID NOT KEEP UP: {}",
             report.problems.join("; ")
         );
@@ -270,14 +271,14 @@ fn publish(
                 .status()
             {
                 Ok(s) if s.success() => say(&format!("plots in {}\n", out.display())),
-                Ok(s) => eprintln!(
+                Ok(s) => note!(
                     "uet-emu: plotting failed ({s}); results are in {}",
                     out.display()
                 ),
-                Err(e) => eprintln!("uet-emu: cannot run {python}: {e}"),
+                Err(e) => note!("uet-emu: cannot run {python}: {e}"),
             }
         }
-        None => eprintln!("uet-emu: plot_matrix.py not found; no plots"),
+        None => note!("uet-emu: plot_matrix.py not found; no plots"),
     }
 }
 
@@ -408,7 +409,7 @@ fn run(args: &Args) -> ExitCode {
         .iter()
         .any(|r| !r.summary.kept_up || !r.summary.hosts_kept_up || !r.summary.crossed_relay)
     {
-        eprintln!("uet-emu: WARNING: some runs are not valid measurements (see the notes above)");
+        note!("uet-emu: WARNING: some runs are not valid measurements (see the notes above)");
     }
     if !failed.is_empty() {
         return fail(format!("{} variant(s) failed", failed.len()));
@@ -433,7 +434,7 @@ fn main() -> ExitCode {
         Some("run") => run(&Args(argv[1..].to_vec())),
         Some("sim") => sim(&Args(argv[1..].to_vec())),
         _ => {
-            eprintln!("{USAGE}");
+            note!("{USAGE}");
             ExitCode::from(2)
         }
     }

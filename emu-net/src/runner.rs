@@ -307,11 +307,11 @@ pub(crate) fn each_variant(
         if only.is_some_and(|n| n != v.name) {
             continue;
         }
-        eprintln!("== {} / {}{label}", scenario.name, v.name);
+        note!("== {} / {}{label}", scenario.name, v.name);
         match one(&v, &flows) {
             Ok(r) => out.push(r),
             Err(e) => {
-                eprintln!("uet-emu: {} / {} FAILED: {e}", scenario.name, v.name);
+                note!("uet-emu: {} / {} FAILED: {e}", scenario.name, v.name);
                 failed.push((v.name.clone(), e));
             }
         }

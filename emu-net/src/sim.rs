@@ -509,7 +509,7 @@ fn sim_variant(
         if let Some(every) = opts.progress {
             if last_progress.elapsed() >= every {
                 last_progress = Instant::now();
-                eprintln!(
+                note!(
                     "   {:.3} ms virtual after {:.1} s: {}/{} completions, {} packets sent",
                     now as f64 / 1e6,
                     wall.elapsed().as_secs_f64(),
