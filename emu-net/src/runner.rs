@@ -68,9 +68,20 @@ pub fn slowed(scenario: &Scenario, k: f64) -> Scenario {
     }
     for p in &mut s.patterns {
         match p {
-            Pattern::Incast { start_us, .. }
-            | Pattern::Permutation { start_us, .. }
-            | Pattern::AllToAll { start_us, .. } => *start_us *= k,
+            Pattern::Incast {
+                start_us,
+                start_spread_us,
+                ..
+            }
+            | Pattern::Permutation {
+                start_us,
+                start_spread_us,
+                ..
+            } => {
+                *start_us *= k;
+                *start_spread_us *= k;
+            }
+            Pattern::AllToAll { start_us, .. } => *start_us *= k,
         }
     }
     s
@@ -1169,6 +1180,22 @@ start_us = 10.0
         assert_eq!(k.fabric.switch.reroute_us, Some(4000.0));
         assert_eq!(k.timeout_s, 40.0);
         assert!(k.expand().unwrap().iter().all(|f| f.start_us == 40.0));
+        // A start spread stretches with the rest: the same draws, K times
+        // as far apart.
+        let spread = Scenario::from_toml(
+            &text.replace("start_us = 10.0", "start_us = 10.0\nstart_spread_us = 50.0"),
+        )
+        .unwrap();
+        let starts =
+            |s: &Scenario| -> Vec<f64> { s.expand().unwrap().iter().map(|f| f.start_us).collect() };
+        let stretched: Vec<f64> = starts(&spread).iter().map(|t| t * 4.0).collect();
+        let got = starts(&slowed(&spread, 4.0));
+        assert!(
+            got.iter()
+                .zip(&stretched)
+                .all(|(a, b)| (a - b).abs() < 1e-6),
+            "{got:?} {stretched:?}"
+        );
         let (a, b) = (
             Fabric::new(s.fabric.clone()).unwrap(),
             Fabric::new(k.fabric.clone()).unwrap(),

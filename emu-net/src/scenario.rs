@@ -19,6 +19,8 @@
 //! dst = 8
 //! senders = 8
 //! bytes = 1048576
+//! start_spread_us = 0.0        # incast, permutation: each flow starts
+//!                              # up to this much after start_us
 //! [[variants]]                 # one run each; overrides env and trimming
 //! name = "nscc-trim"
 //! env = { FI_UET_CC = "nscc" }
@@ -28,6 +30,8 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
 
 use crate::config::FabricConfig;
@@ -84,6 +88,10 @@ pub enum Pattern {
         bytes: u64,
         #[serde(default)]
         start_us: f64,
+        /// Each flow starts at `start_us` plus a draw in [0, this) from
+        /// the fabric's seed: real senders never start at one instant.
+        #[serde(default)]
+        start_spread_us: f64,
     },
     /// Host i sends to (i + shift) mod hosts.
     Permutation {
@@ -91,6 +99,9 @@ pub enum Pattern {
         bytes: u64,
         #[serde(default)]
         start_us: f64,
+        /// As for `Incast`.
+        #[serde(default)]
+        start_spread_us: f64,
     },
     /// Sequential all-to-all in ring order: in round r (1..hosts) host i
     /// sends to (i + r) mod hosts once its round r-1 send completed.
@@ -122,6 +133,10 @@ pub enum ScenarioError {
     Empty,
     #[error("timeout_s = {0}: need a number of seconds above 0 and at most {MAX_TIMEOUT_S:e}")]
     Timeout(f64),
+    #[error(
+        "pattern {pattern}: start_spread_us = {spread}: need a finite number of us, 0 or more"
+    )]
+    Spread { pattern: usize, spread: f64 },
 }
 
 /// Longest `timeout_s`, seconds (some 31 years): host processes turn it
@@ -148,20 +163,36 @@ impl Scenario {
     pub fn expand(&self) -> Result<Vec<FlowSpec>, ScenarioError> {
         let n = self.fabric.topology.host_count();
         let mut flows = Vec::new();
-        for p in &self.patterns {
+        for (index, p) in self.patterns.iter().enumerate() {
+            // Start offsets drawn from the fabric's seed and the pattern's
+            // place: the same file gives the same starts on every run.
+            let mut rng = SmallRng::seed_from_u64(self.fabric.seed ^ ((index as u64 + 1) << 32));
+            let mut start = |start_us: f64, spread: f64| -> Result<f64, ScenarioError> {
+                if !(spread.is_finite() && spread >= 0.0) {
+                    return Err(ScenarioError::Spread {
+                        pattern: index,
+                        spread,
+                    });
+                }
+                Ok(match spread > 0.0 {
+                    true => start_us + rng.gen_range(0.0..spread),
+                    false => start_us,
+                })
+            };
             match *p {
                 Pattern::Incast {
                     dst,
                     senders,
                     bytes,
                     start_us,
+                    start_spread_us,
                 } => {
                     for src in (0..n).filter(|&h| h != dst).take(senders) {
                         flows.push(FlowSpec {
                             src,
                             dst,
                             bytes,
-                            start_us,
+                            start_us: start(start_us, start_spread_us)?,
                             after: Vec::new(),
                         });
                     }
@@ -170,13 +201,14 @@ impl Scenario {
                     shift,
                     bytes,
                     start_us,
+                    start_spread_us,
                 } => {
                     for src in 0..n {
                         flows.push(FlowSpec {
                             src,
                             dst: (src + shift) % n,
                             bytes,
-                            start_us,
+                            start_us: start(start_us, start_spread_us)?,
                             after: Vec::new(),
                         });
                     }
@@ -248,6 +280,38 @@ impl Scenario {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_start_spread_staggers_a_patterns_flows_the_same_way_every_time() {
+        let text = |spread: &str| {
+            format!(
+                "[fabric.topology]\nkind = \"single\"\nhosts = 9\n\
+                 [[patterns]]\nkind = \"incast\"\ndst = 8\nsenders = 8\n\
+                 bytes = 1000\nstart_us = 10.0\nstart_spread_us = {spread}\n"
+            )
+        };
+        let s = Scenario::from_toml(&text("350.0")).unwrap();
+        let starts: Vec<f64> = s.expand().unwrap().iter().map(|f| f.start_us).collect();
+        assert_eq!(starts.len(), 8);
+        assert!(
+            starts.iter().all(|&t| (10.0..360.0).contains(&t)),
+            "{starts:?}"
+        );
+        let distinct = starts.iter().filter(|&&t| t != starts[0]).count();
+        assert!(distinct > 0, "{starts:?}");
+        let again: Vec<f64> = s.expand().unwrap().iter().map(|f| f.start_us).collect();
+        assert_eq!(starts, again);
+        // No spread: one instant, as before the knob.
+        let s = Scenario::from_toml(&text("0.0")).unwrap();
+        assert!(s.expand().unwrap().iter().all(|f| f.start_us == 10.0));
+        for bad in ["-1.0", "inf", "nan"] {
+            let s = Scenario::from_toml(&text(bad)).unwrap();
+            assert!(
+                matches!(s.expand(), Err(ScenarioError::Spread { pattern: 0, .. })),
+                "{bad}"
+            );
+        }
+    }
 
     #[test]
     fn timeout_is_a_positive_bounded_number_of_seconds() {
