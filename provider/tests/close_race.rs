@@ -157,3 +157,53 @@ fn a_late_earlier_close_attempt_is_not_confirmed_after_a_refusal() {
     let confirm = t.answer(&close1);
     t.answers_then_new_message(&[&refusal, &confirm]);
 }
+
+/// A receiver that closes asks its senders to close their contexts. A
+/// sender whose ACKs were all lost (it never learned the receiver's
+/// context) is busy: it learns the context from the request and answers
+/// with an ACK request, whose ACK completes its send without a resend.
+/// Asked again once idle, it closes the context, and the receiver then
+/// receives from nobody: it need not wait for resends.
+#[test]
+fn a_closing_receiver_settles_a_sender_whose_acks_were_lost() {
+    let (addrs, mut a, mut b) = engine_pair_with(&brisk_config());
+    b.post_recv(0, recv(64, None, 100)).unwrap();
+    a.post_send(0, send(addrs[1], vec![7; 64], None, 1))
+        .unwrap();
+    deliver(&mut b, 5_000, addrs[0], &drain(&mut a, 0));
+    // b's ACK is lost.
+    let lost = drain(&mut b, 5_000);
+    assert!(
+        lost.iter()
+            .any(|(t, _)| matches!(t, PacketType::Ack | PacketType::AckCc)),
+        "{lost:?}"
+    );
+    let got: Vec<Completion> = std::iter::from_fn(|| b.poll_completion()).collect();
+    assert_eq!(got.len(), 1);
+    assert!(b.receiving_from_peers());
+    // b closes: it asks a, which answers with an ACK request.
+    assert_eq!(b.ask_senders_to_close(), 1);
+    deliver(&mut a, 10_000, addrs[1], &drain(&mut b, 10_000));
+    let answer = drain(&mut a, 10_000);
+    assert!(
+        answer.iter().all(|(t, _)| *t == PacketType::Control) && !answer.is_empty(),
+        "{answer:?}"
+    );
+    deliver(&mut b, 15_000, addrs[0], &answer);
+    deliver(&mut a, 20_000, addrs[1], &drain(&mut b, 15_000));
+    let done: Vec<Completion> = std::iter::from_fn(|| a.poll_completion()).collect();
+    assert_eq!(done.len(), 1, "{done:?}");
+    assert_eq!(
+        (done[0].kind, done[0].context, done[0].error),
+        (CompletionKind::Send, 1, None)
+    );
+    assert_eq!(a.stats().retransmits, 0);
+    // Asked again, the now idle sender closes its context.
+    assert_eq!(b.ask_senders_to_close(), 1);
+    deliver(&mut a, 25_000, addrs[1], &drain(&mut b, 25_000));
+    deliver(&mut b, 30_000, addrs[0], &drain(&mut a, 25_000));
+    deliver(&mut a, 35_000, addrs[1], &drain(&mut b, 30_000));
+    assert!(!b.receiving_from_peers());
+    assert_eq!(a.stats().pdcs_closed, 1);
+    assert_eq!(b.ask_senders_to_close(), 0);
+}

@@ -909,11 +909,16 @@ impl Engine {
             self.stats.unknown_pdc += 1;
             return;
         };
-        let peer = &self.peers[p];
-        if peer.addr != from || peer.tx.remote_id != Some(ctl.spdcid) {
+        let peer = &mut self.peers[p];
+        if peer.addr != from || peer.tx.remote_id.is_some_and(|r| r != ctl.spdcid) {
             self.stats.unknown_pdc += 1;
             return;
         }
+        // A sender whose ACKs were all lost learns the receiver's context
+        // here, as it would from its first ACK: its ACK request below
+        // must name it.
+        peer.tx.remote_id.get_or_insert(ctl.spdcid);
+        let peer = &self.peers[p];
         if peer.closing.is_some() {
             // Under way: its close packets answer.
             return;

@@ -769,6 +769,31 @@ impl Engine {
         self.rto_max
     }
 
+    /// Ask the sender of every receive context that could close to close
+    /// it, as an endpoint that is closing does: an idle sender (all its
+    /// packets acknowledged) starts the close handshake, a busy one
+    /// answers with an ACK request, whose ACK gives it what it waits for.
+    /// A context holding messages of its peer would refuse the close, so
+    /// its sender is not asked (it would ask again and again). Returns how
+    /// many were asked.
+    pub fn ask_senders_to_close(&mut self) -> usize {
+        let mut asked = 0;
+        for p in 0..self.peers.len() {
+            let peer = &self.peers[p];
+            if peer.rx.is_some() && peer.inbound.is_empty() {
+                self.ask_to_close(p);
+                asked += 1;
+            }
+        }
+        asked
+    }
+
+    /// Whether any peer still has a receive context open with us (it may
+    /// still resend).
+    pub fn receiving_from_peers(&self) -> bool {
+        self.peers.iter().any(|p| p.rx.is_some())
+    }
+
     /// How long a peer that sends to us may wait before it resends, as far
     /// as this end can tell: the largest retransmission timeout of our own
     /// contexts to the peers we receive from (the same path the other way;

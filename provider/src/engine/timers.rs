@@ -292,6 +292,15 @@ impl Engine {
         }
         rx.close_asks = rx.close_asks.saturating_add(1);
         rx.quiet_since = now;
+        self.ask_to_close(p);
+    }
+
+    /// Queue a close request for peer `p`'s receive context, if open.
+    pub(super) fn ask_to_close(&mut self, p: usize) {
+        let peer = &self.peers[p];
+        let Some(rx) = peer.rx.as_ref() else {
+            return;
+        };
         let ask = ControlRepr {
             ctl_type: ControlType::CloseRequest,
             flags: 0,

@@ -343,6 +343,9 @@ pub struct Endpoint {
     /// minimum retransmission timeout, at most [`LINGER_MAX_NS`] (see
     /// `Drop`).
     linger_quiet_ns: u64,
+    /// Whether a closing endpoint asks its senders to close (always, but
+    /// for tests of a sender that does not answer).
+    ask_senders_on_close: bool,
     /// How long a closing endpoint keeps resending what its peers have not
     /// acknowledged: twice the largest retransmission timeout, at most
     /// [`LINGER_OWED_MAX_NS`].
@@ -532,6 +535,7 @@ impl Endpoint {
             last_arrival_ns: 0,
             timers_waited: 0,
             linger_quiet_ns: (2 * config.rto_min_us * 1000).min(LINGER_MAX_NS),
+            ask_senders_on_close: true,
             linger_owed_ns,
             rings,
         })
@@ -1605,22 +1609,27 @@ enum Landed {
 impl Drop for Endpoint {
     /// Nothing the endpoint owes its peers is left behind: ACKs held for a
     /// reply that never came, sends a burst left waiting and datagrams fault
-    /// injection holds back go out. And a peer whose last packet arrived
-    /// just now may not have its ACK (lost on the way): until nothing has
-    /// arrived for twice as long as that peer may wait before it resends
+    /// injection holds back go out. And a peer whose last packet arrived just
+    /// now may not have its ACK (lost on the way). So the endpoint asks every
+    /// peer it receives from to close its context with it
+    /// (`Engine::ask_senders_to_close`, again every minimum timeout): a busy
+    /// peer answers with an ACK request and gets its ACKs, an idle one closes,
+    /// and once no peer has a context open with us nobody will resend. A peer
+    /// that does not answer, or whose context still receives a message (it
+    /// would refuse), is covered by waiting: until nothing has arrived for
+    /// twice as long as that peer may wait before it resends
     /// (`Engine::peer_resend_wait_ns`: after a long transfer its timeout is
-    /// well above the minimum; a peer we never sent to counts the minimum,
-    /// for want of a round trip to go by), twice the minimum retransmission
-    /// timeout at least, and twice longer after each round of resends that
-    /// shows our answer lost again (the peer then waits twice as long), the
-    /// endpoint keeps answering, so that peer's retransmission is
-    /// acknowledged instead of meeting a closed port and failing its send;
-    /// `LINGER_MAX_NS` in all at most. Likewise, while a peer has not
-    /// acknowledged all we sent it (at most twice the largest
-    /// retransmission timeout), the
-    /// endpoint keeps resending: an application that closes right after an
-    /// inject has no completion to wait for, and a lost packet of it would
-    /// otherwise be lost for good.
+    /// well above the minimum; a peer we never sent to counts the minimum, for
+    /// want of a round trip to go by), twice the minimum retransmission timeout
+    /// at least, and twice longer after each round of resends that shows our
+    /// answer lost again (the peer then waits twice as long), the endpoint
+    /// keeps answering, so that peer's retransmission is acknowledged instead
+    /// of meeting a closed port and failing its send; `LINGER_MAX_NS` in all at
+    /// most. Likewise, while a peer has not acknowledged all we sent it (at
+    /// most twice the largest retransmission timeout), the endpoint keeps
+    /// resending: an application that closes right after an inject has no
+    /// completion to wait for, and a lost packet of it would otherwise be lost
+    /// for good.
     fn drop(&mut self) {
         let start = self.now();
         self.flush(start);
@@ -1629,6 +1638,9 @@ impl Drop for Endpoint {
         // Rounds of resends seen, and when the latest began: the packets
         // of one round (a window resent at once) come together.
         let (mut rounds, mut round_at) = (0, 0);
+        // When we last asked our senders to close (once per minimum
+        // timeout while answering).
+        let mut asked_at: Option<u64> = None;
         loop {
             let now = self.now();
             let seen = self.engine.stats().duplicates;
@@ -1641,10 +1653,22 @@ impl Drop for Endpoint {
             }
             let quiet_ns = linger_quiet_ns(self.linger_quiet_ns, resend_wait, rounds);
             let quiet = now.saturating_sub(self.last_arrival_ns) >= quiet_ns;
-            let answering = self.last_arrival_ns != 0 && !quiet && now - start < LINGER_MAX_NS;
+            // Once every sender closed its context with us (the handshake
+            // says it has every ACK it waits for), nobody will resend.
+            let answering = self.last_arrival_ns != 0
+                && !quiet
+                && self.engine.receiving_from_peers()
+                && now - start < LINGER_MAX_NS;
             let owing = self.engine.owes_peers() && now - start < self.linger_owed_ns;
             if !answering && !owing {
                 break;
+            }
+            if answering
+                && self.ask_senders_on_close
+                && asked_at.is_none_or(|t| now - t >= self.linger_quiet_ns / 2)
+            {
+                self.engine.ask_senders_to_close();
+                asked_at = Some(now);
             }
             // Nobody takes completions any more; left queued they would
             // count as progress and keep the loop from sleeping.
