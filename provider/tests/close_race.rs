@@ -207,3 +207,34 @@ fn a_closing_receiver_settles_a_sender_whose_acks_were_lost() {
     assert_eq!(a.stats().pdcs_closed, 1);
     assert_eq!(b.ask_senders_to_close(), 0);
 }
+
+/// A close request whose PSN lies outside what the sender's context sent
+/// (stale, or forged) does not teach that context a receiver ID it has
+/// not learned yet: it is counted as unknown and not answered.
+#[test]
+fn a_close_request_outside_the_sent_range_teaches_nothing() {
+    use uet::wire::ControlRepr;
+    let (addrs, mut a, mut b) = engine_pair_with(&brisk_config());
+    b.post_recv(0, recv(64, None, 100)).unwrap();
+    a.post_send(0, send(addrs[1], vec![7; 64], None, 1))
+        .unwrap();
+    deliver(&mut b, 5_000, addrs[0], &drain(&mut a, 0));
+    drain(&mut b, 5_000); // b's ACK is lost
+    assert_eq!(b.ask_senders_to_close(), 1);
+    let asks = drain(&mut b, 10_000);
+    let (_, real) = asks
+        .iter()
+        .find(|(t, _)| *t == PacketType::Control)
+        .expect("a close request");
+    let mut ask = ControlRepr::parse(real).unwrap();
+    ask.psn = ask.psn.wrapping_add(1 << 20);
+    let mut forged = vec![0u8; ControlRepr::LEN];
+    ask.emit(&mut forged);
+    let unknown = a.stats().unknown_pdc;
+    a.handle_datagram(10_000, addrs[1], 0, &forged);
+    assert_eq!(a.stats().unknown_pdc, unknown + 1);
+    assert!(drain(&mut a, 10_000).is_empty());
+    // The real one is answered.
+    deliver(&mut a, 12_000, addrs[1], &asks);
+    assert!(!drain(&mut a, 12_000).is_empty());
+}

@@ -910,13 +910,18 @@ impl Engine {
             return;
         };
         let peer = &mut self.peers[p];
-        if peer.addr != from || peer.tx.remote_id.is_some_and(|r| r != ctl.spdcid) {
+        let tx = &peer.tx;
+        // A sender whose ACKs were all lost learns the receiver's context
+        // here, as it would from its first ACK (its ACK request below must
+        // name it), but only from a request whose PSN (the receiver's
+        // cumulative ACK + 1) lies within what this context sent: a stale
+        // or forged one must not point the context elsewhere.
+        let learns = tx.remote_id.is_none()
+            && ctl.psn.wrapping_sub(tx.start_psn) <= tx.next_psn().wrapping_sub(tx.start_psn);
+        if peer.addr != from || !(learns || tx.remote_id == Some(ctl.spdcid)) {
             self.stats.unknown_pdc += 1;
             return;
         }
-        // A sender whose ACKs were all lost learns the receiver's context
-        // here, as it would from its first ACK: its ACK request below
-        // must name it.
         peer.tx.remote_id.get_or_insert(ctl.spdcid);
         let peer = &self.peers[p];
         if peer.closing.is_some() {

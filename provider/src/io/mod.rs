@@ -1609,15 +1609,15 @@ enum Landed {
 impl Drop for Endpoint {
     /// Nothing the endpoint owes its peers is left behind: ACKs held for a
     /// reply that never came, sends a burst left waiting and datagrams fault
-    /// injection holds back go out. And a peer whose last packet arrived just
-    /// now may not have its ACK (lost on the way). So the endpoint asks every
-    /// peer it receives from to close its context with it
-    /// (`Engine::ask_senders_to_close`, again every minimum timeout): a busy
-    /// peer answers with an ACK request and gets its ACKs, an idle one closes,
-    /// and once no peer has a context open with us nobody will resend. A peer
-    /// that does not answer, or whose context still receives a message (it
-    /// would refuse), is covered by waiting: until nothing has arrived for
-    /// twice as long as that peer may wait before it resends
+    /// injection holds back go out. And a peer whose last packet arrived may
+    /// not have its ACK (lost on the way). So the endpoint asks every peer with
+    /// a receive context open to close it (`Engine::ask_senders_to_close`: at
+    /// once, then again every minimum timeout, `CLOSE_ASKS` times in all): a
+    /// busy peer answers with an ACK request and gets its ACKs, an idle one
+    /// closes, and once no peer has a context open with us nobody will resend.
+    /// A peer that does not answer, or whose context still receives a message
+    /// (it would refuse), is covered by waiting: until nothing has arrived (or
+    /// been asked) for twice as long as that peer may wait before it resends
     /// (`Engine::peer_resend_wait_ns`: after a long transfer its timeout is
     /// well above the minimum; a peer we never sent to counts the minimum, for
     /// want of a round trip to go by), twice the minimum retransmission timeout
@@ -1640,7 +1640,18 @@ impl Drop for Endpoint {
         let (mut rounds, mut round_at) = (0, 0);
         // When we last asked our senders to close (once per minimum
         // timeout while answering).
-        let mut asked_at: Option<u64> = None;
+        // Ask at once, however long ago the last arrival was: a sender
+        // with a longer timeout than our quiet wait may still resend. The
+        // ask counts as an arrival, so its answers have a quiet period to
+        // come in. Asked again every minimum timeout, a few times at most:
+        // a peer that stays busy answers every ask, and each answer would
+        // put the quiet period off again.
+        let mut asks = 0;
+        let mut asked_at = 0;
+        if self.ask_senders_on_close && self.engine.ask_senders_to_close() > 0 {
+            asks = 1;
+            asked_at = start;
+        }
         loop {
             let now = self.now();
             let seen = self.engine.stats().duplicates;
@@ -1652,10 +1663,11 @@ impl Drop for Endpoint {
                 }
             }
             let quiet_ns = linger_quiet_ns(self.linger_quiet_ns, resend_wait, rounds);
-            let quiet = now.saturating_sub(self.last_arrival_ns) >= quiet_ns;
+            let heard_at = self.last_arrival_ns.max(asked_at);
+            let quiet = now.saturating_sub(heard_at) >= quiet_ns;
             // Once every sender closed its context with us (the handshake
             // says it has every ACK it waits for), nobody will resend.
-            let answering = self.last_arrival_ns != 0
+            let answering = heard_at != 0
                 && !quiet
                 && self.engine.receiving_from_peers()
                 && now - start < LINGER_MAX_NS;
@@ -1664,11 +1676,13 @@ impl Drop for Endpoint {
                 break;
             }
             if answering
-                && self.ask_senders_on_close
-                && asked_at.is_none_or(|t| now - t >= self.linger_quiet_ns / 2)
+                && asks > 0
+                && asks < CLOSE_ASKS
+                && now - asked_at >= self.linger_quiet_ns / 2
             {
                 self.engine.ask_senders_to_close();
-                asked_at = Some(now);
+                asks += 1;
+                asked_at = now;
             }
             // Nobody takes completions any more; left queued they would
             // count as progress and keep the loop from sleeping.
@@ -1692,6 +1706,11 @@ impl Drop for Endpoint {
         self.rings = None;
     }
 }
+
+/// How many times a closing endpoint asks its senders to close (a lost
+/// request or answer gets another chance; a peer that stays busy answers
+/// each one).
+const CLOSE_ASKS: u32 = 3;
 
 /// How long a closing endpoint waits for silence before it stops answering:
 /// twice as long as a peer may wait before it resends (`resend_wait`), and

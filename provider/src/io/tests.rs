@@ -1384,14 +1384,16 @@ fn a_closing_endpoint_acknowledges_the_retransmission_of_a_lost_ack() {
 /// close instead: it answers at once, and learns that everything arrived.
 #[test]
 fn a_closing_receiver_asks_its_sender_to_close_instead_of_waiting_for_a_resend() {
+    // The receiver's quiet wait (40 ms) leaves a busy machine ample time
+    // to answer; the sender would resend only after 150 ms.
     let sender_cfg = Config {
-        rto_min_us: 50_000,
-        rto_max_us: 100_000,
-        max_retries: 3,
+        rto_min_us: 150_000,
+        rto_max_us: 300_000,
+        max_retries: 2,
         ..ack_config()
     };
     let receiver_cfg = Config {
-        rto_min_us: 1_000,
+        rto_min_us: 20_000,
         ..ack_config()
     };
     let mut a = Endpoint::bind(&sender_cfg, LOOPBACK.parse().unwrap()).unwrap();
