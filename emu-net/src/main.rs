@@ -284,19 +284,15 @@ fn publish(
 
 fn sim(args: &Args) -> ExitCode {
     // Checked before the output directory is made.
-    let slowdown = match slowdown_of(args) {
-        Ok(k) => k,
-        Err(e) => return fail(e),
+    let (slowdown, first_host) = match (slowdown_of(args), args.first_host()) {
+        (Ok(k), Ok(f)) => (k, f),
+        (Err(e), _) | (_, Err(e)) => return fail(e),
     };
     let (scenario, out) = match scenario_and_out(args) {
         Ok(x) => x,
         Err(e) => return fail(e),
     };
     let scenario = stretched(scenario, slowdown);
-    let first_host = match args.first_host() {
-        Ok(f) => f,
-        Err(e) => return fail(e),
-    };
     let opts = SimOptions {
         out: out.clone(),
         variant: args.opt("--variant").map(str::to_string),
@@ -354,6 +350,10 @@ fn run(args: &Args) -> ExitCode {
         Ok(k) => k,
         Err(e) => return fail(e),
     };
+    let (first_host, max_lag_us) = match (args.first_host(), args.parsed("--max-lag-us")) {
+        (Ok(f), Ok(m)) => (f, m),
+        (Err(e), _) | (_, Err(e)) => return fail(e),
+    };
     let (mut scenario, out) = match scenario_and_out(args) {
         Ok(x) => x,
         Err(e) => return fail(e),
@@ -379,10 +379,6 @@ fn run(args: &Args) -> ExitCode {
                 ])
             })
     });
-    let (first_host, max_lag_us) = match (args.first_host(), args.parsed("--max-lag-us")) {
-        (Ok(f), Ok(m)) => (f, m),
-        (Err(e), _) | (_, Err(e)) => return fail(e),
-    };
     let opts = RunOptions {
         out: out.clone(),
         variant: args.opt("--variant").map(str::to_string),

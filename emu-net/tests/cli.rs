@@ -67,7 +67,8 @@ fn relay_refuses_a_duration_it_cannot_sleep() {
 
 /// `sim --slowdown K` stretches the scenario as `run` does (rates / K,
 /// delays x K), so virtual time can be compared with a stretched relay
-/// run; a factor below 1 is an error.
+/// run; a bad factor or first host is an error, for both, before anything
+/// is written.
 #[test]
 fn sim_stretches_a_scenario_like_run() {
     let scenario = concat!(
@@ -89,12 +90,19 @@ fn sim_stretches_a_scenario_like_run() {
     assert!((ratio - 4.0).abs() < 0.01, "{ratio}");
     // Refused before anything is written.
     let unused = std::env::temp_dir().join(format!("emu-cli-sim-{}-bad", std::process::id()));
-    for bad in ["0.5", "inf", "fast"] {
-        let out = unused.to_string_lossy();
-        let (code, err) = uet_emu(&["sim", scenario, "--out", &out, "--slowdown", bad]);
-        assert_eq!(code, Some(1), "{bad}: {err}");
-        assert!(err.contains("--slowdown"), "{bad}: {err}");
-        assert!(!unused.exists(), "{bad}");
+    let out = unused.to_string_lossy();
+    for (command, option, bad) in [
+        ("sim", "--slowdown", "0.5"),
+        ("sim", "--slowdown", "inf"),
+        ("sim", "--slowdown", "fast"),
+        ("sim", "--first-host", "300"),
+        ("run", "--slowdown", "0.5"),
+        ("run", "--first-host", "300"),
+    ] {
+        let (code, err) = uet_emu(&[command, scenario, "--out", &out, option, bad]);
+        assert_eq!(code, Some(1), "{command} {option} {bad}: {err}");
+        assert!(err.contains(option), "{command} {option} {bad}: {err}");
+        assert!(!unused.exists(), "{command} {option} {bad}");
     }
 }
 
