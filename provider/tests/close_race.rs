@@ -158,6 +158,22 @@ fn a_late_earlier_close_attempt_is_not_confirmed_after_a_refusal() {
     t.answers_then_new_message(&[&refusal, &confirm]);
 }
 
+/// Datagrams an engine made, each with its packet type (see `drain`).
+type Datagrams = Vec<(PacketType, Vec<u8>)>;
+
+/// `a` sends `b` one 64 B message into a posted receive at 0 ns; it
+/// arrives at 5 us, and what `b` answers then (its ACK) is returned
+/// instead of delivered: lost.
+fn one_message_whose_ack_is_lost() -> ([std::net::SocketAddr; 2], Engine, Engine, Datagrams) {
+    let (addrs, mut a, mut b) = engine_pair_with(&brisk_config());
+    b.post_recv(0, recv(64, None, 100)).unwrap();
+    a.post_send(0, send(addrs[1], vec![7; 64], None, 1))
+        .unwrap();
+    deliver(&mut b, 5_000, addrs[0], &drain(&mut a, 0));
+    let lost = drain(&mut b, 5_000);
+    (addrs, a, b, lost)
+}
+
 /// A receiver that closes asks its senders to close their contexts. A
 /// sender whose ACKs were all lost (it never learned the receiver's
 /// context) is busy: it learns the context from the request and answers
@@ -166,13 +182,7 @@ fn a_late_earlier_close_attempt_is_not_confirmed_after_a_refusal() {
 /// receives from nobody: it need not wait for resends.
 #[test]
 fn a_closing_receiver_settles_a_sender_whose_acks_were_lost() {
-    let (addrs, mut a, mut b) = engine_pair_with(&brisk_config());
-    b.post_recv(0, recv(64, None, 100)).unwrap();
-    a.post_send(0, send(addrs[1], vec![7; 64], None, 1))
-        .unwrap();
-    deliver(&mut b, 5_000, addrs[0], &drain(&mut a, 0));
-    // b's ACK is lost.
-    let lost = drain(&mut b, 5_000);
+    let (addrs, mut a, mut b, lost) = one_message_whose_ack_is_lost();
     assert!(
         lost.iter()
             .any(|(t, _)| matches!(t, PacketType::Ack | PacketType::AckCc)),
@@ -214,12 +224,7 @@ fn a_closing_receiver_settles_a_sender_whose_acks_were_lost() {
 #[test]
 fn a_close_request_outside_the_sent_range_teaches_nothing() {
     use uet::wire::ControlRepr;
-    let (addrs, mut a, mut b) = engine_pair_with(&brisk_config());
-    b.post_recv(0, recv(64, None, 100)).unwrap();
-    a.post_send(0, send(addrs[1], vec![7; 64], None, 1))
-        .unwrap();
-    deliver(&mut b, 5_000, addrs[0], &drain(&mut a, 0));
-    drain(&mut b, 5_000); // b's ACK is lost
+    let (addrs, mut a, mut b, _) = one_message_whose_ack_is_lost();
     assert_eq!(b.ask_senders_to_close(), 1);
     let asks = drain(&mut b, 10_000);
     let (_, real) = asks

@@ -916,8 +916,7 @@ impl Engine {
         // name it), but only from a request whose PSN (the receiver's
         // cumulative ACK + 1) lies within what this context sent: a stale
         // or forged one must not point the context elsewhere.
-        let learns = tx.remote_id.is_none()
-            && ctl.psn.wrapping_sub(tx.start_psn) <= tx.next_psn().wrapping_sub(tx.start_psn);
+        let learns = tx.remote_id.is_none() && tx.could_expect(ctl.psn);
         if peer.addr != from || !(learns || tx.remote_id == Some(ctl.spdcid)) {
             self.stats.unknown_pdc += 1;
             return;

@@ -1638,8 +1638,6 @@ impl Drop for Endpoint {
         // Rounds of resends seen, and when the latest began: the packets
         // of one round (a window resent at once) come together.
         let (mut rounds, mut round_at) = (0, 0);
-        // When we last asked our senders to close (once per minimum
-        // timeout while answering).
         // Ask at once, however long ago the last arrival was: a sender
         // with a longer timeout than our quiet wait may still resend. The
         // ask counts as an arrival, so its answers have a quiet period to

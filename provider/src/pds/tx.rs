@@ -362,6 +362,13 @@ impl TxPdc {
         psn_lt(ack.cack_psn, self.next_psn())
     }
 
+    /// Whether `psn` is a next-expected PSN a receiver of this context
+    /// could report (its cumulative ACK + 1): from the first PSN sent up
+    /// to the next one to send.
+    pub fn could_expect(&self, psn: u32) -> bool {
+        psn.wrapping_sub(self.start_psn) <= self.next_psn().wrapping_sub(self.start_psn)
+    }
+
     /// Apply an ACK: cumulative PSN plus SACK bitmap.
     pub fn on_ack(&mut self, ack: &AckRepr, now: u64) -> AckOutcome {
         let mut out = AckOutcome::default();
