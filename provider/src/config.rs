@@ -81,6 +81,11 @@ pub const PARAMS: &[ParamSpec] = &[
         help: "Receive the payload of a large packet (16 KiB or more: large datagrams, the default on loopback) straight into the posted receive buffer when it continues where the last packet of its message ended, so the kernel's copy is the only one; a datagram that is not the predicted packet is put back together and copied as usual (default 1; 0 = always receive into the endpoint's own buffers and copy).",
     },
     ParamSpec {
+        name: "splice_bytes",
+        kind: ParamKind::Int,
+        help: "Payloads of at least this many bytes (large datagrams: the default on loopback) leave by vmsplice(2) and splice(2) instead of a copying sendmsg: the datagram refers to the message's own pages until the receiver (on this host) or the NIC takes it, so the sender's kernel copies nothing. The memory stays untouched until the message completes, as for any send; for a peer that gave up on a stalled receiver, every endpoint throws away what waited in its sockets through a gap in progress longer than half the time a peer with its FI_UET_RTO_MIN_US, FI_UET_RTO_MAX_US and FI_UET_MAX_RETRIES resends before giving up (give all endpoints the same). Never through FI_UET_FABRIC (default 32768; 0 = always copy; 0..65536).",
+    },
+    ParamSpec {
         name: "defer_acks",
         kind: ParamKind::Bool,
         help: "When a progress call made by the application completes a message and has only ACKs to send, and the application answered the last such call with a send or RMA, hold those ACKs until its next send or RMA, so a reply it posts at once leaves ahead of them or carries them (FI_UET_ACK_PIGGYBACK); not for a message that crossed ours in flight (its sender still has ours unacknowledged and sent no ACK with it: it may wait for this ACK) unless its sender marked that nothing of its waits for the ACK (an fi_inject, a send without completion), which is then held whatever the application did before; only a send or RMA to that message's sender within FI_UET_ACK_HOLD_US counts as an answer; the hold is reported in the ACK's service time; background progress threads never hold ACKs, and the first application call made FI_UET_ACK_HOLD_US or more after the hold began sends them whatever it completes (default 1; 0 = ACKs leave in the call that queues them).",
@@ -300,6 +305,8 @@ pub struct Config {
     /// Large payloads are received straight into posted buffers
     /// (`engine::Engine::landing`).
     pub direct_rx: bool,
+    /// Payloads at least this long are spliced (`io::splice`); 0 = never.
+    pub splice_bytes: usize,
     /// Delivery-context ID pool size per endpoint.
     pub max_pdcs: usize,
     pub port: u16,
@@ -373,6 +380,7 @@ impl Default for Config {
             ack_hold_us: 10,
             ack_piggyback: true,
             direct_rx: true,
+            splice_bytes: 32768,
             max_pdcs: 16384,
             port: 0,
             pdc_idle_us: 1_000_000,
@@ -496,6 +504,7 @@ impl Config {
             "ack_piggyback" => return Some(ParamValue::Bool(self.ack_piggyback)),
             "ack_hold_us" => return Some(ParamValue::Int(self.ack_hold_us as i64)),
             "direct_rx" => return Some(ParamValue::Bool(self.direct_rx)),
+            "splice_bytes" => return Some(ParamValue::Int(self.splice_bytes as i64)),
             "host_read" => return Some(ParamValue::Bool(self.host_read)),
             "host_ring" => return Some(ParamValue::Bool(self.host_ring)),
             "fabric" => return Some(ParamValue::Str(self.fabric.clone())),
@@ -630,6 +639,7 @@ impl Config {
             "ack_piggyback" => self.ack_piggyback = boolean()?,
             "ack_hold_us" => self.ack_hold_us = int(0, 1_000_000)? as u64,
             "direct_rx" => self.direct_rx = boolean()?,
+            "splice_bytes" => self.splice_bytes = int(0, 65536)? as usize,
             "host_read" => self.host_read = boolean()?,
             "host_ring" => self.host_ring = boolean()?,
             "link_gbps" => self.link_gbps = int(1, 3200)? as u32,

@@ -59,6 +59,7 @@ mod host_ring;
 mod host_ring_backlog;
 pub use host_memory::ProcessMemory;
 pub mod impair;
+mod splice;
 mod sys;
 #[cfg(test)]
 mod tests;
@@ -66,9 +67,13 @@ mod trace;
 
 use host_ring::{HostRings, Pushed, Retried};
 use impair::{FaultConfig, Impairer, PacketClass, Treatment, Verdict, TRIMMED_LEN};
+use splice::Splicer;
 
 /// Datagrams received per progress call before timers and transmits get a turn.
 const RX_BURST: usize = 64;
+/// Most receive calls per socket that throw stale arrivals away (each
+/// takes a batch): more than a full socket buffer holds.
+const STALE_DRAIN_CALLS: usize = 4096;
 /// Landings refused in a row before the driver stops offering that one
 /// (the next large packet placed offers a new one).
 const LANDING_REFUSALS_MAX: u32 = 4;
@@ -178,6 +183,13 @@ pub struct DriverStats {
     pub doorbells_sent: u64,
     pub doorbells_received: u64,
     pub ring_refused: u64,
+    /// `FI_UET_SPLICE_BYTES`: datagrams whose payload left by splice, and
+    /// those that fell back to a copy.
+    pub spliced: u64,
+    pub splice_fallbacks: u64,
+    /// Datagrams thrown away unread after a gap in progress long enough
+    /// for a peer to give up on us (see `Endpoint::discard_stale`).
+    pub stale_discarded: u64,
 }
 
 /// A datagram ready for the wire: `tx_buf[start..end]` or a held copy.
@@ -352,6 +364,16 @@ pub struct Endpoint {
     linger_owed_ns: u64,
     /// Same-host rings (`FI_UET_HOST_RING`), when on.
     rings: Option<HostRings>,
+    /// Large payloads sent by splice (`FI_UET_SPLICE_BYTES`), when on.
+    splicer: Option<Splicer>,
+    /// Engine time when the sockets were last drained (a progress call) or
+    /// watched (a sleep on them that ended in time), the start of a sleep,
+    /// the gap before the last progress call, and the gap after which what
+    /// waits in the sockets is thrown away (see `discard_stale`).
+    watched_at: std::cell::Cell<u64>,
+    asleep_since: std::cell::Cell<u64>,
+    last_gap_ns: u64,
+    stale_after_ns: u64,
 }
 
 /// Whether an endpoint's sockets take arrivals coalesced (UDP GRO).
@@ -438,6 +460,13 @@ impl Endpoint {
             && !local.ip().is_unspecified())
         .then(|| HostRings::new(local))
         .flatten();
+        // Without a pipe big enough, payloads are copied as usual. A relay
+        // is no receiver that guards against stale arrivals (see
+        // `discard_stale`): what waits in its socket is copied out by it
+        // at any time, so payloads to it are copied.
+        let splicer = (config.splice_bytes > 0 && fabric.is_none())
+            .then(|| Splicer::new(config.splice_bytes).ok())
+            .flatten();
         let n = sockets.len();
         let poller = match sockets.len() {
             1 => None,
@@ -538,6 +567,11 @@ impl Endpoint {
             ask_senders_on_close: true,
             linger_owed_ns,
             rings,
+            splicer,
+            watched_at: std::cell::Cell::new(0),
+            asleep_since: std::cell::Cell::new(0),
+            last_gap_ns: 0,
+            stale_after_ns: stale_after_ns(&config),
         })
     }
 
@@ -568,6 +602,8 @@ impl Endpoint {
             ring_backlog_dropped: ring.backlog_dropped,
             doorbells_sent: ring.doorbells_sent,
             ring_refused: ring.refused,
+            spliced: self.splicer.as_ref().map_or(0, |s| s.spliced),
+            splice_fallbacks: self.splicer.as_ref().map_or(0, |s| s.fallbacks),
             ..self.stats.clone()
         }
     }
@@ -772,6 +808,7 @@ impl Endpoint {
     fn progress_holding(&mut self, may_hold: bool) -> bool {
         let mut now = self.now();
         self.progressed_at = now;
+        self.discard_stale(now);
         self.end_send_burst(now);
 
         let mut busy = false;
@@ -890,6 +927,35 @@ impl Endpoint {
     /// taking a burst of large datagrams takes long enough that a stale
     /// clock would date later arrivals too early, and the service time
     /// their ACK reports would exceed their round trip.
+    /// Throw away what waits in the sockets when nobody drained or watched
+    /// them for longer than `stale_after_ns` (half the time a peer with our
+    /// timers retransmits before it gives up), unless such gaps are this
+    /// endpoint's habit (one at least a quarter as long came before: an
+    /// application that polls that seldom would otherwise never receive).
+    /// A peer that splices its payloads (`FI_UET_SPLICE_BYTES`) hands the
+    /// kernel references to its message's pages; if it gave up on us
+    /// meanwhile, its application may have reused that memory, and a
+    /// datagram read now could carry the new bytes under the old
+    /// sequence number. Dropping them is a loss like any other: peers
+    /// still waiting resend.
+    fn discard_stale(&mut self, now: u64) {
+        let gap = now.saturating_sub(self.watched_at.replace(now));
+        let usual = std::mem::replace(&mut self.last_gap_ns, gap);
+        if gap <= self.stale_after_ns || gap / 4 <= usual {
+            return;
+        }
+        for socket in &self.sockets {
+            // Bounded: peers keep sending while this runs.
+            for _ in 0..STALE_DRAIN_CALLS {
+                match self.rx.recv(socket) {
+                    Ok(n) if n > 0 => self.stats.stale_discarded += n as u64,
+                    Err(e) if e.kind() == ErrorKind::ConnectionRefused => {}
+                    _ => break,
+                }
+            }
+        }
+    }
+
     fn receive(&mut self, i: usize, now: &mut u64) -> usize {
         let mut got = 0;
         let mut calls = 0;
@@ -1004,11 +1070,19 @@ impl Endpoint {
     /// same-host lane holds something (progress instead). True means
     /// senders ring the doorbell until [`end_sleep`](Self::end_sleep).
     pub fn begin_sleep(&self) -> bool {
+        self.asleep_since.set(self.now());
         self.rings.as_ref().is_none_or(HostRings::begin_sleep)
     }
 
-    /// After a sleep that [`begin_sleep`](Self::begin_sleep) allowed.
+    /// After a sleep that [`begin_sleep`](Self::begin_sleep) allowed. A
+    /// sleep on the sockets watched them: arrivals would have ended it at
+    /// once. One that lasted longer than any sleep is bounded (a process
+    /// stopped meanwhile) watched nothing.
     pub fn end_sleep(&self) {
+        let now = self.now();
+        if now.saturating_sub(self.asleep_since.get()) <= self.stale_after_ns {
+            self.watched_at.set(now);
+        }
         if let Some(r) = self.rings.as_ref() {
             r.end_sleep();
         }
@@ -1274,8 +1348,17 @@ impl Endpoint {
             let tos = ip::tos(0, t.ecn);
             let head = &self.tx_buf[start..hole.start];
             let tail = &self.tx_buf[hole.end..HEADROOM + t.len];
-            let (parts, n) = datagram_parts(head, payload, tail);
-            match send_datagram(&self.sockets, &mut self.rings, socket, to, tos, &parts[..n]) {
+            let splicer = self.splicer.as_mut();
+            let pieces = (head, payload, tail);
+            match send_datagram(
+                &self.sockets,
+                &mut self.rings,
+                splicer,
+                socket,
+                to,
+                tos,
+                pieces,
+            ) {
                 Ok(Carrier::Udp) => self.stats.sent[socket] += 1,
                 Ok(Carrier::Ring) => hold_ring_backlog(&mut self.rings, &mut self.engine),
                 Err(e) if e.kind() == ErrorKind::WouldBlock => {
@@ -1317,6 +1400,7 @@ impl Endpoint {
             rings,
             impairer,
             held,
+            splicer,
             ..
         } = self
         else {
@@ -1373,6 +1457,7 @@ impl Endpoint {
                 tx_buf,
                 stats,
                 stalled,
+                splicer,
                 gso_on: true,
             };
             // A lone packet (a ping-pong's message or ACK; twice when
@@ -1715,6 +1800,20 @@ const CLOSE_ASKS: u32 = 3;
 /// twice more for each round of resends of packets we had (`rounds`: our
 /// answer was lost again, and the peer backs off, doubling its wait); at
 /// least `floor`, at most [`LINGER_MAX_NS`].
+/// Half of the shortest time a peer with `config`'s timers keeps resending
+/// a packet before it gives up: each of its `max_retries` timeouts at least
+/// the minimum timeout, doubled each time, up to the maximum.
+fn stale_after_ns(config: &Config) -> u64 {
+    let (min, max) = (config.rto_min_us * 1000, config.rto_max_us * 1000);
+    let mut rto = min;
+    let mut total: u64 = 0;
+    for _ in 0..config.max_retries {
+        total = total.saturating_add(rto.min(max));
+        rto = rto.saturating_mul(2);
+    }
+    total / 2
+}
+
 fn linger_quiet_ns(floor: u64, resend_wait: u64, rounds: u32) -> u64 {
     let mut quiet = resend_wait.saturating_mul(2).max(floor);
     for _ in 0..rounds {
@@ -1736,7 +1835,8 @@ fn emit(
     data: &[u8],
 ) -> bool {
     while out.copies > 0 {
-        match send_datagram(sockets, rings, out.socket, out.to, out.tos, &[data]) {
+        let whole = (data, &[][..], &[][..]);
+        match send_datagram(sockets, rings, None, out.socket, out.to, out.tos, whole) {
             Ok(Carrier::Udp) => stats.sent[out.socket] += 1,
             Ok(Carrier::Ring) => {}
             Err(e) if e.kind() == ErrorKind::WouldBlock => return false,
@@ -1767,20 +1867,24 @@ enum Carrier {
     Ring,
 }
 
-/// Send the datagram made of `parts` to `to`: into our lane of its mailbox
-/// when it is on our rings (ringing its doorbell when it sleeps; for a full
-/// lane it waits in the rings' backlog), else over UDP from socket
-/// `socket`.
+/// Send the datagram made of `head`, `payload` and `tail` to `to`: into
+/// our lane of its mailbox when it is on our rings (ringing its doorbell
+/// when it sleeps; for a full lane it waits in the rings' backlog), else
+/// over UDP from socket `socket`, the payload spliced when `splicer` takes
+/// it. Only a payload in message memory may be offered to `splicer`: it
+/// must stay unchanged until the peer acknowledges the datagram.
 fn send_datagram(
     sockets: &[UdpSocket],
     rings: &mut Option<HostRings>,
+    splicer: Option<&mut Splicer>,
     socket: usize,
     to: SocketAddr,
     tos: u8,
-    parts: &[&[u8]],
+    (head, payload, tail): (&[u8], &[u8], &[u8]),
 ) -> std::io::Result<Carrier> {
+    let (parts, n) = datagram_parts(head, payload, tail);
     if let Some(r) = rings.as_mut() {
-        match r.push(to, tos, parts) {
+        match r.push(to, tos, &parts[..n]) {
             Pushed::NoLane => {}
             Pushed::Written => return Ok(Carrier::Ring),
             Pushed::Doorbell => {
@@ -1797,7 +1901,12 @@ fn send_datagram(
             Pushed::Queued => return Ok(Carrier::Ring),
         }
     }
-    sys::send_parts(&sockets[socket], to, tos, parts).map(|()| Carrier::Udp)
+    if let Some(s) = splicer.filter(|s| s.takes(payload, tail.len())) {
+        return s
+            .send(&sockets[socket], to, tos, head, payload, tail)
+            .map(|()| Carrier::Udp);
+    }
+    sys::send_parts(&sockets[socket], to, tos, &parts[..n]).map(|()| Carrier::Udp)
 }
 
 /// Fill `gso.order` with the indices of `gso.pending` grouped by socket
@@ -1839,6 +1948,7 @@ struct Batch<'a> {
     tx_buf: &'a mut Vec<u8>,
     stats: &'a mut DriverStats,
     stalled: &'a mut VecDeque<Outgoing>,
+    splicer: &'a mut Option<Splicer>,
     /// Cleared when the kernel refuses segmented sends for good.
     gso_on: bool,
 }
@@ -1943,9 +2053,17 @@ impl Batch<'_> {
     ) -> std::result::Result<(), usize> {
         for (k, &i) in run.iter().enumerate() {
             let p = &pending[i];
-            let (head, payload, tail) = pending_pieces(self.tx_buf, self.engine, p);
-            let (parts, n) = datagram_parts(head, payload, tail);
-            match send_datagram(self.sockets, self.rings, p.socket, p.to, p.tos, &parts[..n]) {
+            let pieces = pending_pieces(self.tx_buf, self.engine, p);
+            let splicer = self.splicer.as_mut();
+            match send_datagram(
+                self.sockets,
+                self.rings,
+                splicer,
+                p.socket,
+                p.to,
+                p.tos,
+                pieces,
+            ) {
                 Ok(Carrier::Udp) => self.stats.sent[p.socket] += 1,
                 Ok(Carrier::Ring) => {}
                 Err(e) if e.kind() == ErrorKind::WouldBlock => return Err(k),

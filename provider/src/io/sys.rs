@@ -168,7 +168,27 @@ pub fn send_parts(
     if tos == DEFAULT_TOS && parts.len() == 1 {
         return send_one_piece(socket, dest, parts[0]);
     }
-    send_msg(socket, dest, tos, None, parts)
+    send_msg(socket, dest, tos, None, parts, 0)
+}
+
+/// [`send_parts`] with `MSG_MORE`: the pieces start a datagram that the
+/// socket keeps corked until a later send on it without the flag (a splice
+/// included) completes it. A failed send that would have added to it
+/// discards the whole datagram. `segment` (UDP_SEGMENT) at least the whole
+/// datagram's length cuts nothing but lets the kernel leave the checksum to
+/// the device (none on loopback), which it does not for a corked datagram
+/// otherwise.
+pub fn start_corked(
+    socket: &UdpSocket,
+    dest: SocketAddr,
+    tos: u8,
+    segment: Option<u16>,
+    parts: &[&[u8]],
+) -> io::Result<()> {
+    if parts.len() > MAX_PARTS {
+        return Err(io::Error::from(io::ErrorKind::InvalidInput));
+    }
+    send_msg(socket, dest, tos, segment, parts, libc::MSG_MORE)
 }
 
 /// `sendto` of one datagram in one piece with the socket's own TOS.
@@ -238,19 +258,20 @@ pub fn send_segments(
     if parts.len() > MAX_SEGMENT_PARTS {
         return Err(io::Error::from(io::ErrorKind::InvalidInput));
     }
-    send_msg(socket, dest, tos, Some(segment), parts)
+    send_msg(socket, dest, tos, Some(segment), parts, 0)
 }
 
 /// One `sendmsg` of the gathered `parts` (at most [`MAX_SEGMENT_PARTS`])
 /// with an IP_TOS / IPV6_TCLASS control message unless `tos` is the
 /// socket's own ([`DEFAULT_TOS`]), and a
-/// UDP_SEGMENT one when `segment` is given.
+/// UDP_SEGMENT one when `segment` is given; `flags` as for `sendmsg(2)`.
 fn send_msg(
     socket: &UdpSocket,
     dest: SocketAddr,
     tos: u8,
     segment: Option<u16>,
     parts: &[&[u8]],
+    flags: libc::c_int,
 ) -> io::Result<()> {
     // Only the first `count` entries are written and only they are read
     // (msg_iovlen): zeroing all 2 KiB per send showed up in profiles.
@@ -314,7 +335,7 @@ fn send_msg(
     // SAFETY: every pointer in `msg` refers to a live local (address, iovecs
     // over `parts`, control buffer) for the duration of the call; the
     // kernel reads the `count` iovecs written above and no further.
-    unsafe { raw_sendmsg(socket.as_raw_fd(), &msg, 0) }.map(|_| ())
+    unsafe { raw_sendmsg(socket.as_raw_fd(), &msg, flags) }.map(|_| ())
 }
 
 /// One received datagram: its length, source and TOS byte (0 when the

@@ -1788,3 +1788,124 @@ fn a_closing_endpoint_serves_the_pull_of_an_inject_complete_rendezvous_send() {
     let c = receive_from_closing(&mut b, &buf, &data, closing);
     assert_eq!(c.len, data.len());
 }
+
+/// Large datagrams (the loopback default) leave with their payloads
+/// spliced and arrive whole, eager and pulled, and with held and
+/// duplicated copies of them in flight; with FI_UET_SPLICE_BYTES=0 they
+/// are copied.
+#[test]
+fn large_payloads_leave_spliced_and_arrive_whole() {
+    let (mut a, mut b) = pair(&Config::default());
+    exchange(&mut a, &mut b, &[4 << 20, 100, 1 << 20, 70_000]);
+    let s = a.stats();
+    assert!(s.spliced > 0 && s.splice_fallbacks == 0, "{s:?}");
+    let faults = Config {
+        fault_dup: 100,
+        fault_reorder: 100,
+        fault_delay_us: 300,
+        ..Config::default()
+    };
+    let (mut a, mut b) = pair(&faults);
+    exchange(&mut a, &mut b, &[1 << 20, 300_000]);
+    let s = a.stats();
+    assert!(
+        s.spliced > 0 && s.fault_duplicated > 0 && s.fault_delayed > 0,
+        "{s:?}"
+    );
+    let copied = Config {
+        splice_bytes: 0,
+        ..Config::default()
+    };
+    let (mut a, mut b) = pair(&copied);
+    exchange(&mut a, &mut b, &[1 << 20]);
+    assert_eq!(a.stats().spliced, 0);
+}
+
+/// Timers whose peers give up after 70 ms of resending: an endpoint with
+/// them throws away what waited unread for more than 35 ms.
+fn quick_to_give_up() -> Config {
+    Config {
+        rto_min_us: 10_000,
+        rto_max_us: 40_000,
+        max_retries: 3,
+        ..Config::default()
+    }
+}
+
+/// Send `len` bytes from `a` to `b`, let `b` neither progress nor sleep on
+/// its sockets for `stall`, then complete the exchange.
+fn send_across_a_stall(a: &mut Endpoint, b: &mut Endpoint, len: usize, stall: Duration) {
+    b.progress();
+    let (op, buf) = recv_op(len, 1);
+    b.recv(op).unwrap();
+    a.send(send_op(b.local_addr(), pattern(0, len), 2)).unwrap();
+    let until = Instant::now() + stall;
+    while Instant::now() < until {
+        a.progress();
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    complete(a, b, &[buf], &[len]);
+}
+
+/// A peer that splices its payloads and gave up on a stalled receiver may
+/// have reused the memory its queued datagrams refer to: what waited
+/// longer than half that peer's resending is thrown away, and the message
+/// still arrives, resent.
+#[test]
+fn arrivals_that_waited_out_a_long_stall_are_thrown_away_and_resent() {
+    let mut a = Endpoint::bind(&Config::default(), LOOPBACK.parse().unwrap()).unwrap();
+    let mut b = Endpoint::bind(&quick_to_give_up(), LOOPBACK.parse().unwrap()).unwrap();
+    send_across_a_stall(&mut a, &mut b, 200_000, Duration::from_millis(100));
+    assert!(b.stats().stale_discarded > 0, "{:?}", b.stats());
+}
+
+/// A sleep on the sockets watches them: the same gap spent mostly asleep
+/// (as in fi_cq_sread) throws nothing away.
+#[test]
+fn a_gap_spent_asleep_on_the_sockets_throws_nothing_away() {
+    let mut a = Endpoint::bind(&Config::default(), LOOPBACK.parse().unwrap()).unwrap();
+    let mut b = Endpoint::bind(&quick_to_give_up(), LOOPBACK.parse().unwrap()).unwrap();
+    b.progress();
+    let (op, buf) = recv_op(200_000, 1);
+    b.recv(op).unwrap();
+    a.send(send_op(b.local_addr(), pattern(0, 200_000), 2))
+        .unwrap();
+    a.progress();
+    assert!(b.begin_sleep());
+    std::thread::sleep(Duration::from_millis(30));
+    b.end_sleep();
+    std::thread::sleep(Duration::from_millis(20));
+    complete(&mut a, &mut b, &[buf], &[200_000]);
+    assert_eq!(b.stats().stale_discarded, 0);
+}
+
+/// An endpoint that always polls seldom throws arrivals away after its
+/// first long gap only, so it still receives.
+#[test]
+fn an_endpoint_that_always_polls_seldom_still_receives() {
+    let mut a = Endpoint::bind(&Config::default(), LOOPBACK.parse().unwrap()).unwrap();
+    let mut b = Endpoint::bind(&quick_to_give_up(), LOOPBACK.parse().unwrap()).unwrap();
+    let (op, buf) = recv_op(200_000, 1);
+    b.recv(op).unwrap();
+    a.send(send_op(b.local_addr(), pattern(0, 200_000), 2))
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let (mut sent, mut received) = (false, false);
+    while !(sent && received) {
+        assert!(
+            Instant::now() < deadline,
+            "hung: sent {sent}, received {received}"
+        );
+        let until = Instant::now() + Duration::from_millis(60);
+        while Instant::now() < until {
+            a.progress();
+            sent |= a.poll_completion().is_some_and(|c| c.error.is_none());
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        b.progress();
+        received |= b.poll_completion().is_some_and(|c| c.error.is_none());
+    }
+    assert!(*buf.0.lock().unwrap() == pattern(0, 200_000));
+    let thrown = b.stats().stale_discarded;
+    assert!(thrown > 0, "the first gap of 60 ms throws what waited away");
+}

@@ -1,0 +1,387 @@
+//! Large payloads sent without the sender kernel's copy (`FI_UET_SPLICE_BYTES`).
+//!
+//! A plain `sendmsg` copies every payload byte into socket memory, and over
+//! loopback the receiver's `recvmsg` copies it again: two copies per byte,
+//! as tcp makes. Here the headers start a corked datagram (`MSG_MORE`), the
+//! payload goes into a pipe by `vmsplice(2)`, which takes references to the
+//! message's pages instead of copying them, an ACK trailer (if any) is
+//! written behind it, and `splice(2)` moves the lot into the socket, which
+//! completes the datagram. The skb then points at the application's pages
+//! until the receiver copies them out, or a NIC sends them: one copy per
+//! byte on loopback.
+//!
+//! This is safe for the transport because a payload's memory stays
+//! untouched until its message completes, and a message completes only on
+//! the receiver's ACK, which the receiver sends after its `recvmsg` copied
+//! the datagram. What can still sit in a queue after that is a duplicate
+//! (a resend whose original arrived), which the receiver drops whatever it
+//! holds.
+//!
+//! Failures keep datagrams whole: a send that fails while a datagram is
+//! corked makes the kernel discard that datagram, so the caller resends it
+//! as usual; whatever is left in the pipe is read out, and a pipe that
+//! cannot be emptied turns splicing off for good.
+
+use std::io;
+use std::net::{SocketAddr, UdpSocket};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+
+use super::sys;
+
+/// Pipe capacity asked for: a 64 KiB payload spans up to 17 pages, the
+/// trailer one more; the default 16 slots would not hold it.
+const PIPE_BYTES: usize = 256 << 10;
+/// Largest payload spliced; longer ones (none in a UDP datagram) are copied.
+const MAX_SPLICED: usize = 65536;
+const PAGE: usize = 4096;
+/// Pieces one datagram's skb holds besides its headers: the kernel's
+/// `MAX_SKB_FRAGS`, at least 64 KiB / page size + 1 (17 with 4 KiB pages).
+/// A datagram that needs more is refused once part of it is corked.
+fn max_frags(page: usize) -> usize {
+    MAX_SPLICED / page + 1
+}
+
+/// One endpoint's pipe and threshold.
+pub struct Splicer {
+    read: OwnedFd,
+    write: OwnedFd,
+    /// Payloads of at least this many bytes are spliced.
+    min_bytes: usize,
+    /// Where a pipe's leftovers are read out to after a failure.
+    scratch: Vec<u8>,
+    /// The system's page size: pieces are counted in pages.
+    page: usize,
+    /// Set when the kernel refused a splice for good, or leftovers could
+    /// not be read out of the pipe (they would lead the next datagram):
+    /// nothing is spliced any more.
+    off: bool,
+    /// Datagrams whose payload was spliced, and those that fell back to a
+    /// copy (a pipe that refused the pages or the trailer).
+    pub spliced: u64,
+    pub fallbacks: u64,
+}
+
+impl Splicer {
+    /// A non-blocking pipe with room for a whole datagram, or the error
+    /// that prevents one (no pipes, a `pipe-max-size` below 128 KiB).
+    pub fn new(min_bytes: usize) -> io::Result<Splicer> {
+        let mut fds = [0 as libc::c_int; 2];
+        // SAFETY: `fds` has room for the two descriptors pipe2 writes.
+        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_NONBLOCK | libc::O_CLOEXEC) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: pipe2 succeeded, so both are open descriptors that nothing
+        // else owns.
+        let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+        // SAFETY: F_SETPIPE_SZ / F_GETPIPE_SZ on a pipe we own; they take
+        // and return an int.
+        let capacity = unsafe {
+            libc::fcntl(
+                write.as_raw_fd(),
+                libc::F_SETPIPE_SZ,
+                PIPE_BYTES as libc::c_int,
+            );
+            libc::fcntl(write.as_raw_fd(), libc::F_GETPIPE_SZ)
+        };
+        if capacity < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        if (capacity as usize) < MAX_SPLICED + 2 * PAGE {
+            return Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                format!("pipe of {capacity} bytes cannot hold a datagram"),
+            ));
+        }
+        // SAFETY: sysconf only reads a system value.
+        let page = match unsafe { libc::sysconf(libc::_SC_PAGESIZE) } {
+            n if n > 0 => n as usize,
+            _ => PAGE,
+        };
+        Ok(Splicer {
+            read,
+            write,
+            page,
+            min_bytes: min_bytes.max(1),
+            scratch: vec![0; PAGE * 16],
+            off: false,
+            spliced: 0,
+            fallbacks: 0,
+        })
+    }
+
+    /// Whether `payload`, with `tail_len` bytes after it, goes by splice:
+    /// long enough to be worth the three system calls, and in few enough
+    /// pieces for one skb (its pages, and a page of the pipe's own for the
+    /// tail).
+    pub fn takes(&self, payload: &[u8], tail_len: usize) -> bool {
+        let len = payload.len();
+        !self.off
+            && len >= self.min_bytes
+            && len <= MAX_SPLICED
+            && self.pieces(payload, tail_len) <= max_frags(self.page)
+    }
+
+    /// The skb pieces `payload` and a tail of `tail_len` bytes take.
+    fn pieces(&self, payload: &[u8], tail_len: usize) -> usize {
+        let start = payload.as_ptr() as usize;
+        let pages = (start + payload.len().max(1) - 1) / self.page - start / self.page + 1;
+        pages + usize::from(tail_len > 0)
+    }
+
+    /// Send `head`, `payload` (message memory that stays unchanged until
+    /// the peer acknowledges it) and `tail` as one datagram to `dest` from
+    /// `socket` (non-blocking), the payload spliced. On an error nothing
+    /// was sent: the caller goes on as after a failed `sendmsg`. A kernel
+    /// that refuses the way this sends (an error it gives for what it does
+    /// not support, or a splice it takes only in part) turns splicing off,
+    /// and the datagram leaves copied.
+    pub fn send(
+        &mut self,
+        socket: &UdpSocket,
+        dest: SocketAddr,
+        tos: u8,
+        head: &[u8],
+        payload: &[u8],
+        tail: &[u8],
+    ) -> io::Result<()> {
+        // A segment size lets the device do the checksum (none on loopback,
+        // where the receiver would otherwise check it while copying), but
+        // puts the headers in a piece of their own.
+        let whole = u16::try_from(head.len() + payload.len() + tail.len()).ok();
+        let room = self.pieces(payload, tail.len()) < max_frags(self.page);
+        let segment = whole.filter(|_| room);
+        match sys::start_corked(socket, dest, tos, segment, &[head]) {
+            Ok(()) => {}
+            Err(e) if super::cannot_segment(&e) => {
+                return self.turn_off(socket, dest, tos, head, payload, tail)
+            }
+            Err(e) => return Err(e),
+        }
+        let total = payload.len() + tail.len();
+        let staged = self.stage(payload) && (tail.is_empty() || self.stage_copy(tail));
+        if !staged {
+            // The corked headers are completed by a copy; a failure there
+            // discards them.
+            self.fallbacks += 1;
+            self.empty_pipe();
+            return sys::send_parts(socket, dest, tos, &[payload, tail]);
+        }
+        // SAFETY: both descriptors are open and ours; no offsets are used
+        // (NULL), as splice requires for a pipe and a socket.
+        let moved = unsafe {
+            libc::splice(
+                self.read.as_raw_fd(),
+                std::ptr::null_mut(),
+                socket.as_raw_fd(),
+                std::ptr::null_mut(),
+                total,
+                libc::SPLICE_F_NONBLOCK,
+            )
+        };
+        if moved >= 0 && moved as usize == total {
+            self.spliced += 1;
+            return Ok(());
+        }
+        // The socket discarded the datagram (every failed append to a
+        // corked datagram does); what did not move is still in the pipe.
+        let e = (moved < 0).then(io::Error::last_os_error);
+        self.empty_pipe();
+        match e {
+            Some(e) if !super::cannot_segment(&e) => Err(e),
+            // Taken in part: refused midway, for no reason that passes.
+            _ => self.turn_off(socket, dest, tos, head, payload, tail),
+        }
+    }
+
+    /// No more splicing; this datagram leaves copied.
+    fn turn_off(
+        &mut self,
+        socket: &UdpSocket,
+        dest: SocketAddr,
+        tos: u8,
+        head: &[u8],
+        payload: &[u8],
+        tail: &[u8],
+    ) -> io::Result<()> {
+        self.off = true;
+        self.fallbacks += 1;
+        sys::send_parts(socket, dest, tos, &[head, payload, tail])
+    }
+
+    /// The payload's pages into the pipe, whole.
+    fn stage(&mut self, payload: &[u8]) -> bool {
+        let iov = libc::iovec {
+            iov_base: payload.as_ptr() as *mut libc::c_void,
+            iov_len: payload.len(),
+        };
+        // SAFETY: `iov` describes `payload`, live and readable for the
+        // call; without SPLICE_F_GIFT the kernel only takes references to
+        // its pages, which the caller keeps unchanged until the datagram is
+        // acknowledged (module docs).
+        let n = unsafe { libc::vmsplice(self.write.as_raw_fd(), &iov, 1, 0) };
+        n >= 0 && n as usize == payload.len()
+    }
+
+    /// A few bytes copied into the pipe behind the payload.
+    fn stage_copy(&mut self, bytes: &[u8]) -> bool {
+        // SAFETY: `bytes` is live and readable for its length.
+        let n = unsafe { libc::write(self.write.as_raw_fd(), bytes.as_ptr().cast(), bytes.len()) };
+        n >= 0 && n as usize == bytes.len()
+    }
+
+    /// Read out whatever a failure left in the pipe.
+    fn empty_pipe(&mut self) {
+        loop {
+            // SAFETY: `scratch` is ours and writable for its length.
+            let n = unsafe {
+                libc::read(
+                    self.read.as_raw_fd(),
+                    self.scratch.as_mut_ptr().cast(),
+                    self.scratch.len(),
+                )
+            };
+            if n > 0 {
+                continue;
+            }
+            if n < 0 && io::Error::last_os_error().kind() == io::ErrorKind::WouldBlock {
+                return;
+            }
+            // End of file cannot happen while we hold the write end; any
+            // other error leaves the pipe's contents unknown.
+            self.off = true;
+            return;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pair() -> (UdpSocket, UdpSocket) {
+        let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        tx.set_nonblocking(true).unwrap();
+        rx.set_read_timeout(Some(std::time::Duration::from_secs(5)))
+            .unwrap();
+        (tx, rx)
+    }
+
+    fn pattern(seed: u8, len: usize) -> Vec<u8> {
+        (0..len)
+            .map(|i| seed.wrapping_add((i % 251) as u8))
+            .collect()
+    }
+
+    /// Datagrams arrive as sent: a payload in 16 pages (corked with a
+    /// segment size, the headers in a piece of their own), one in 17 (no
+    /// room for that: corked plainly), one with a tail.
+    #[test]
+    fn a_spliced_datagram_arrives_as_its_three_pieces() {
+        let (tx, rx) = pair();
+        let mut s = Splicer::new(1).unwrap();
+        let memory = pattern(7, 3 * MAX_SPLICED);
+        let at = s.page - memory.as_ptr() as usize % s.page;
+        let head = pattern(1, 64);
+        let tail = pattern(9, 20);
+        let sixteen = &memory[at..at + 65000 - 64];
+        let seventeen = &memory[at + s.page - 100..][..65000 - 64];
+        let short = &memory[at + 123..][..40000];
+        assert_eq!(s.pieces(sixteen, 0), 16);
+        assert_eq!(s.pieces(seventeen, 0), 17);
+        let to = rx.local_addr().unwrap();
+        let sent: [(&[u8], &[u8]); 3] = [(sixteen, &[]), (seventeen, &[]), (short, &tail)];
+        for (payload, tail) in sent {
+            assert!(s.takes(payload, tail.len()));
+            s.send(&tx, to, sys::DEFAULT_TOS, &head, payload, tail)
+                .unwrap();
+        }
+        let mut buf = vec![0u8; 65536];
+        for (payload, tail) in sent {
+            let n = rx.recv(&mut buf).unwrap();
+            assert_eq!(&buf[..n], &[&head[..], payload, tail].concat()[..]);
+        }
+        assert_eq!((s.spliced, s.fallbacks), (3, 0));
+    }
+
+    /// A datagram the socket refuses once its payload is in the pipe (here
+    /// one over the largest UDP datagram): nothing of it arrives, splicing
+    /// turns off, the pipe is empty and the next datagram is whole, with
+    /// nothing of the cork before it.
+    #[test]
+    fn a_refused_splice_leaves_nothing_behind() {
+        let (tx, rx) = pair();
+        let mut s = Splicer::new(1).unwrap();
+        let to = rx.local_addr().unwrap();
+        let e = s
+            .send(
+                &tx,
+                to,
+                sys::DEFAULT_TOS,
+                &[1; 50000],
+                &pattern(3, 20000),
+                &[2; 8],
+            )
+            .unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::EMSGSIZE), "{e}");
+        assert!(s.off && !s.takes(&pattern(0, 40000), 0));
+        let mut queued: libc::c_int = 0;
+        // SAFETY: FIONREAD on our pipe writes one int.
+        assert_eq!(
+            unsafe { libc::ioctl(s.read.as_raw_fd(), libc::FIONREAD, &mut queued) },
+            0
+        );
+        assert_eq!(queued, 0, "the pipe still holds bytes");
+        let payload = pattern(5, 40000);
+        sys::send_parts(&tx, to, sys::DEFAULT_TOS, &[&[4; 48], &payload]).unwrap();
+        let mut buf = vec![0u8; 65536];
+        let n = rx.recv(&mut buf).unwrap();
+        assert_eq!(&buf[..n], &[&[4; 48][..], &payload[..]].concat()[..]);
+        assert_eq!((s.spliced, s.fallbacks), (0, 1));
+    }
+
+    /// A pipe that cannot take the payload: the datagram leaves copied,
+    /// whole.
+    #[test]
+    fn a_payload_the_pipe_refuses_is_copied_instead() {
+        let (tx, rx) = pair();
+        let mut s = Splicer::new(1).unwrap();
+        // SAFETY: shrinking our own, empty pipe to one page.
+        let rc =
+            unsafe { libc::fcntl(s.write.as_raw_fd(), libc::F_SETPIPE_SZ, PAGE as libc::c_int) };
+        assert!(rc >= 0);
+        let to = rx.local_addr().unwrap();
+        let payload = pattern(8, 30000);
+        for _ in 0..2 {
+            s.send(&tx, to, sys::DEFAULT_TOS, &[6; 48], &payload, &[7; 8])
+                .unwrap();
+        }
+        let mut buf = vec![0u8; 65536];
+        for _ in 0..2 {
+            let n = rx.recv(&mut buf).unwrap();
+            assert_eq!(
+                &buf[..n],
+                &[&[6; 48][..], &payload[..], &[7; 8][..]].concat()[..]
+            );
+        }
+        assert_eq!((s.spliced, s.fallbacks), (0, 2));
+    }
+
+    #[test]
+    fn small_payloads_and_ones_over_too_many_pages_are_left_to_the_copy() {
+        let s = Splicer::new(32768).unwrap();
+        let memory = vec![0u8; 3 * MAX_SPLICED];
+        // Page-aligned start within `memory`.
+        let at = s.page - memory.as_ptr() as usize % s.page;
+        let aligned = &memory[at..];
+        assert!(!s.takes(&aligned[..32767], 0));
+        assert!(s.takes(&aligned[..32768], 0));
+        assert!(s.takes(&aligned[..65000], 0) && s.takes(&aligned[..65000], 8));
+        assert!(!s.takes(&aligned[..MAX_SPLICED + 1], 0));
+        // 65000 bytes from 100 bytes before a page's end span 17 pages: no
+        // room for a tail.
+        let late = &memory[at + s.page - 100..];
+        assert!(s.takes(&late[..65000], 0));
+        assert!(!s.takes(&late[..65000], 8));
+    }
+}
