@@ -83,7 +83,7 @@ pub const PARAMS: &[ParamSpec] = &[
     ParamSpec {
         name: "splice_bytes",
         kind: ParamKind::Int,
-        help: "Payloads of at least this many bytes (large datagrams: the default on loopback) leave by vmsplice(2) and splice(2) instead of a copying sendmsg: the datagram refers to the message's own pages until the receiver (on this host) or the NIC takes it, so the sender's kernel copies nothing. The memory stays untouched until the message completes, as for any send; for a peer that gave up on a stalled receiver, every endpoint throws away what waited in its sockets through a gap in progress longer than half the time a peer with its FI_UET_RTO_MIN_US, FI_UET_RTO_MAX_US and FI_UET_MAX_RETRIES resends before giving up (give all endpoints the same). Never through FI_UET_FABRIC (default 32768; 0 = always copy; 0..65536).",
+        help: "Payloads of at least this many bytes (large datagrams: the default on loopback) leave by vmsplice(2) and splice(2) instead of a copying sendmsg: the datagram refers to the message's own pages until the receiver (on this host) or the NIC takes it, so the sender's kernel copies nothing. The memory stays untouched until the message completes, as for any send; for a peer that gave up on a stalled receiver or closed, every endpoint throws away what waited in its sockets through a gap in progress longer than half the sooner of the two for its FI_UET_RTO_MIN_US, FI_UET_RTO_MAX_US and FI_UET_MAX_RETRIES (200 ms by default, at least 100 ms; timers that would want less keep payloads copied): give all endpoints the same. Never through FI_UET_FABRIC (default 32768; 0 = always copy; else 16384..65536: receivers guard datagrams from 16 KiB on).",
     },
     ParamSpec {
         name: "defer_acks",
@@ -639,7 +639,14 @@ impl Config {
             "ack_piggyback" => self.ack_piggyback = boolean()?,
             "ack_hold_us" => self.ack_hold_us = int(0, 1_000_000)? as u64,
             "direct_rx" => self.direct_rx = boolean()?,
-            "splice_bytes" => self.splice_bytes = int(0, 65536)? as usize,
+            "splice_bytes" => {
+                let v = int(0, 65536)?;
+                // Receivers guard datagrams from this size on (io::discard_stale).
+                if v != 0 && v < 16384 {
+                    return Err(err(format!("{v} is below 16384 (0 = off)")));
+                }
+                self.splice_bytes = v as usize
+            }
             "host_read" => self.host_read = boolean()?,
             "host_ring" => self.host_ring = boolean()?,
             "link_gbps" => self.link_gbps = int(1, 3200)? as u32,

@@ -71,9 +71,18 @@ use splice::Splicer;
 
 /// Datagrams received per progress call before timers and transmits get a turn.
 const RX_BURST: usize = 64;
-/// Most receive calls per socket that throw stale arrivals away (each
-/// takes a batch): more than a full socket buffer holds.
-const STALE_DRAIN_CALLS: usize = 4096;
+/// Datagrams a receiver looks at, after a gap long enough for a peer to
+/// give up on it, for ones that may be stale (see `discard_stale`): more
+/// than its socket buffer holds of them.
+const STALE_LOOKS: usize = 4096;
+/// Datagrams this long or longer may carry a spliced payload (see
+/// `discard_stale`); `FI_UET_SPLICE_BYTES` splices no shorter payload.
+pub const STALE_GUARDED_BYTES: usize = 16384;
+/// No gap shorter than this throws arrivals away, however short the
+/// timers: the idle-progress thread alone leaves gaps of up to 25 ms, and a
+/// loaded host longer ones. Timers that would need a shorter one turn
+/// splicing off (see `Endpoint::bind`).
+const STALE_FLOOR_NS: u64 = 100_000_000;
 /// Landings refused in a row before the driver stops offering that one
 /// (the next large packet placed offers a new one).
 const LANDING_REFUSALS_MAX: u32 = 4;
@@ -374,6 +383,11 @@ pub struct Endpoint {
     asleep_since: std::cell::Cell<u64>,
     last_gap_ns: u64,
     stale_after_ns: u64,
+    /// How long a peer with our timers resends before it gives up: a gap
+    /// this long throws arrivals away even when such gaps are a habit.
+    give_up_ns: u64,
+    /// Datagrams still to look at for stale ones, until socket 0 is empty.
+    stale_looks: usize,
 }
 
 /// Whether an endpoint's sockets take arrivals coalesced (UDP GRO).
@@ -460,13 +474,20 @@ impl Endpoint {
             && !local.ip().is_unspecified())
         .then(|| HostRings::new(local))
         .flatten();
-        // Without a pipe big enough, payloads are copied as usual. A relay
-        // is no receiver that guards against stale arrivals (see
-        // `discard_stale`): what waits in its socket is copied out by it
-        // at any time, so payloads to it are copied.
-        let splicer = (config.splice_bytes > 0 && fabric.is_none())
-            .then(|| Splicer::new(config.splice_bytes).ok())
-            .flatten();
+        // A peer with our timers hands back memory that its queued
+        // datagrams may refer to once it gives up on us or once its close
+        // stops resending: a receiver throws away what waited for half the
+        // sooner of the two (see `discard_stale`). Timers that would want
+        // that below the floor keep payloads copied, and so does a relay,
+        // which has no such guard. Without a pipe big enough, too.
+        let give_up_ns = give_up_ns(&config);
+        let linger_owed_ns = (2 * engine.rto_max_ns()).min(LINGER_OWED_MAX_NS);
+        let returned_ns = give_up_ns.min(linger_owed_ns);
+        let stale_after_ns = (returned_ns / 2).max(STALE_FLOOR_NS);
+        let splicer =
+            (config.splice_bytes > 0 && fabric.is_none() && returned_ns / 2 >= STALE_FLOOR_NS)
+                .then(|| Splicer::new(config.splice_bytes).ok())
+                .flatten();
         let n = sockets.len();
         let poller = match sockets.len() {
             1 => None,
@@ -516,7 +537,6 @@ impl Endpoint {
                 Some(trace::TraceFile::open(pattern, local, &mut engine, unix)?)
             }
         };
-        let linger_owed_ns = (2 * engine.rto_max_ns()).min(LINGER_OWED_MAX_NS);
         Ok(Endpoint {
             engine,
             sockets,
@@ -571,7 +591,9 @@ impl Endpoint {
             watched_at: std::cell::Cell::new(0),
             asleep_since: std::cell::Cell::new(0),
             last_gap_ns: 0,
-            stale_after_ns: stale_after_ns(&config),
+            stale_after_ns,
+            give_up_ns,
+            stale_looks: 0,
         })
     }
 
@@ -922,43 +944,45 @@ impl Endpoint {
         busy
     }
 
+    /// After a gap in which nobody drained or watched the sockets for longer
+    /// than `stale_after_ns`, throw away the large datagrams that waited
+    /// (until socket 0 is found empty), unless such gaps are this
+    /// endpoint's habit (one at least a quarter as long came before: an
+    /// application that polls that seldom would otherwise never receive)
+    /// and shorter than `give_up_ns`. A peer that splices its payloads
+    /// (`FI_UET_SPLICE_BYTES`, datagrams of [`STALE_GUARDED_BYTES`] or
+    /// more) hands the kernel references to its message's pages; once it
+    /// gave up on us or closed, its application may have reused that
+    /// memory, and a datagram read now could carry the new bytes under the
+    /// old sequence number. Dropping them is a loss like any other: peers
+    /// still waiting resend. Shorter datagrams were copied when sent.
+    fn discard_stale(&mut self, now: u64) {
+        let gap = now.saturating_sub(self.watched_at.replace(now));
+        let usual = std::mem::replace(&mut self.last_gap_ns, gap);
+        let habit = gap / 4 <= usual && gap <= self.give_up_ns;
+        if gap > self.stale_after_ns && !habit {
+            self.stale_looks = STALE_LOOKS;
+        }
+    }
+
+    /// A receive call that began at `before` and ended at `after` (a
+    /// process stopped within it) may have taken stale datagrams: look at
+    /// those too.
+    fn look_for_stale_if_stalled(&mut self, before: u64, after: u64) {
+        if after.saturating_sub(before) > self.stale_after_ns {
+            self.stale_looks = STALE_LOOKS;
+        }
+    }
+
     /// Hand up to a burst of datagrams from socket `i` to the engine.
     /// `now` is read again after every system call that brought something:
     /// taking a burst of large datagrams takes long enough that a stale
     /// clock would date later arrivals too early, and the service time
     /// their ACK reports would exceed their round trip.
-    /// Throw away what waits in the sockets when nobody drained or watched
-    /// them for longer than `stale_after_ns` (half the time a peer with our
-    /// timers retransmits before it gives up), unless such gaps are this
-    /// endpoint's habit (one at least a quarter as long came before: an
-    /// application that polls that seldom would otherwise never receive).
-    /// A peer that splices its payloads (`FI_UET_SPLICE_BYTES`) hands the
-    /// kernel references to its message's pages; if it gave up on us
-    /// meanwhile, its application may have reused that memory, and a
-    /// datagram read now could carry the new bytes under the old
-    /// sequence number. Dropping them is a loss like any other: peers
-    /// still waiting resend.
-    fn discard_stale(&mut self, now: u64) {
-        let gap = now.saturating_sub(self.watched_at.replace(now));
-        let usual = std::mem::replace(&mut self.last_gap_ns, gap);
-        if gap <= self.stale_after_ns || gap / 4 <= usual {
-            return;
-        }
-        for socket in &self.sockets {
-            // Bounded: peers keep sending while this runs.
-            for _ in 0..STALE_DRAIN_CALLS {
-                match self.rx.recv(socket) {
-                    Ok(n) if n > 0 => self.stats.stale_discarded += n as u64,
-                    Err(e) if e.kind() == ErrorKind::ConnectionRefused => {}
-                    _ => break,
-                }
-            }
-        }
-    }
-
     fn receive(&mut self, i: usize, now: &mut u64) -> usize {
         let mut got = 0;
         let mut calls = 0;
+        let mut drained = false;
         let single = i == 0 && !self.rx_burst;
         while got < RX_BURST && calls < RX_BURST {
             calls += 1;
@@ -985,10 +1009,14 @@ impl Endpoint {
                 // ICMP port unreachable from an earlier send surfaces here as
                 // ECONNREFUSED on Linux; the engine's timers handle dead peers.
                 Err(e) if e.kind() == ErrorKind::ConnectionRefused => continue,
-                Err(_) => break,
+                Err(e) => {
+                    drained = e.kind() == ErrorKind::WouldBlock;
+                    break;
+                }
             };
             if n > 0 {
-                *now = self.now();
+                let before = std::mem::replace(now, self.now());
+                self.look_for_stale_if_stalled(before, *now);
             }
             for k in 0..n {
                 let (r, bytes) = self.rx.get(k);
@@ -1009,6 +1037,9 @@ impl Endpoint {
                     .chain(bytes.is_empty().then_some(bytes))
                 {
                     count += 1;
+                    if take_stale(&mut self.stale_looks, &mut self.stats, datagram.len()) {
+                        continue;
+                    }
                     deliver(
                         &mut self.engine,
                         &mut self.stats,
@@ -1028,11 +1059,16 @@ impl Endpoint {
             }
             // After a landing the next datagram may be the next packet.
             if (single || n < self.rx.capacity()) && !landing_call {
+                drained = n == 0 || !single;
                 break;
             }
         }
         if i == 0 {
             self.rx_burst = got > 0;
+            if drained {
+                // Anything after this was sent since the gap.
+                self.stale_looks = 0;
+            }
         }
         if self.gro == Gro::Wanted
             && (got >= GRO_AFTER_BURST
@@ -1119,7 +1155,15 @@ impl Endpoint {
             }
             return Some(Err(e));
         }
-        *now = self.now();
+        let before = std::mem::replace(now, self.now());
+        self.look_for_stale_if_stalled(before, *now);
+        let len = self.rx.get(0).0.len;
+        // A smaller one is put back together and looked at as usual.
+        if len >= STALE_GUARDED_BYTES && take_stale(&mut self.stale_looks, &mut self.stats, len) {
+            // Its bytes in the region are written again by their own
+            // packet, as after any wrong guess.
+            return Some(Ok(Landed::Lost));
+        }
         let (slot, bytes) = self.rx.get(0);
         let coalesced = slot.segment != 0 && slot.segment < slot.len;
         if let Some(from) = slot.from.filter(|_| !slot.truncated && !coalesced) {
@@ -1635,6 +1679,19 @@ fn impair_batch(
 }
 
 /// The engine's clock: nanoseconds since `epoch_ns` (the endpoint's bind).
+/// Whether a datagram of `len` bytes, just taken while `looks` remain
+/// after a gap (see `Endpoint::discard_stale`), is thrown away as possibly
+/// stale; counted in `stats`.
+fn take_stale(looks: &mut usize, stats: &mut DriverStats, len: usize) -> bool {
+    if *looks == 0 {
+        return false;
+    }
+    *looks -= 1;
+    let stale = len >= STALE_GUARDED_BYTES;
+    stats.stale_discarded += u64::from(stale);
+    stale
+}
+
 fn engine_time(epoch_ns: u64) -> u64 {
     sys::monotonic_ns().saturating_sub(epoch_ns)
 }
@@ -1795,15 +1852,10 @@ impl Drop for Endpoint {
 /// each one).
 const CLOSE_ASKS: u32 = 3;
 
-/// How long a closing endpoint waits for silence before it stops answering:
-/// twice as long as a peer may wait before it resends (`resend_wait`), and
-/// twice more for each round of resends of packets we had (`rounds`: our
-/// answer was lost again, and the peer backs off, doubling its wait); at
-/// least `floor`, at most [`LINGER_MAX_NS`].
-/// Half of the shortest time a peer with `config`'s timers keeps resending
-/// a packet before it gives up: each of its `max_retries` timeouts at least
-/// the minimum timeout, doubled each time, up to the maximum.
-fn stale_after_ns(config: &Config) -> u64 {
+/// The shortest time a peer with `config`'s timers keeps resending a packet
+/// before it gives up: each of its `max_retries` timeouts at least the
+/// minimum timeout, doubled each time, up to the maximum.
+fn give_up_ns(config: &Config) -> u64 {
     let (min, max) = (config.rto_min_us * 1000, config.rto_max_us * 1000);
     let mut rto = min;
     let mut total: u64 = 0;
@@ -1811,9 +1863,14 @@ fn stale_after_ns(config: &Config) -> u64 {
         total = total.saturating_add(rto.min(max));
         rto = rto.saturating_mul(2);
     }
-    total / 2
+    total
 }
 
+/// How long a closing endpoint waits for silence before it stops answering:
+/// twice as long as a peer may wait before it resends (`resend_wait`), and
+/// twice more for each round of resends of packets we had (`rounds`: our
+/// answer was lost again, and the peer backs off, doubling its wait); at
+/// least `floor`, at most [`LINGER_MAX_NS`].
 fn linger_quiet_ns(floor: u64, resend_wait: u64, rounds: u32) -> u64 {
     let mut quiet = resend_wait.saturating_mul(2).max(floor);
     for _ in 0..rounds {

@@ -34,6 +34,8 @@ const PIPE_BYTES: usize = 256 << 10;
 /// Largest payload spliced; longer ones (none in a UDP datagram) are copied.
 const MAX_SPLICED: usize = 65536;
 const PAGE: usize = 4096;
+/// Datagrams taken only in part in a row before splicing turns off.
+pub const MIDWAY_REFUSALS_MAX: u32 = 4;
 /// Pieces one datagram's skb holds besides its headers: the kernel's
 /// `MAX_SKB_FRAGS`, at least 64 KiB / page size + 1 (17 with 4 KiB pages).
 /// A datagram that needs more is refused once part of it is corked.
@@ -55,6 +57,8 @@ pub struct Splicer {
     /// not be read out of the pipe (they would lead the next datagram):
     /// nothing is spliced any more.
     off: bool,
+    /// Datagrams the socket took only in part, in a row.
+    midway_refusals: u32,
     /// Datagrams whose payload was spliced, and those that fell back to a
     /// copy (a pipe that refused the pages or the trailer).
     pub spliced: u64,
@@ -101,9 +105,12 @@ impl Splicer {
             read,
             write,
             page,
-            min_bytes: min_bytes.max(1),
+            // Receivers guard only datagrams this long (see
+            // `Endpoint::discard_stale`).
+            min_bytes: min_bytes.max(super::STALE_GUARDED_BYTES),
             scratch: vec![0; PAGE * 16],
             off: false,
+            midway_refusals: 0,
             spliced: 0,
             fallbacks: 0,
         })
@@ -131,10 +138,12 @@ impl Splicer {
     /// Send `head`, `payload` (message memory that stays unchanged until
     /// the peer acknowledges it) and `tail` as one datagram to `dest` from
     /// `socket` (non-blocking), the payload spliced. On an error nothing
-    /// was sent: the caller goes on as after a failed `sendmsg`. A kernel
-    /// that refuses the way this sends (an error it gives for what it does
-    /// not support, or a splice it takes only in part) turns splicing off,
-    /// and the datagram leaves copied.
+    /// was sent: the caller goes on as after a failed `sendmsg`. Whatever
+    /// happens, no corked datagram and nothing in the pipe is left for the
+    /// next one. A kernel that refuses the way this sends (an error it
+    /// gives for what it does not support, or datagrams taken only in part
+    /// [`MIDWAY_REFUSALS_MAX`] times in a row) turns splicing off, and the
+    /// datagram leaves copied.
     pub fn send(
         &mut self,
         socket: &UdpSocket,
@@ -152,60 +161,83 @@ impl Splicer {
         let segment = whole.filter(|_| room);
         match sys::start_corked(socket, dest, tos, segment, &[head]) {
             Ok(()) => {}
+            // A failed start leaves nothing corked.
             Err(e) if super::cannot_segment(&e) => {
-                return self.turn_off(socket, dest, tos, head, payload, tail)
+                self.off = true;
+                return self.copied(socket, dest, tos, &[head, payload, tail]);
             }
             Err(e) => return Err(e),
         }
-        let total = payload.len() + tail.len();
         let staged = self.stage(payload) && (tail.is_empty() || self.stage_copy(tail));
         if !staged {
-            // The corked headers are completed by a copy; a failure there
-            // discards them.
-            self.fallbacks += 1;
+            // The corked headers are completed by a copy.
             self.empty_pipe();
-            return sys::send_parts(socket, dest, tos, &[payload, tail]);
+            return self.copied(socket, dest, tos, &[payload, tail]);
         }
-        // SAFETY: both descriptors are open and ours; no offsets are used
-        // (NULL), as splice requires for a pipe and a socket.
-        let moved = unsafe {
-            libc::splice(
-                self.read.as_raw_fd(),
-                std::ptr::null_mut(),
-                socket.as_raw_fd(),
-                std::ptr::null_mut(),
-                total,
-                libc::SPLICE_F_NONBLOCK,
-            )
+        let mut left = payload.len() + tail.len();
+        let mut moved_some = false;
+        let e = loop {
+            // SAFETY: both descriptors are open and ours; no offsets are
+            // used (NULL), as splice requires for a pipe and a socket.
+            let moved = unsafe {
+                libc::splice(
+                    self.read.as_raw_fd(),
+                    std::ptr::null_mut(),
+                    socket.as_raw_fd(),
+                    std::ptr::null_mut(),
+                    left,
+                    libc::SPLICE_F_NONBLOCK,
+                )
+            };
+            if moved > 0 {
+                // The rest completes a datagram still corked, or, when the
+                // kernel dropped it after a failed append, is refused
+                // (EDESTADDRREQ: no cork, and these sockets name no peer).
+                left = left.saturating_sub(moved as usize);
+                moved_some = true;
+                if left == 0 {
+                    self.spliced += 1;
+                    self.midway_refusals = 0;
+                    return Ok(());
+                }
+                continue;
+            }
+            let e = match moved {
+                0 => io::Error::from(io::ErrorKind::WouldBlock),
+                _ => io::Error::last_os_error(),
+            };
+            if e.kind() != io::ErrorKind::Interrupted {
+                break e;
+            }
         };
-        if moved >= 0 && moved as usize == total {
-            self.spliced += 1;
-            return Ok(());
-        }
-        // The socket discarded the datagram (every failed append to a
-        // corked datagram does); what did not move is still in the pipe.
-        let e = (moved < 0).then(io::Error::last_os_error);
         self.empty_pipe();
-        match e {
-            Some(e) if !super::cannot_segment(&e) => Err(e),
-            // Taken in part: refused midway, for no reason that passes.
-            _ => self.turn_off(socket, dest, tos, head, payload, tail),
+        abandon_cork(socket, &self.scratch);
+        if !moved_some && !super::cannot_segment(&e) {
+            return Err(e);
         }
+        // Refused midway: copied, and after a few in a row never again.
+        self.midway_refusals += 1;
+        if super::cannot_segment(&e) || self.midway_refusals >= MIDWAY_REFUSALS_MAX {
+            self.off = true;
+        }
+        self.copied(socket, dest, tos, &[head, payload, tail])
     }
 
-    /// No more splicing; this datagram leaves copied.
-    fn turn_off(
+    /// `parts` sent by a copying `sendmsg` (completing a corked datagram
+    /// when the headers are corked already): a fallback.
+    fn copied(
         &mut self,
         socket: &UdpSocket,
         dest: SocketAddr,
         tos: u8,
-        head: &[u8],
-        payload: &[u8],
-        tail: &[u8],
+        parts: &[&[u8]],
     ) -> io::Result<()> {
-        self.off = true;
         self.fallbacks += 1;
-        sys::send_parts(socket, dest, tos, &[head, payload, tail])
+        let sent = sys::send_parts(socket, dest, tos, parts);
+        if sent.is_err() {
+            abandon_cork(socket, &self.scratch);
+        }
+        sent
     }
 
     /// The payload's pages into the pipe, whole.
@@ -243,8 +275,11 @@ impl Splicer {
             if n > 0 {
                 continue;
             }
-            if n < 0 && io::Error::last_os_error().kind() == io::ErrorKind::WouldBlock {
-                return;
+            match io::Error::last_os_error().kind() {
+                _ if n == 0 => {}
+                io::ErrorKind::WouldBlock => return,
+                io::ErrorKind::Interrupted => continue,
+                _ => {}
             }
             // End of file cannot happen while we hold the write end; any
             // other error leaves the pipe's contents unknown.
@@ -253,6 +288,28 @@ impl Splicer {
         }
     }
 }
+
+/// Drop whatever datagram `socket` may still hold corked: a send of more
+/// than any datagram holds, with `MSG_MORE`, fails whatever it meets. A
+/// corked datagram it would join is dropped with it (EMSGSIZE); with none,
+/// it is refused at once for want of a peer (EDESTADDRREQ: these sockets
+/// name none).
+fn abandon_cork(socket: &UdpSocket, scratch: &[u8]) {
+    let len = scratch.len().min(MAX_DATAGRAM_BYTES);
+    // SAFETY: `scratch` is live and readable for `len` bytes; the kernel
+    // only reads it, and fails the send either way.
+    let _ = unsafe {
+        libc::send(
+            socket.as_raw_fd(),
+            scratch.as_ptr().cast(),
+            len,
+            libc::MSG_MORE | libc::MSG_DONTWAIT,
+        )
+    };
+}
+
+/// Longest UDP datagram an IPv4 or IPv6 socket takes in one send.
+const MAX_DATAGRAM_BYTES: usize = 65535;
 
 #[cfg(test)]
 mod tests {
@@ -284,11 +341,14 @@ mod tests {
         let at = s.page - memory.as_ptr() as usize % s.page;
         let head = pattern(1, 64);
         let tail = pattern(9, 20);
-        let sixteen = &memory[at..at + 65000 - 64];
-        let seventeen = &memory[at + s.page - 100..][..65000 - 64];
+        // 16 and 17 pages with 4 KiB pages.
+        let full = max_frags(s.page) - 1;
+        let len = full * s.page - 600;
+        let sixteen = &memory[at..at + len];
+        let seventeen = &memory[at + s.page - 100..][..len];
         let short = &memory[at + 123..][..40000];
-        assert_eq!(s.pieces(sixteen, 0), 16);
-        assert_eq!(s.pieces(seventeen, 0), 17);
+        assert_eq!(s.pieces(sixteen, 0), full);
+        assert_eq!(s.pieces(seventeen, 0), full + 1);
         let to = rx.local_addr().unwrap();
         let sent: [(&[u8], &[u8]); 3] = [(sixteen, &[]), (seventeen, &[]), (short, &tail)];
         for (payload, tail) in sent {
@@ -338,6 +398,24 @@ mod tests {
         let n = rx.recv(&mut buf).unwrap();
         assert_eq!(&buf[..n], &[&[4; 48][..], &payload[..]].concat()[..]);
         assert_eq!((s.spliced, s.fallbacks), (0, 1));
+    }
+
+    /// What a failure may leave corked is dropped: the next datagram
+    /// arrives alone, and with nothing corked the drop sends nothing.
+    #[test]
+    fn an_abandoned_cork_sends_nothing() {
+        let (tx, rx) = pair();
+        let to = rx.local_addr().unwrap();
+        let scratch = vec![0u8; 65536];
+        sys::start_corked(&tx, to, sys::DEFAULT_TOS, None, &[&[1; 100]]).unwrap();
+        abandon_cork(&tx, &scratch);
+        abandon_cork(&tx, &scratch);
+        sys::send_parts(&tx, to, sys::DEFAULT_TOS, &[&[2; 10]]).unwrap();
+        let mut buf = [0u8; 256];
+        let n = rx.recv(&mut buf).unwrap();
+        assert_eq!(&buf[..n], &[2; 10]);
+        rx.set_nonblocking(true).unwrap();
+        assert!(rx.recv(&mut buf).is_err(), "a second datagram arrived");
     }
 
     /// A pipe that cannot take the payload: the datagram leaves copied,
