@@ -51,6 +51,7 @@ use crate::copy::copy_bytes;
 use crate::engine::{Engine, PayloadRef, Transmit};
 use crate::ops::{Completion, Context, MsgBuffer, RecvOp, SendOp};
 use crate::wire::ip::{self, Ecn};
+use crate::wire::prologue::flags as prologue_flags;
 use crate::wire::{ack_trailer, Prologue, RelayHeader};
 use crate::{Config, Error, Result};
 
@@ -71,10 +72,6 @@ use splice::Splicer;
 
 /// Datagrams received per progress call before timers and transmits get a turn.
 const RX_BURST: usize = 64;
-/// Datagrams a receiver looks at, after a gap long enough for a peer to
-/// give up on it, for ones that may be stale (see `discard_stale`): more
-/// than its socket buffer holds of them.
-const STALE_LOOKS: usize = 4096;
 /// Datagrams this long or longer may carry a spliced payload (see
 /// `discard_stale`); `FI_UET_SPLICE_BYTES` splices no shorter payload.
 pub const STALE_GUARDED_BYTES: usize = 16384;
@@ -375,10 +372,10 @@ pub struct Endpoint {
     rings: Option<HostRings>,
     /// Large payloads sent by splice (`FI_UET_SPLICE_BYTES`), when on.
     splicer: Option<Splicer>,
-    /// Engine time when the sockets were last drained (a progress call) or
-    /// watched (a sleep on them that ended in time), the start of a sleep,
-    /// the gap before the last progress call, and the gap after which what
-    /// waits in the sockets is thrown away (see `discard_stale`).
+    /// Engine time when socket 0 was last found empty or watched (a sleep
+    /// on it that ended in time), the start of a sleep, the gap between
+    /// the two last times it was found empty, and the gap after which the
+    /// large datagrams waiting in it are thrown away (see `discard_stale`).
     watched_at: std::cell::Cell<u64>,
     asleep_since: std::cell::Cell<u64>,
     last_gap_ns: u64,
@@ -386,8 +383,10 @@ pub struct Endpoint {
     /// How long a peer with our timers resends before it gives up: a gap
     /// this long throws arrivals away even when such gaps are a habit.
     give_up_ns: u64,
-    /// Datagrams still to look at for stale ones, until socket 0 is empty.
+    /// Large datagrams still to look at for stale ones, until socket 0 is
+    /// found empty, and how many a full socket buffer holds.
     stale_looks: usize,
+    stale_looks_max: usize,
 }
 
 /// Whether an endpoint's sockets take arrivals coalesced (UDP GRO).
@@ -594,6 +593,7 @@ impl Endpoint {
             stale_after_ns,
             give_up_ns,
             stale_looks: 0,
+            stale_looks_max: 2 * config.sockbuf / STALE_GUARDED_BYTES + RX_BURST,
         })
     }
 
@@ -944,12 +944,12 @@ impl Endpoint {
         busy
     }
 
-    /// After a gap in which nobody drained or watched the sockets for longer
-    /// than `stale_after_ns`, throw away the large datagrams that waited
-    /// (until socket 0 is found empty), unless such gaps are this
-    /// endpoint's habit (one at least a quarter as long came before: an
-    /// application that polls that seldom would otherwise never receive)
-    /// and shorter than `give_up_ns`. A peer that splices its payloads
+    /// When socket 0 was last found empty (or watched by a sleep) longer
+    /// ago than `stale_after_ns`, throw away the large datagrams that
+    /// waited in it (until it is found empty again), unless such gaps are
+    /// this endpoint's habit (the one before was at least a quarter as
+    /// long: an application that polls that seldom would otherwise never
+    /// receive) and shorter than `give_up_ns`. A peer that splices its payloads
     /// (`FI_UET_SPLICE_BYTES`, datagrams of [`STALE_GUARDED_BYTES`] or
     /// more) hands the kernel references to its message's pages; once it
     /// gave up on us or closed, its application may have reused that
@@ -957,11 +957,10 @@ impl Endpoint {
     /// old sequence number. Dropping them is a loss like any other: peers
     /// still waiting resend. Shorter datagrams were copied when sent.
     fn discard_stale(&mut self, now: u64) {
-        let gap = now.saturating_sub(self.watched_at.replace(now));
-        let usual = std::mem::replace(&mut self.last_gap_ns, gap);
-        let habit = gap / 4 <= usual && gap <= self.give_up_ns;
+        let gap = now.saturating_sub(self.watched_at.get());
+        let habit = gap / 4 <= self.last_gap_ns && gap <= self.give_up_ns;
         if gap > self.stale_after_ns && !habit {
-            self.stale_looks = STALE_LOOKS;
+            self.stale_looks = self.stale_looks_max;
         }
     }
 
@@ -970,7 +969,7 @@ impl Endpoint {
     /// those too.
     fn look_for_stale_if_stalled(&mut self, before: u64, after: u64) {
         if after.saturating_sub(before) > self.stale_after_ns {
-            self.stale_looks = STALE_LOOKS;
+            self.stale_looks = self.stale_looks_max;
         }
     }
 
@@ -1066,7 +1065,10 @@ impl Endpoint {
         if i == 0 {
             self.rx_burst = got > 0;
             if drained {
-                // Anything after this was sent since the gap.
+                // What comes next arrived since: nothing in the socket is
+                // older than this.
+                let gap = now.saturating_sub(self.watched_at.replace(*now));
+                self.last_gap_ns = gap;
                 self.stale_looks = 0;
             }
         }
@@ -1157,16 +1159,16 @@ impl Endpoint {
         }
         let before = std::mem::replace(now, self.now());
         self.look_for_stale_if_stalled(before, *now);
-        let len = self.rx.get(0).0.len;
-        // A smaller one is put back together and looked at as usual.
-        if len >= STALE_GUARDED_BYTES && take_stale(&mut self.stale_looks, &mut self.stats, len) {
-            // Its bytes in the region are written again by their own
-            // packet, as after any wrong guess.
-            return Some(Ok(Landed::Lost));
-        }
         let (slot, bytes) = self.rx.get(0);
         let coalesced = slot.segment != 0 && slot.segment < slot.len;
         if let Some(from) = slot.from.filter(|_| !slot.truncated && !coalesced) {
+            // What would not land is put back together and looked at as
+            // usual.
+            if take_stale(&mut self.stale_looks, &mut self.stats, slot.len) {
+                // Its bytes in the region are written again by their own
+                // packet, as after any wrong guess.
+                return Some(Ok(Landed::Lost));
+            }
             if slot.len > header_len {
                 let header = &bytes[..header_len];
                 let payload_len = slot.len - header_len;
@@ -1683,13 +1685,12 @@ fn impair_batch(
 /// after a gap (see `Endpoint::discard_stale`), is thrown away as possibly
 /// stale; counted in `stats`.
 fn take_stale(looks: &mut usize, stats: &mut DriverStats, len: usize) -> bool {
-    if *looks == 0 {
+    if *looks == 0 || len < STALE_GUARDED_BYTES {
         return false;
     }
     *looks -= 1;
-    let stale = len >= STALE_GUARDED_BYTES;
-    stats.stale_discarded += u64::from(stale);
-    stale
+    stats.stale_discarded += 1;
+    true
 }
 
 fn engine_time(epoch_ns: u64) -> u64 {
@@ -1773,6 +1774,9 @@ impl Drop for Endpoint {
     /// completion to wait for, and a lost packet of it would otherwise be lost
     /// for good.
     fn drop(&mut self) {
+        // What the close sends leaves copied: once it returns, the
+        // application may reuse memory a queued datagram would refer to.
+        self.splicer = None;
         let start = self.now();
         self.flush(start);
         let resend_wait = self.engine.peer_resend_wait_ns();
@@ -1958,7 +1962,12 @@ fn send_datagram(
             Pushed::Queued => return Ok(Carrier::Ring),
         }
     }
-    if let Some(s) = splicer.filter(|s| s.takes(payload, tail.len())) {
+    // Resends leave copied: a message fails, handing its memory back,
+    // only when resends went unanswered for as long as the peer's timers
+    // allow, so a spliced datagram read after that waited that long in
+    // the receiver's socket, which the receiver then throws away.
+    let first_send = || Prologue::parse(head).is_ok_and(|p| p.flags & prologue_flags::RETX == 0);
+    if let Some(s) = splicer.filter(|s| s.takes(payload, tail.len()) && first_send()) {
         return s
             .send(&sockets[socket], to, tos, head, payload, tail)
             .map(|()| Carrier::Udp);

@@ -1929,3 +1929,38 @@ fn an_endpoint_that_always_polls_seldom_still_receives() {
     b.progress();
     assert!(b.stats().stale_discarded > first, "gaps past the give-up");
 }
+
+/// Only a packet's first send is spliced: a resend (RETX) leaves copied.
+#[test]
+fn resends_leave_copied() {
+    let rx = UdpSocket::bind(LOOPBACK).unwrap();
+    let tx = UdpSocket::bind(LOOPBACK).unwrap();
+    tx.set_nonblocking(true).unwrap();
+    let mut splicer = Splicer::new(32768).unwrap();
+    let payload = pattern(9, 60000);
+    let mut buf = vec![0u8; 65536];
+    for (flags, spliced) in [(0, 1), (crate::wire::prologue::flags::RETX, 1)] {
+        let mut head = [0u8; 56];
+        Prologue {
+            ptype: crate::wire::PacketType::RudRequest,
+            next: NextHeader::SesRequest,
+            flags,
+        }
+        .emit(&mut head);
+        let to = rx.local_addr().unwrap();
+        let pieces = (&head[..], &payload[..], &[][..]);
+        send_datagram(
+            &[tx.try_clone().unwrap()],
+            &mut None,
+            Some(&mut splicer),
+            0,
+            to,
+            sys::DEFAULT_TOS,
+            pieces,
+        )
+        .unwrap();
+        let n = rx.recv(&mut buf).unwrap();
+        assert_eq!(&buf[..n], &[&head[..], &payload[..]].concat()[..]);
+        assert_eq!(splicer.spliced, spliced, "flags {flags:#x}");
+    }
+}
