@@ -15,12 +15,16 @@
 //! the receiver's ACK, which the receiver sends after its `recvmsg` copied
 //! the datagram. What can still sit in a queue after that is a duplicate
 //! (a resend whose original arrived), which the receiver drops whatever it
-//! holds.
+//! holds. Memory comes back without that ACK only when a sender gives up
+//! or closes: resends and a closing endpoint's sends are copied, and a
+//! receiver throws away the large datagrams that waited as long as that
+//! takes (`Endpoint::discard_stale`, provider/README.md section 2.7).
 //!
 //! Failures keep datagrams whole: a send that fails while a datagram is
 //! corked makes the kernel discard that datagram, so the caller resends it
-//! as usual; whatever is left in the pipe is read out, and a pipe that
-//! cannot be emptied turns splicing off for good.
+//! as usual; whatever is left in the pipe is read out and whatever may
+//! still be corked is dropped ([`abandon_cork`]); a pipe that cannot be
+//! emptied turns splicing off for good.
 
 use std::io;
 use std::net::{SocketAddr, UdpSocket};
@@ -35,7 +39,7 @@ const PIPE_BYTES: usize = 256 << 10;
 const MAX_SPLICED: usize = 65536;
 const PAGE: usize = 4096;
 /// Datagrams taken only in part in a row before splicing turns off.
-pub const MIDWAY_REFUSALS_MAX: u32 = 4;
+const MIDWAY_REFUSALS_MAX: u32 = 4;
 /// Pieces one datagram's skb holds besides its headers: the kernel's
 /// `MAX_SKB_FRAGS`, at least 64 KiB / page size + 1 (17 with 4 KiB pages).
 /// A datagram that needs more is refused once part of it is corked.
