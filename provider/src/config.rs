@@ -23,6 +23,10 @@ pub struct ParamSpec {
     pub help: &'static str,
 }
 
+/// Smallest `FI_UET_SPLICE_BYTES` but 0: receivers guard datagrams from
+/// this size on against stale spliced pages (`io::Endpoint::discard_stale`).
+pub const SPLICE_BYTES_MIN: usize = 16384;
+
 /// Every parameter the provider reads. The help strings state the default.
 pub const PARAMS: &[ParamSpec] = &[
     ParamSpec {
@@ -641,9 +645,8 @@ impl Config {
             "direct_rx" => self.direct_rx = boolean()?,
             "splice_bytes" => {
                 let v = int(0, 65536)?;
-                // Receivers guard datagrams from this size on (io::discard_stale).
-                if v != 0 && v < 16384 {
-                    return Err(err(format!("{v} is below 16384 (0 = off)")));
+                if v != 0 && (v as usize) < SPLICE_BYTES_MIN {
+                    return Err(err(format!("{v} is below {SPLICE_BYTES_MIN} (0 = off)")));
                 }
                 self.splice_bytes = v as usize
             }

@@ -73,8 +73,8 @@ use splice::Splicer;
 /// Datagrams received per progress call before timers and transmits get a turn.
 const RX_BURST: usize = 64;
 /// Datagrams this long or longer may carry a spliced payload (see
-/// `discard_stale`); `FI_UET_SPLICE_BYTES` splices no shorter payload.
-pub const STALE_GUARDED_BYTES: usize = 16384;
+/// `discard_stale`): `FI_UET_SPLICE_BYTES` splices no shorter payload.
+const STALE_GUARDED_BYTES: usize = crate::config::SPLICE_BYTES_MIN;
 /// No gap shorter than this throws arrivals away, however short the
 /// timers: the idle-progress thread alone leaves gaps of up to 25 ms, and a
 /// loaded host longer ones. Timers that would need a shorter one turn
@@ -1114,7 +1114,7 @@ impl Endpoint {
 
     /// After a sleep that [`begin_sleep`](Self::begin_sleep) allowed. A
     /// sleep on the sockets watched them: arrivals would have ended it at
-    /// once. One that lasted longer than any sleep is bounded (a process
+    /// once. One that lasted longer than the stale guard's gap (a process
     /// stopped meanwhile) watched nothing.
     pub fn end_sleep(&self) {
         let now = self.now();
@@ -1680,7 +1680,6 @@ fn impair_batch(
     gso.impaired = taken;
 }
 
-/// The engine's clock: nanoseconds since `epoch_ns` (the endpoint's bind).
 /// Whether a datagram of `len` bytes, just taken while `looks` remain
 /// after a gap (see `Endpoint::discard_stale`), is thrown away as possibly
 /// stale; counted in `stats`.
@@ -1693,6 +1692,7 @@ fn take_stale(looks: &mut usize, stats: &mut DriverStats, len: usize) -> bool {
     true
 }
 
+/// The engine's clock: nanoseconds since `epoch_ns` (the endpoint's bind).
 fn engine_time(epoch_ns: u64) -> u64 {
     sys::monotonic_ns().saturating_sub(epoch_ns)
 }

@@ -1829,18 +1829,31 @@ fn stall_pair(stale_ms: u64) -> (Endpoint, Endpoint) {
     (a, b)
 }
 
-/// Send `len` bytes from `a` to `b`, let `b` neither progress nor sleep on
-/// its sockets for `stall`, then complete the exchange.
-fn send_across_a_stall(a: &mut Endpoint, b: &mut Endpoint, len: usize, stall: Duration) {
-    b.progress();
-    let (op, buf) = recv_op(len, 1);
+/// Post a receive of `len` bytes at `b` and send `a` message of
+/// `pattern(seed, len)` to it; the receive's buffer.
+fn post_message(a: &mut Endpoint, b: &mut Endpoint, len: usize, seed: u64) -> Shared {
+    let (op, buf) = recv_op(len, 1 + 2 * seed);
     b.recv(op).unwrap();
-    a.send(send_op(b.local_addr(), pattern(0, len), 2)).unwrap();
-    let until = Instant::now() + stall;
+    a.send(send_op(b.local_addr(), pattern(seed, len), 2 + 2 * seed))
+        .unwrap();
+    buf
+}
+
+/// Progress `a` alone for `time`.
+fn progress_for(a: &mut Endpoint, time: Duration) {
+    let until = Instant::now() + time;
     while Instant::now() < until {
         a.progress();
         std::thread::sleep(Duration::from_millis(1));
     }
+}
+
+/// Send `len` bytes from `a` to `b`, let `b` neither progress nor sleep on
+/// its sockets for `stall`, then complete the exchange.
+fn send_across_a_stall(a: &mut Endpoint, b: &mut Endpoint, len: usize, stall: Duration) {
+    b.progress();
+    let buf = post_message(a, b, len, 0);
+    progress_for(a, stall);
     complete(a, b, &[buf], &[len]);
 }
 
@@ -1861,10 +1874,7 @@ fn arrivals_that_waited_out_a_long_stall_are_thrown_away_and_resent() {
 fn a_gap_spent_asleep_on_the_sockets_throws_nothing_away() {
     let (mut a, mut b) = stall_pair(350);
     b.progress();
-    let (op, buf) = recv_op(200_000, 1);
-    b.recv(op).unwrap();
-    a.send(send_op(b.local_addr(), pattern(0, 200_000), 2))
-        .unwrap();
+    let buf = post_message(&mut a, &mut b, 200_000, 0);
     a.progress();
     assert!(b.begin_sleep());
     std::thread::sleep(Duration::from_millis(200));
@@ -1876,10 +1886,7 @@ fn a_gap_spent_asleep_on_the_sockets_throws_nothing_away() {
 
 /// Poll `b` every `every` until `a`'s 200 KB message has arrived whole.
 fn receive_polling_every(a: &mut Endpoint, b: &mut Endpoint, every: Duration) {
-    let (op, buf) = recv_op(200_000, 1);
-    b.recv(op).unwrap();
-    a.send(send_op(b.local_addr(), pattern(0, 200_000), 2))
-        .unwrap();
+    let buf = post_message(a, b, 200_000, 0);
     let deadline = Instant::now() + Duration::from_secs(30);
     let (mut sent, mut received) = (false, false);
     while !(sent && received) {
@@ -1917,15 +1924,8 @@ fn an_endpoint_that_always_polls_seldom_still_receives() {
     // A gap past the give-up of a peer with b's timers: a peer may have
     // given up meanwhile, habit or not.
     b.give_up_ns = 100_000_000;
-    let (op, _buf) = recv_op(200_000, 3);
-    b.recv(op).unwrap();
-    a.send(send_op(b.local_addr(), pattern(1, 200_000), 4))
-        .unwrap();
-    let until = Instant::now() + Duration::from_millis(150);
-    while Instant::now() < until {
-        a.progress();
-        std::thread::sleep(Duration::from_millis(1));
-    }
+    post_message(&mut a, &mut b, 200_000, 1);
+    progress_for(&mut a, Duration::from_millis(150));
     b.progress();
     assert!(b.stats().stale_discarded > first, "gaps past the give-up");
 }
