@@ -190,9 +190,11 @@ pub struct DriverStats {
     pub doorbells_received: u64,
     pub ring_refused: u64,
     /// `FI_UET_SPLICE_BYTES`: datagrams whose payload left by splice, and
-    /// those that fell back to a copy.
+    /// those that fell back to a copy; of the spliced ones, those corked
+    /// again without a segment size (their headers split in two pieces).
     pub spliced: u64,
     pub splice_fallbacks: u64,
+    pub splice_recorked: u64,
     /// Datagrams thrown away unread after a gap in progress long enough
     /// for a peer to give up on us (see `Endpoint::discard_stale`).
     pub stale_discarded: u64,
@@ -626,6 +628,7 @@ impl Endpoint {
             ring_refused: ring.refused,
             spliced: self.splicer.as_ref().map_or(0, |s| s.spliced),
             splice_fallbacks: self.splicer.as_ref().map_or(0, |s| s.fallbacks),
+            splice_recorked: self.splicer.as_ref().map_or(0, |s| s.recorked),
             ..self.stats.clone()
         }
     }

@@ -47,6 +47,17 @@ fn max_frags(page: usize) -> usize {
     MAX_SPLICED / page + 1
 }
 
+/// How one datagram's payload is split ([`Splicer::plan`]): its first
+/// `prefix` bytes are copied behind the headers, its last `suffix` bytes
+/// into the pipe with the tail, the rest spliced; `segmented`: corked with
+/// a segment size.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Plan {
+    prefix: usize,
+    suffix: usize,
+    segmented: bool,
+}
+
 /// One endpoint's pipe and threshold.
 pub struct Splicer {
     read: OwnedFd,
@@ -67,6 +78,9 @@ pub struct Splicer {
     /// copy (a pipe that refused the pages or the trailer).
     pub spliced: u64,
     pub fallbacks: u64,
+    /// Datagrams corked again without a segment size, their headers
+    /// having left too few skb pieces for the payload.
+    pub recorked: u64,
 }
 
 impl Splicer {
@@ -117,6 +131,7 @@ impl Splicer {
             midway_refusals: 0,
             spliced: 0,
             fallbacks: 0,
+            recorked: 0,
         })
     }
 
@@ -134,9 +149,60 @@ impl Splicer {
 
     /// The skb pieces `payload` and a tail of `tail_len` bytes take.
     fn pieces(&self, payload: &[u8], tail_len: usize) -> usize {
+        self.pages(payload.as_ptr() as usize, payload.len()) + usize::from(tail_len > 0)
+    }
+
+    /// Pages that `len` bytes from address `start` touch (none for none).
+    fn pages(&self, start: usize, len: usize) -> usize {
+        match len {
+            0 => 0,
+            _ => (start + len - 1) / self.page - start / self.page + 1,
+        }
+    }
+
+    /// How `payload` (taken by [`takes`](Self::takes)) and a tail of
+    /// `tail_len` bytes go. A segment size lets the device do the checksum
+    /// (none on loopback, where the receiver would otherwise check every
+    /// byte while copying, and the sender sum them first), but puts the
+    /// headers in a piece of their own, leaving `max_frags - 1` pieces for
+    /// the rest. A payload on more pages than that gives up its partial
+    /// first page (copied behind the headers, in their piece) and, if
+    /// still needed, its partial last page (copied into the pipe with the
+    /// tail, one piece): at most two pages copied of seventeen, instead of
+    /// every byte summed twice. When that is still too many (whole pages
+    /// and a tail), the datagram is corked without a segment size, the
+    /// headers then in the skb's own head.
+    fn plan(&self, payload: &[u8], tail_len: usize) -> Plan {
+        let budget = max_frags(self.page) - 1;
         let start = payload.as_ptr() as usize;
-        let pages = (start + payload.len().max(1) - 1) / self.page - start / self.page + 1;
-        pages + usize::from(tail_len > 0)
+        let len = payload.len();
+        let mut plan = Plan {
+            prefix: 0,
+            suffix: 0,
+            segmented: true,
+        };
+        let fits = |p: &Plan| {
+            let middle = self.pages(start + p.prefix, len - p.prefix - p.suffix);
+            let copied = p.suffix + tail_len;
+            // Copied bytes take one piece if they fit in a page.
+            middle + copied.div_ceil(self.page) <= budget
+        };
+        if fits(&plan) {
+            return plan;
+        }
+        plan.prefix = ((self.page - start % self.page) % self.page).min(len);
+        if fits(&plan) {
+            return plan;
+        }
+        plan.suffix = ((start + len) % self.page).min(len - plan.prefix);
+        if fits(&plan) {
+            return plan;
+        }
+        Plan {
+            prefix: 0,
+            suffix: 0,
+            segmented: false,
+        }
     }
 
     /// Send `head`, `payload` (message memory that stays unchanged until
@@ -157,13 +223,12 @@ impl Splicer {
         payload: &[u8],
         tail: &[u8],
     ) -> io::Result<()> {
-        // A segment size lets the device do the checksum (none on loopback,
-        // where the receiver would otherwise check it while copying), but
-        // puts the headers in a piece of their own.
+        let plan = self.plan(payload, tail.len());
         let whole = u16::try_from(head.len() + payload.len() + tail.len()).ok();
-        let room = self.pieces(payload, tail.len()) < max_frags(self.page);
-        let segment = whole.filter(|_| room);
-        match sys::start_corked(socket, dest, tos, segment, &[head]) {
+        let segment = whole.filter(|_| plan.segmented);
+        let (prefix, rest) = payload.split_at(plan.prefix);
+        let (middle, suffix) = rest.split_at(rest.len() - plan.suffix);
+        match sys::start_corked(socket, dest, tos, segment, &[head, prefix]) {
             Ok(()) => {}
             // A failed start leaves nothing corked.
             Err(e) if super::cannot_segment(&e) => {
@@ -172,15 +237,56 @@ impl Splicer {
             }
             Err(e) => return Err(e),
         }
-        let staged = self.stage(payload) && (tail.is_empty() || self.stage_copy(tail));
+        let after = [suffix, tail];
+        let staged = self.stage(middle) && self.stage_copy(&after);
         if !staged {
             // The corked headers are completed by a copy.
             self.empty_pipe();
-            return self.copied(socket, dest, tos, &[payload, tail]);
+            return self.copied(socket, dest, tos, &[rest, tail]);
         }
-        let mut left = payload.len() + tail.len();
+        let in_pipe = rest.len() + tail.len();
+        let (moved_some, e) = match self.move_pipe(socket, in_pipe) {
+            Ok(()) => return Ok(()),
+            // The headers took two pieces of the skb (the socket's page
+            // fragment ran out within them), leaving one too few for the
+            // payload: nothing moved and nothing is corked any more, the
+            // pipe still holds it all. Again with the headers in the skb's
+            // own head (no segment size: the checksum is done in software).
+            Err((false, e)) if segment.is_some() && e.raw_os_error() == Some(libc::EMSGSIZE) => {
+                self.recorked += 1;
+                abandon_cork(socket, &self.scratch);
+                match sys::start_corked(socket, dest, tos, None, &[head, prefix]) {
+                    Ok(()) => match self.move_pipe(socket, in_pipe) {
+                        Ok(()) => return Ok(()),
+                        Err(failed) => failed,
+                    },
+                    Err(e) => {
+                        self.empty_pipe();
+                        return Err(e);
+                    }
+                }
+            }
+            Err(failed) => failed,
+        };
+        self.empty_pipe();
+        abandon_cork(socket, &self.scratch);
+        if !moved_some && !super::cannot_segment(&e) {
+            return Err(e);
+        }
+        // Refused midway: copied, and after a few in a row never again.
+        self.midway_refusals += 1;
+        if super::cannot_segment(&e) || self.midway_refusals >= MIDWAY_REFUSALS_MAX {
+            self.off = true;
+        }
+        self.copied(socket, dest, tos, &[head, payload, tail])
+    }
+
+    /// Splice the `left` bytes in the pipe into `socket`, completing the
+    /// datagram corked there. `Err((moved_some, e))` when the socket
+    /// refused the rest, `moved_some` when it had taken part of it.
+    fn move_pipe(&mut self, socket: &UdpSocket, mut left: usize) -> Result<(), (bool, io::Error)> {
         let mut moved_some = false;
-        let e = loop {
+        loop {
             // SAFETY: both descriptors are open and ours; no offsets are
             // used (NULL), as splice requires for a pipe and a socket.
             let moved = unsafe {
@@ -211,20 +317,9 @@ impl Splicer {
                 _ => io::Error::last_os_error(),
             };
             if e.kind() != io::ErrorKind::Interrupted {
-                break e;
+                return Err((moved_some, e));
             }
-        };
-        self.empty_pipe();
-        abandon_cork(socket, &self.scratch);
-        if !moved_some && !super::cannot_segment(&e) {
-            return Err(e);
         }
-        // Refused midway: copied, and after a few in a row never again.
-        self.midway_refusals += 1;
-        if super::cannot_segment(&e) || self.midway_refusals >= MIDWAY_REFUSALS_MAX {
-            self.off = true;
-        }
-        self.copied(socket, dest, tos, &[head, payload, tail])
     }
 
     /// `parts` sent by a copying `sendmsg` (completing a corked datagram
@@ -258,11 +353,21 @@ impl Splicer {
         n >= 0 && n as usize == payload.len()
     }
 
-    /// A few bytes copied into the pipe behind the payload.
-    fn stage_copy(&mut self, bytes: &[u8]) -> bool {
-        // SAFETY: `bytes` is live and readable for its length.
-        let n = unsafe { libc::write(self.write.as_raw_fd(), bytes.as_ptr().cast(), bytes.len()) };
-        n >= 0 && n as usize == bytes.len()
+    /// A few bytes (at most a page: one piece of the pipe) copied into the
+    /// pipe behind the payload, whole; nothing to copy is no piece.
+    fn stage_copy(&mut self, parts: &[&[u8]; 2]) -> bool {
+        let len = parts[0].len() + parts[1].len();
+        if len == 0 {
+            return true;
+        }
+        let iov = parts.map(|p| libc::iovec {
+            iov_base: p.as_ptr() as *mut libc::c_void,
+            iov_len: p.len(),
+        });
+        // SAFETY: `iov` describes two live slices, readable for the call;
+        // the kernel only reads them.
+        let n = unsafe { libc::writev(self.write.as_raw_fd(), iov.as_ptr(), 2) };
+        n >= 0 && n as usize == len
     }
 
     /// Read out whatever a failure left in the pipe.
@@ -447,6 +552,98 @@ mod tests {
             );
         }
         assert_eq!((s.spliced, s.fallbacks), (0, 2));
+    }
+
+    /// Every payload `takes` accepts, from any page offset, with and
+    /// without a tail, arrives whole and spliced; the plan keeps a
+    /// segmented datagram within the skb's pieces, copying at most its two
+    /// partial pages.
+    #[test]
+    fn payloads_from_any_offset_arrive_whole_within_the_pieces() {
+        let (tx, rx) = pair();
+        let mut s = Splicer::new(1).unwrap();
+        let memory = pattern(11, 3 * MAX_SPLICED);
+        let at = s.page - memory.as_ptr() as usize % s.page;
+        let head = pattern(1, 56);
+        let mut buf = vec![0u8; 65536];
+        let mut sent = 0;
+        for len in [40000, 60544, 64512, 65000, 65507 - 56 - 24] {
+            for offset in (0..s.page).step_by(256).chain([1, s.page - 1]) {
+                for tail in [&[][..], &[9; 24][..]] {
+                    let payload = &memory[at + offset..][..len];
+                    if !s.takes(payload, tail.len()) {
+                        continue;
+                    }
+                    let plan = s.plan(payload, tail.len());
+                    assert!(plan.prefix < s.page && plan.suffix < s.page, "{plan:?}");
+                    if plan.segmented {
+                        let start = payload.as_ptr() as usize + plan.prefix;
+                        let middle = s.pages(start, len - plan.prefix - plan.suffix);
+                        let copied = (plan.suffix + tail.len()).div_ceil(s.page);
+                        assert!(1 + middle + copied <= max_frags(s.page), "{plan:?}");
+                    }
+                    s.send(
+                        &tx,
+                        rx.local_addr().unwrap(),
+                        sys::DEFAULT_TOS,
+                        &head,
+                        payload,
+                        tail,
+                    )
+                    .unwrap();
+                    sent += 1;
+                    let n = rx.recv(&mut buf).unwrap();
+                    assert_eq!(&buf[..n], &[&head[..], payload, tail].concat()[..]);
+                }
+            }
+        }
+        assert!(sent > 100);
+        assert_eq!((s.spliced, s.fallbacks), (sent, 0));
+    }
+
+    /// A payload on 17 pages with a tail: its partial first and last pages
+    /// are copied so that it keeps its segment size; whole pages and a tail
+    /// are corked without one.
+    #[test]
+    fn seventeen_pages_give_up_their_partial_ends() {
+        let s = Splicer::new(1).unwrap();
+        if s.page != PAGE {
+            return;
+        }
+        let memory = vec![0u8; 3 * MAX_SPLICED];
+        let at = s.page - memory.as_ptr() as usize % s.page;
+        let late = &memory[at + 3072..][..64512];
+        assert_eq!(s.pieces(late, 0), 17);
+        let plain = Plan {
+            prefix: 0,
+            suffix: 0,
+            segmented: true,
+        };
+        assert_eq!(s.plan(&memory[at..][..60544], 24), plain);
+        assert_eq!(
+            s.plan(late, 0),
+            Plan {
+                prefix: 1024,
+                ..plain
+            }
+        );
+        assert_eq!(
+            s.plan(late, 24),
+            Plan {
+                prefix: 1024,
+                suffix: 2048,
+                segmented: true,
+            }
+        );
+        let whole_pages = &memory[at..][..16 * PAGE];
+        assert_eq!(s.plan(whole_pages, 0), plain);
+        assert_eq!(
+            s.plan(whole_pages, 24),
+            Plan {
+                segmented: false,
+                ..plain
+            }
+        );
     }
 
     #[test]
