@@ -228,6 +228,10 @@ static void fabric_open(size_t max_size)
 	buf = calloc(2, half);
 	if (!buf)
 		die("cannot allocate 2 x %zu bytes", half);
+	/* Written, as an application's data is: pages never written are the
+	 * kernel's shared zero page, which a provider that pins pages (splice)
+	 * takes by a slower path than real memory and one that copies does not. */
+	memset(buf, 0x5a, 2 * half);
 	if (info->domain_attr->mr_mode & FI_MR_LOCAL) {
 		CHECK(fi_mr_reg(domain, buf, 2 * half, FI_SEND | FI_RECV, 0, 0, 0, &mr, NULL));
 		if (info->domain_attr->mr_mode & FI_MR_ENDPOINT) {
