@@ -40,9 +40,10 @@ const MAX_SPLICED: usize = 65536;
 const PAGE: usize = 4096;
 /// Datagrams taken only in part in a row before splicing turns off.
 const MIDWAY_REFUSALS_MAX: u32 = 4;
-/// Pieces one datagram's skb holds besides its headers: the kernel's
-/// `MAX_SKB_FRAGS`, at least 64 KiB / page size + 1 (17 with 4 KiB pages).
-/// A datagram that needs more is refused once part of it is corked.
+/// Pieces (frags) one datagram's skb holds: the kernel's `MAX_SKB_FRAGS`,
+/// at least 64 KiB / page size + 1 (17 with 4 KiB pages). Headers corked
+/// with a segment size take one of them, else they sit in the skb's own
+/// head. A datagram that needs more is refused once part of it is corked.
 fn max_frags(page: usize) -> usize {
     MAX_SPLICED / page + 1
 }
@@ -137,19 +138,20 @@ impl Splicer {
 
     /// Whether `payload`, with `tail_len` bytes after it, goes by splice:
     /// long enough to be worth the three system calls, and in few enough
-    /// pieces for one skb (its pages, and a page of the pipe's own for the
-    /// tail).
+    /// pieces for one skb: its pages and the pipe's own pages for the tail,
+    /// or fewer once its partial end pages are copied ([`plan`](Self::plan)).
     pub fn takes(&self, payload: &[u8], tail_len: usize) -> bool {
         let len = payload.len();
         !self.off
             && len >= self.min_bytes
             && len <= MAX_SPLICED
-            && self.pieces(payload, tail_len) <= max_frags(self.page)
+            && (self.pieces(payload, tail_len) <= max_frags(self.page)
+                || self.plan(payload, tail_len).segmented)
     }
 
     /// The skb pieces `payload` and a tail of `tail_len` bytes take.
     fn pieces(&self, payload: &[u8], tail_len: usize) -> usize {
-        self.pages(payload.as_ptr() as usize, payload.len()) + usize::from(tail_len > 0)
+        self.pages(payload.as_ptr() as usize, payload.len()) + tail_len.div_ceil(self.page)
     }
 
     /// Pages that `len` bytes from address `start` touch (none for none).
@@ -169,9 +171,11 @@ impl Splicer {
     /// first page (copied behind the headers, in their piece) and, if
     /// still needed, its partial last page (copied into the pipe with the
     /// tail, one piece): at most two pages copied of seventeen, instead of
-    /// every byte summed twice. When that is still too many (whole pages
-    /// and a tail), the datagram is corked without a segment size, the
-    /// headers then in the skb's own head.
+    /// every byte summed twice. (Both are copied only for a payload on 17
+    /// pages with a tail; such a datagram is spliced only so.) When that is
+    /// still too many (not for a UDP datagram with an ACK trailer: 16
+    /// whole pages are more than one holds), the datagram is corked without
+    /// a segment size, the headers then in the skb's own head.
     fn plan(&self, payload: &[u8], tail_len: usize) -> Plan {
         let budget = max_frags(self.page) - 1;
         let start = payload.as_ptr() as usize;
@@ -207,13 +211,15 @@ impl Splicer {
 
     /// Send `head`, `payload` (message memory that stays unchanged until
     /// the peer acknowledges it) and `tail` as one datagram to `dest` from
-    /// `socket` (non-blocking), the payload spliced. On an error nothing
-    /// was sent: the caller goes on as after a failed `sendmsg`. Whatever
+    /// `socket` (non-blocking), the payload spliced but for the partial
+    /// pages its [`plan`](Self::plan) copies. On an error nothing was
+    /// sent: the caller goes on as after a failed `sendmsg`. Whatever
     /// happens, no corked datagram and nothing in the pipe is left for the
-    /// next one. A kernel that refuses the way this sends (an error it
-    /// gives for what it does not support, or datagrams taken only in part
-    /// [`MIDWAY_REFUSALS_MAX`] times in a row) turns splicing off, and the
-    /// datagram leaves copied.
+    /// next one. A payload refused whole with a segment size is corked
+    /// again without one (`recorked`). A kernel that refuses the way this
+    /// sends (an error it gives for what it does not support, or datagrams
+    /// taken only in part [`MIDWAY_REFUSALS_MAX`] times in a row) turns
+    /// splicing off, and the datagram leaves copied.
     pub fn send(
         &mut self,
         socket: &UdpSocket,
@@ -249,15 +255,23 @@ impl Splicer {
             Ok(()) => return Ok(()),
             // The headers took two pieces of the skb (the socket's page
             // fragment ran out within them), leaving one too few for the
-            // payload: nothing moved and nothing is corked any more, the
-            // pipe still holds it all. Again with the headers in the skb's
-            // own head (no segment size: the checksum is done in software).
+            // payload. Since Linux 6.5 a splice hands a socket up to 16
+            // pipe buffers per send, which the plan keeps to, so the whole
+            // send failed: nothing moved, the kernel dropped the cork
+            // (udp_sendmsg flushes pending frames on a failed append) and
+            // the pipe still holds it all. Again with the headers in the
+            // skb's own head (no segment size: the checksum is done in
+            // software). Older kernels splice page by page and take part
+            // of it: a midway refusal, below.
             Err((false, e)) if segment.is_some() && e.raw_os_error() == Some(libc::EMSGSIZE) => {
-                self.recorked += 1;
+                // Defensive: nothing should be corked.
                 abandon_cork(socket, &self.scratch);
                 match sys::start_corked(socket, dest, tos, None, &[head, prefix]) {
                     Ok(()) => match self.move_pipe(socket, in_pipe) {
-                        Ok(()) => return Ok(()),
+                        Ok(()) => {
+                            self.recorked += 1;
+                            return Ok(());
+                        }
                         Err(failed) => failed,
                     },
                     Err(e) => {
@@ -440,8 +454,8 @@ mod tests {
     }
 
     /// Datagrams arrive as sent: a payload in 16 pages (corked with a
-    /// segment size, the headers in a piece of their own), one in 17 (no
-    /// room for that: corked plainly), one with a tail.
+    /// segment size, the headers in a piece of their own), one in 17 (its
+    /// partial first page copied behind the headers), one with a tail.
     #[test]
     fn a_spliced_datagram_arrives_as_its_three_pieces() {
         let (tx, rx) = pair();
@@ -554,10 +568,18 @@ mod tests {
         assert_eq!((s.spliced, s.fallbacks), (0, 2));
     }
 
-    /// Every payload `takes` accepts, from any page offset, with and
-    /// without a tail, arrives whole and spliced; the plan keeps a
-    /// segmented datagram within the skb's pieces, copying at most its two
-    /// partial pages.
+    /// Pages the bytes `start..end` touch, counted one address at a time:
+    /// an oracle for the page arithmetic under test.
+    fn pages_touched(start: usize, end: usize, page: usize) -> usize {
+        (start..end)
+            .filter(|&a| a == start || a % page == 0)
+            .count()
+    }
+
+    /// Every payload of a datagram with an ACK trailer or none, from any
+    /// page offset, is taken, keeps its segment size (copying one partial
+    /// page at most, both only for 17 pages with a tail) within the skb's
+    /// pieces, and arrives whole and spliced.
     #[test]
     fn payloads_from_any_offset_arrive_whole_within_the_pieces() {
         let (tx, rx) = pair();
@@ -571,17 +593,17 @@ mod tests {
             for offset in (0..s.page).step_by(256).chain([1, s.page - 1]) {
                 for tail in [&[][..], &[9; 24][..]] {
                     let payload = &memory[at + offset..][..len];
-                    if !s.takes(payload, tail.len()) {
-                        continue;
-                    }
+                    assert!(s.takes(payload, tail.len()));
                     let plan = s.plan(payload, tail.len());
-                    assert!(plan.prefix < s.page && plan.suffix < s.page, "{plan:?}");
-                    if plan.segmented {
-                        let start = payload.as_ptr() as usize + plan.prefix;
-                        let middle = s.pages(start, len - plan.prefix - plan.suffix);
-                        let copied = (plan.suffix + tail.len()).div_ceil(s.page);
-                        assert!(1 + middle + copied <= max_frags(s.page), "{plan:?}");
-                    }
+                    assert!(plan.segmented, "{plan:?}");
+                    let start = payload.as_ptr() as usize;
+                    let all = pages_touched(start, start + len, s.page);
+                    let both = all == max_frags(s.page) && !tail.is_empty();
+                    assert!(plan.prefix == 0 || plan.suffix == 0 || both, "{plan:?}");
+                    let middle =
+                        pages_touched(start + plan.prefix, start + len - plan.suffix, s.page);
+                    let copied = usize::from(plan.suffix + tail.len() > 0);
+                    assert!(1 + middle + copied <= max_frags(s.page), "{plan:?}");
                     s.send(
                         &tx,
                         rx.local_addr().unwrap(),
@@ -597,13 +619,13 @@ mod tests {
                 }
             }
         }
-        assert!(sent > 100);
         assert_eq!((s.spliced, s.fallbacks), (sent, 0));
     }
 
-    /// A payload on 17 pages with a tail: its partial first and last pages
-    /// are copied so that it keeps its segment size; whole pages and a tail
-    /// are corked without one.
+    /// A payload on 17 pages gives up its partial first page, and with a
+    /// tail its partial last page too, to keep its segment size; 16 whole
+    /// pages with a tail over a page (no ACK trailer is) are corked
+    /// without one.
     #[test]
     fn seventeen_pages_give_up_their_partial_ends() {
         let s = Splicer::new(1).unwrap();
@@ -614,6 +636,8 @@ mod tests {
         let at = s.page - memory.as_ptr() as usize % s.page;
         let late = &memory[at + 3072..][..64512];
         assert_eq!(s.pieces(late, 0), 17);
+        assert_eq!(s.pieces(late, 24), 18);
+        assert!(s.takes(late, 24));
         let plain = Plan {
             prefix: 0,
             suffix: 0,
@@ -638,12 +662,13 @@ mod tests {
         let whole_pages = &memory[at..][..16 * PAGE];
         assert_eq!(s.plan(whole_pages, 0), plain);
         assert_eq!(
-            s.plan(whole_pages, 24),
+            s.plan(whole_pages, PAGE + 1),
             Plan {
                 segmented: false,
                 ..plain
             }
         );
+        assert!(!s.takes(whole_pages, PAGE + 1));
     }
 
     #[test]
@@ -657,10 +682,12 @@ mod tests {
         assert!(s.takes(&aligned[..32768], 0));
         assert!(s.takes(&aligned[..65000], 0) && s.takes(&aligned[..65000], 8));
         assert!(!s.takes(&aligned[..MAX_SPLICED + 1], 0));
-        // 65000 bytes from 100 bytes before a page's end span 17 pages: no
-        // room for a tail.
+        // 65000 bytes from 100 bytes before a page's end span 17 pages:
+        // with a tail too, taken only because the plan copies both partial
+        // ends.
         let late = &memory[at + s.page - 100..];
         assert!(s.takes(&late[..65000], 0));
-        assert!(!s.takes(&late[..65000], 8));
+        assert_eq!(s.pieces(&late[..65000], 8), 18);
+        assert!(s.takes(&late[..65000], 8));
     }
 }
