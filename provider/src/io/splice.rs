@@ -447,6 +447,22 @@ mod tests {
         (tx, rx)
     }
 
+    /// Index of the first page boundary within `memory` (never 0, which
+    /// the tests' offsets before a boundary rely on).
+    fn first_page(memory: &[u8], page: usize) -> usize {
+        page - memory.as_ptr() as usize % page
+    }
+
+    /// A socket pair, a splicer taking any length, written memory for
+    /// three datagrams and the index of its first page boundary.
+    fn rig(seed: u8) -> (UdpSocket, UdpSocket, Splicer, Vec<u8>, usize) {
+        let (tx, rx) = pair();
+        let s = Splicer::new(1).unwrap();
+        let memory = pattern(seed, 3 * MAX_SPLICED);
+        let at = first_page(&memory, s.page);
+        (tx, rx, s, memory, at)
+    }
+
     fn pattern(seed: u8, len: usize) -> Vec<u8> {
         (0..len)
             .map(|i| seed.wrapping_add((i % 251) as u8))
@@ -458,10 +474,7 @@ mod tests {
     /// partial first page copied behind the headers), one with a tail.
     #[test]
     fn a_spliced_datagram_arrives_as_its_three_pieces() {
-        let (tx, rx) = pair();
-        let mut s = Splicer::new(1).unwrap();
-        let memory = pattern(7, 3 * MAX_SPLICED);
-        let at = s.page - memory.as_ptr() as usize % s.page;
+        let (tx, rx, mut s, memory, at) = rig(7);
         let head = pattern(1, 64);
         let tail = pattern(9, 20);
         // 16 and 17 pages with 4 KiB pages.
@@ -582,10 +595,7 @@ mod tests {
     /// pieces, and arrives whole and spliced.
     #[test]
     fn payloads_from_any_offset_arrive_whole_within_the_pieces() {
-        let (tx, rx) = pair();
-        let mut s = Splicer::new(1).unwrap();
-        let memory = pattern(11, 3 * MAX_SPLICED);
-        let at = s.page - memory.as_ptr() as usize % s.page;
+        let (tx, rx, mut s, memory, at) = rig(11);
         let head = pattern(1, 56);
         let mut buf = vec![0u8; 65536];
         let mut sent = 0;
@@ -633,7 +643,7 @@ mod tests {
             return;
         }
         let memory = vec![0u8; 3 * MAX_SPLICED];
-        let at = s.page - memory.as_ptr() as usize % s.page;
+        let at = first_page(&memory, s.page);
         let late = &memory[at + 3072..][..64512];
         assert_eq!(s.pieces(late, 0), 17);
         assert_eq!(s.pieces(late, 24), 18);
@@ -676,7 +686,7 @@ mod tests {
         let s = Splicer::new(32768).unwrap();
         let memory = vec![0u8; 3 * MAX_SPLICED];
         // Page-aligned start within `memory`.
-        let at = s.page - memory.as_ptr() as usize % s.page;
+        let at = first_page(&memory, s.page);
         let aligned = &memory[at..];
         assert!(!s.takes(&aligned[..32767], 0));
         assert!(s.takes(&aligned[..32768], 0));
