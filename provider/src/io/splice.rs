@@ -8,7 +8,8 @@
 //! written behind it, and `splice(2)` moves the lot into the socket, which
 //! completes the datagram. The skb then points at the application's pages
 //! until the receiver copies them out, or a NIC sends them: one copy per
-//! byte on loopback.
+//! byte on loopback. A payload on more pages than the skb holds beside the
+//! headers has its partial end pages copied instead ([`Splicer::plan`]).
 //!
 //! This is safe for the transport because a payload's memory stays
 //! untouched until its message completes, and a message completes only on
