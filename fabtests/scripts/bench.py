@@ -32,6 +32,7 @@ run is printed and recorded, never dropped silently. Exit status is 0 unless
 the harness itself breaks: targets are reported, not asserted.
 """
 import csv
+import glob
 import json
 import os
 import re
@@ -368,6 +369,43 @@ def rotate(seq, k):
     return seq[k:] + seq[:k]
 
 
+def free_page_reporting():
+    """The size in KiB of the free blocks this VM hands back to its
+    hypervisor (virtio-balloon free page reporting), or None when it does
+    not. A reported block is unmapped at the host, so the next page the
+    kernel allocates from it faults there on its first write."""
+    try:
+        with open("/sys/module/page_reporting/parameters/page_reporting_order") as f:
+            order = int(f.read())
+    except (OSError, ValueError):
+        return None  # a kernel without free page reporting
+    if order < 0:
+        order = 9  # not chosen yet: the kernel takes the pageblock order
+    # Beyond the largest buddy order (10 on x86) no block qualifies.
+    if order > 10:
+        return None
+    for dev in glob.glob("/sys/bus/virtio/devices/*"):
+        try:
+            with open(os.path.join(dev, "device")) as f:
+                device = f.read().strip()
+            with open(os.path.join(dev, "features")) as f:
+                features = f.read().strip()
+        except OSError:
+            continue
+        # Device 5 is the balloon; feature bit 5 is VIRTIO_BALLOON_F_REPORTING,
+        # and sysfs prints the negotiated bits lowest first.
+        if (device == "0x0005" and len(features) > 5 and features[5] == "1"
+                and os.path.exists(os.path.join(dev, "driver"))):
+            return 4 << order
+    return None
+
+
+FRESH_PAGES_NOTE = (
+    "this VM hands free memory back to its hypervisor (free page reporting, "
+    "{kib} KiB blocks): senders that copy into freshly allocated kernel pages "
+    "(uet-4k) can run 2-3x slower in some repetitions (README, Benchmarks)")
+
+
 def main():
     os.makedirs(OUT, exist_ok=True)
     mpich_tools = [MPICH_HALO, os.path.join(MPICH_HOME, "bin", "mpiexec")] if MPICH_HALO else []
@@ -388,6 +426,9 @@ def main():
     log("== load average at start: %.2f %.2f %.2f on %d cores"
         % (*os.getloadavg(), os.cpu_count() or 0))
     log(f"== uet provider build: {UET_BUILD}")
+    reported = free_page_reporting()
+    if reported:
+        log("== host memory: " + FRESH_PAGES_NOTE.format(kib=reported))
     with open(os.path.join(OUT, "build.txt"), "w") as f:
         f.write(UET_BUILD + "\n")
     n_pp = REPS * len(PP_MODES) * len(PP_SIZES)
@@ -654,6 +695,9 @@ def report_plain(pp):
 
 def targets(pp, bw, sock, offload_bw):
     log("\n== targets (issue #7; msg mode, medians; reported, not asserted)")
+    reported = free_page_reporting()
+    if reported:
+        log("   note: " + FRESH_PAGES_NOTE.format(kib=reported))
 
     def line(ok, text):
         log(f"{'PASS' if ok else 'MISS'}  {text}")
