@@ -534,6 +534,21 @@ def med(rows, key, **match):
     return statistics.median(vals), min(vals), max(vals)
 
 
+def paired(rows, key, a, b, **match):
+    """Per repetition, config a's value over config b's, both measured in
+    that repetition: whether a target's median ratio holds in every
+    repetition or rests on one. A text for a target's line, empty without
+    data."""
+    out = []
+    for rep in sorted({r["rep"] for r in rows}):
+        x = med(rows, key, config=a, rep=rep, **match)[0]
+        y = med(rows, key, config=b, rep=rep, **match)[0]
+        q = ratio(x, y)
+        if q is not None:
+            out.append(f"{q:.2f}x")
+    return f" (per repetition: {' '.join(out)})" if out else ""
+
+
 def fmt(v, w=9, p=2):
     return f"{v:{w}.{p}f}" if v is not None else f"{'-':>{w}}"
 
@@ -708,7 +723,8 @@ def targets(pp, bw, sock, offload_bw):
         r = sock.get(64)
         q = ratio(u, t)
         line(q is not None and q <= 0.6, f"[{uet}] 64 B one-way latency <= 0.6x tcp: "
-             f"{fmt(u, 1)} us vs {fmt(t, 1)} us = {fmt(q, 1)}x")
+             f"{fmt(u, 1)} us vs {fmt(t, 1)} us = {fmt(q, 1)}x"
+             + paired(pp, "lat_us", uet, "tcp", mode="msg", size=64))
         q = ratio(u, r)
         line(q is not None and q <= 1.5, f"[{uet}] 64 B one-way latency <= 1.5x raw UDP "
              f"busy-poll: {fmt(u, 1)} us vs {fmt(r, 1)} us = {fmt(q, 1)}x")
@@ -717,7 +733,8 @@ def targets(pp, bw, sock, offload_bw):
         xb = med(pp, "mbps", config="rxd", mode="msg", size=4 * MI)[0]
         q = ratio(ub, tb)
         line(q is not None and q >= 2, f"[{uet}] 4 MiB ping-pong bandwidth >= 2x tcp: "
-             f"{fmt(ub, 1, 0)} vs {fmt(tb, 1, 0)} MB/s = {fmt(q, 1)}x")
+             f"{fmt(ub, 1, 0)} vs {fmt(tb, 1, 0)} MB/s = {fmt(q, 1)}x"
+             + paired(pp, "mbps", uet, "tcp", mode="msg", size=4 * MI))
         q = ratio(ub, xb)
         line(q is not None and q >= 8, f"[{uet}] 4 MiB ping-pong bandwidth >= 8x rxd: "
              f"{fmt(ub, 1, 0)} vs {fmt(xb, 1, 0)} MB/s = {fmt(q, 1)}x")
@@ -725,7 +742,8 @@ def targets(pp, bw, sock, offload_bw):
         ts = med(bw, "mbps", config="tcp", size=MI)[0]
         q = ratio(us, ts)
         line(q is not None and q >= 1.5, f"[{uet}] streaming bandwidth at 1 MiB >= 1.5x "
-             f"tcp: {fmt(us, 1, 0)} vs {fmt(ts, 1, 0)} MB/s = {fmt(q, 1)}x")
+             f"tcp: {fmt(us, 1, 0)} vs {fmt(ts, 1, 0)} MB/s = {fmt(q, 1)}x"
+             + paired(bw, "mbps", uet, "tcp", size=MI))
         if q is not None and q < 1.5 and ts and offload_bw[uet]:
             log(f"      (1.5x tcp is {1.5 * ts:.0f} MB/s; raw UDP with the same batching "
                 f"moves {offload_bw[uet]:.0f} MB/s, uet reaches "
