@@ -374,15 +374,23 @@ def free_page_reporting():
     hypervisor (virtio-balloon free page reporting), or None when it does
     not. A reported block is unmapped at the host, so the next page the
     kernel allocates from it faults there on its first write."""
+    page_kib = (os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096) // 1024
     try:
         with open("/sys/module/page_reporting/parameters/page_reporting_order") as f:
             order = int(f.read())
     except (OSError, ValueError):
-        return None  # a kernel without free page reporting
+        order = -1  # kernels before 5.14 report without saying the order
     if order < 0:
-        order = 9  # not chosen yet: the kernel takes the pageblock order
-    # Beyond the largest buddy order (10 on x86) no block qualifies.
-    if order > 10:
+        # The kernel's choice: the pageblock order, 2 MiB with 4 KiB pages.
+        order = max((2048 // page_kib).bit_length() - 1, 0)
+    # An order past the largest the buddy allocator has (its columns in
+    # /proc/buddyinfo) matches no free block: nothing is reported.
+    try:
+        with open("/proc/buddyinfo") as f:
+            orders = max(len(line.split()) - 4 for line in f)
+    except (OSError, ValueError):
+        orders = None
+    if orders is not None and order >= orders:
         return None
     for dev in glob.glob("/sys/bus/virtio/devices/*"):
         try:
@@ -396,7 +404,7 @@ def free_page_reporting():
         # and sysfs prints the negotiated bits lowest first.
         if (device == "0x0005" and len(features) > 5 and features[5] == "1"
                 and os.path.exists(os.path.join(dev, "driver"))):
-            return 4 << order
+            return page_kib << order
     return None
 
 
@@ -539,14 +547,13 @@ def paired(rows, key, a, b, **match):
     that repetition: whether a target's median ratio holds in every
     repetition or rests on one. A text for a target's line, empty without
     data."""
-    out = []
-    for rep in sorted({r["rep"] for r in rows}):
-        x = med(rows, key, config=a, rep=rep, **match)[0]
-        y = med(rows, key, config=b, rep=rep, **match)[0]
-        q = ratio(x, y)
-        if q is not None:
-            out.append(f"{q:.2f}x")
-    return f" (per repetition: {' '.join(out)})" if out else ""
+    reps = sorted({r["rep"] for r in rows})
+    if len(reps) < 2:
+        return ""
+    qs = [ratio(med(rows, key, config=a, rep=rep, **match)[0],
+                med(rows, key, config=b, rep=rep, **match)[0]) for rep in reps]
+    out = ["-" if q is None else f"{q:.2f}x" for q in qs]
+    return f" (per repetition: {' '.join(out)})"
 
 
 def fmt(v, w=9, p=2):
