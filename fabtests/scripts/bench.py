@@ -411,7 +411,8 @@ def free_page_reporting():
 FRESH_PAGES_NOTE = (
     "this VM hands free memory back to its hypervisor (free page reporting, "
     "{kib} KiB blocks): senders that copy into freshly allocated kernel pages "
-    "(uet-4k) can run 2-3x slower in some repetitions (README, Benchmarks)")
+    "(uet-4k) can run at half their rate or less in some repetitions (README, "
+    "Benchmarks)")
 
 
 def main():
