@@ -52,8 +52,8 @@ fn max_frags(page: usize) -> usize {
 /// How one datagram's payload is split ([`Splicer::plan`]): its first
 /// `prefix` bytes are copied behind the headers, its last `suffix` bytes
 /// into the pipe with the tail, the rest spliced; `segmented`: corked with
-/// a segment size.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// a segment size. The default copies nothing and corks without one.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 struct Plan {
     prefix: usize,
     suffix: usize,
@@ -182,9 +182,8 @@ impl Splicer {
         let start = payload.as_ptr() as usize;
         let len = payload.len();
         let mut plan = Plan {
-            prefix: 0,
-            suffix: 0,
             segmented: true,
+            ..Plan::default()
         };
         let fits = |p: &Plan| {
             let middle = self.pages(start + p.prefix, len - p.prefix - p.suffix);
@@ -203,11 +202,7 @@ impl Splicer {
         if fits(&plan) {
             return plan;
         }
-        Plan {
-            prefix: 0,
-            suffix: 0,
-            segmented: false,
-        }
+        Plan::default()
     }
 
     /// Send `head`, `payload` (message memory that stays unchanged until
