@@ -191,10 +191,12 @@ pub struct DriverStats {
     pub ring_refused: u64,
     /// `FI_UET_SPLICE_BYTES`: datagrams whose payload left by splice, and
     /// those that fell back to a copy; of the spliced ones, those corked
-    /// again without a segment size (their headers split in two pieces).
+    /// again after the socket refused the payload whole (their headers
+    /// split in two pieces), and of the fallbacks, those refused so twice.
     pub spliced: u64,
     pub splice_fallbacks: u64,
     pub splice_recorked: u64,
+    pub splice_refused_whole: u64,
     /// Datagrams thrown away unread after a gap in progress long enough
     /// for a peer to give up on us (see `Endpoint::discard_stale`).
     pub stale_discarded: u64,
@@ -629,6 +631,7 @@ impl Endpoint {
             spliced: self.splicer.as_ref().map_or(0, |s| s.spliced),
             splice_fallbacks: self.splicer.as_ref().map_or(0, |s| s.fallbacks),
             splice_recorked: self.splicer.as_ref().map_or(0, |s| s.recorked),
+            splice_refused_whole: self.splicer.as_ref().map_or(0, |s| s.refused_whole),
             ..self.stats.clone()
         }
     }

@@ -51,13 +51,12 @@ fn max_frags(page: usize) -> usize {
 
 /// How one datagram's payload is split ([`Splicer::plan`]): its first
 /// `prefix` bytes are copied behind the headers, its last `suffix` bytes
-/// into the pipe with the tail, the rest spliced; `segmented`: corked with
-/// a segment size. The default copies nothing and corks without one.
+/// into the pipe with the tail, the rest spliced. The default copies
+/// nothing.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 struct Plan {
     prefix: usize,
     suffix: usize,
-    segmented: bool,
 }
 
 /// One endpoint's pipe and threshold.
@@ -80,9 +79,11 @@ pub struct Splicer {
     /// copy (a pipe that refused the pages or the trailer).
     pub spliced: u64,
     pub fallbacks: u64,
-    /// Datagrams corked again without a segment size, their headers
-    /// having left too few skb pieces for the payload.
+    /// Datagrams corked again after the socket refused their staged
+    /// payload whole (their headers took two skb pieces), and of the
+    /// fallbacks, those it refused so twice.
     pub recorked: u64,
+    pub refused_whole: u64,
 }
 
 impl Splicer {
@@ -134,23 +135,24 @@ impl Splicer {
             spliced: 0,
             fallbacks: 0,
             recorked: 0,
+            refused_whole: 0,
         })
     }
 
     /// Whether `payload`, with `tail_len` bytes after it, goes by splice:
     /// long enough to be worth the three system calls, and in few enough
-    /// pieces for one skb: its pages and the pipe's own pages for the tail,
-    /// or fewer once its partial end pages are copied ([`plan`](Self::plan)).
+    /// pieces for one skb beside the headers, once its partial end pages
+    /// are copied if need be ([`plan`](Self::plan)).
     pub fn takes(&self, payload: &[u8], tail_len: usize) -> bool {
         let len = payload.len();
         !self.off
             && len >= self.min_bytes
             && len <= MAX_SPLICED
-            && (self.pieces(payload, tail_len) <= max_frags(self.page)
-                || self.plan(payload, tail_len).segmented)
+            && self.plan(payload, tail_len).is_some()
     }
 
     /// The skb pieces `payload` and a tail of `tail_len` bytes take.
+    #[cfg(test)]
     fn pieces(&self, payload: &[u8], tail_len: usize) -> usize {
         self.pages(payload.as_ptr() as usize, payload.len()) + tail_len.div_ceil(self.page)
     }
@@ -163,28 +165,29 @@ impl Splicer {
         }
     }
 
-    /// How `payload` (taken by [`takes`](Self::takes)) and a tail of
-    /// `tail_len` bytes go. A segment size lets the device do the checksum
-    /// (none on loopback, where the receiver would otherwise check every
-    /// byte while copying, and the sender sum them first), but puts the
-    /// headers in a piece of their own, leaving `max_frags - 1` pieces for
-    /// the rest. A payload on more pages than that gives up its partial
-    /// first page (copied behind the headers, in their piece) and, if
-    /// still needed, its partial last page (copied into the pipe with the
-    /// tail, one piece): at most two pages copied of seventeen, instead of
-    /// every byte summed twice. (Both are copied only for a payload on 17
-    /// pages with a tail; such a datagram is spliced only so.) When that is
-    /// still too many (not for a UDP datagram with an ACK trailer: 16
-    /// whole pages are more than one holds), the datagram is corked without
-    /// a segment size, the headers then in the skb's own head.
-    fn plan(&self, payload: &[u8], tail_len: usize) -> Plan {
+    /// How `payload` and a tail of `tail_len` bytes go, if they can. The
+    /// datagram is corked with a segment size, which lets the device do
+    /// the checksum (none on loopback, where the receiver would otherwise
+    /// check every byte while copying, and the sender sum them first), but
+    /// puts the headers in a piece of their own, leaving `max_frags - 1`
+    /// pieces for the rest. A payload on more pages than that gives up its
+    /// partial first page (copied behind the headers, in their piece) and,
+    /// if still needed, its partial last page (copied into the pipe with
+    /// the tail, one piece): at most two pages copied of seventeen, instead
+    /// of every byte summed twice. (Both are copied only for a payload on
+    /// 17 pages with a tail; such a datagram is spliced only so.) When that
+    /// is still too many (not for a UDP datagram with an ACK trailer: 16
+    /// whole pages are more than one holds), `None`: the datagram is
+    /// copied. It is never spliced without a segment size: the kernel then
+    /// sums the spliced pieces in software, and since Linux 6.5 it sums
+    /// every piece of one splice as if it began where the first did, so a
+    /// piece of odd length gives the datagram a wrong checksum, and the
+    /// receiver drops it.
+    fn plan(&self, payload: &[u8], tail_len: usize) -> Option<Plan> {
         let budget = max_frags(self.page) - 1;
         let start = payload.as_ptr() as usize;
         let len = payload.len();
-        let mut plan = Plan {
-            segmented: true,
-            ..Plan::default()
-        };
+        let mut plan = Plan::default();
         let fits = |p: &Plan| {
             let middle = self.pages(start + p.prefix, len - p.prefix - p.suffix);
             let copied = p.suffix + tail_len;
@@ -192,17 +195,14 @@ impl Splicer {
             middle + copied.div_ceil(self.page) <= budget
         };
         if fits(&plan) {
-            return plan;
+            return Some(plan);
         }
         plan.prefix = ((self.page - start % self.page) % self.page).min(len);
         if fits(&plan) {
-            return plan;
+            return Some(plan);
         }
         plan.suffix = ((start + len) % self.page).min(len - plan.prefix);
-        if fits(&plan) {
-            return plan;
-        }
-        Plan::default()
+        fits(&plan).then_some(plan)
     }
 
     /// Send `head`, `payload` (message memory that stays unchanged until
@@ -211,11 +211,12 @@ impl Splicer {
     /// pages its [`plan`](Self::plan) copies. On an error nothing was
     /// sent: the caller goes on as after a failed `sendmsg`. Whatever
     /// happens, no corked datagram and nothing in the pipe is left for the
-    /// next one. A payload refused whole with a segment size is corked
-    /// again without one (`recorked`). A kernel that refuses the way this
-    /// sends (an error it gives for what it does not support, or datagrams
-    /// taken only in part [`MIDWAY_REFUSALS_MAX`] times in a row) turns
-    /// splicing off, and the datagram leaves copied.
+    /// next one. A payload the socket refuses whole once staged is corked
+    /// again (`recorked`), and copied if refused so again
+    /// (`refused_whole`). A kernel that refuses the way this sends (an
+    /// error it gives for what it does not support, or datagrams taken
+    /// only in part [`MIDWAY_REFUSALS_MAX`] times in a row) turns splicing
+    /// off, and the datagram leaves copied.
     pub fn send(
         &mut self,
         socket: &UdpSocket,
@@ -225,17 +226,21 @@ impl Splicer {
         payload: &[u8],
         tail: &[u8],
     ) -> io::Result<()> {
-        let plan = self.plan(payload, tail.len());
-        let whole = u16::try_from(head.len() + payload.len() + tail.len()).ok();
-        let segment = whole.filter(|_| plan.segmented);
+        let whole = [head, payload, tail];
+        let total = head.len() + payload.len() + tail.len();
+        // Callers ask `takes` first; what no plan fits is copied all the same.
+        let (Some(plan), Ok(segment)) = (self.plan(payload, tail.len()), u16::try_from(total))
+        else {
+            return self.copied(socket, dest, tos, &whole);
+        };
         let (prefix, rest) = payload.split_at(plan.prefix);
         let (middle, suffix) = rest.split_at(rest.len() - plan.suffix);
-        match sys::start_corked(socket, dest, tos, segment, &[head, prefix]) {
+        match sys::start_corked(socket, dest, tos, Some(segment), &[head, prefix]) {
             Ok(()) => {}
             // A failed start leaves nothing corked.
             Err(e) if super::cannot_segment(&e) => {
                 self.off = true;
-                return self.copied(socket, dest, tos, &[head, payload, tail]);
+                return self.copied(socket, dest, tos, &whole);
             }
             Err(e) => return Err(e),
         }
@@ -249,37 +254,45 @@ impl Splicer {
         let in_pipe = rest.len() + tail.len();
         let (moved_some, e) = match self.move_pipe(socket, in_pipe) {
             Ok(()) => return Ok(()),
-            // The headers took two pieces of the skb (the socket's page
-            // fragment ran out within them), leaving one too few for the
-            // payload. Since Linux 6.5 a splice hands a socket up to 16
+            // The headers took two pieces of the skb (the sending thread's
+            // page fragment ran out within them), leaving one too few for
+            // the payload. Since Linux 6.5 a splice hands a socket up to 16
             // pipe buffers per send, which the plan keeps to, so the whole
             // send failed: nothing moved, the kernel dropped the cork
             // (udp_sendmsg flushes pending frames on a failed append) and
-            // the pipe still holds it all. Again with the headers in the
-            // skb's own head (no segment size: the checksum is done in
-            // software). Older kernels splice page by page and take part
-            // of it: a midway refusal, below.
-            Err((false, e)) if segment.is_some() && e.raw_os_error() == Some(libc::EMSGSIZE) => {
+            // the pipe still holds it all. That drop left the fragment's
+            // new page unused, so it is taken again from its start: the
+            // same headers corked again fit in one piece. (Older kernels
+            // splice page by page and take part of it: a midway refusal,
+            // below.)
+            Err((false, e)) if e.raw_os_error() == Some(libc::EMSGSIZE) => {
                 // Defensive: nothing should be corked.
                 abandon_cork(socket, &self.scratch);
-                match sys::start_corked(socket, dest, tos, None, &[head, prefix]) {
-                    Ok(()) => match self.move_pipe(socket, in_pipe) {
-                        Ok(()) => {
-                            self.recorked += 1;
-                            return Ok(());
-                        }
-                        Err(failed) => failed,
-                    },
-                    Err(e) => {
-                        self.empty_pipe();
-                        return Err(e);
+                let again = sys::start_corked(socket, dest, tos, Some(segment), &[head, prefix]);
+                if let Err(e) = again {
+                    self.empty_pipe();
+                    return Err(e);
+                }
+                match self.move_pipe(socket, in_pipe) {
+                    Ok(()) => {
+                        self.recorked += 1;
+                        return Ok(());
                     }
+                    Err(failed) => failed,
                 }
             }
             Err(failed) => failed,
         };
         self.empty_pipe();
         abandon_cork(socket, &self.scratch);
+        if !moved_some && e.raw_os_error() == Some(libc::EMSGSIZE) {
+            // Refused whole twice: headers over a fragment page too small
+            // for them (the kernel's one-page fallback), or a datagram
+            // over the largest one, which its copy as a plain send fails
+            // the same way.
+            self.refused_whole += 1;
+            return self.copied(socket, dest, tos, &whole);
+        }
         if !moved_some && !super::cannot_segment(&e) {
             return Err(e);
         }
@@ -288,7 +301,7 @@ impl Splicer {
         if super::cannot_segment(&e) || self.midway_refusals >= MIDWAY_REFUSALS_MAX {
             self.off = true;
         }
-        self.copied(socket, dest, tos, &[head, payload, tail])
+        self.copied(socket, dest, tos, &whole)
     }
 
     /// Splice the `left` bytes in the pipe into `socket`, completing the
@@ -496,40 +509,49 @@ mod tests {
         assert_eq!((s.spliced, s.fallbacks), (3, 0));
     }
 
-    /// A datagram the socket refuses once its payload is in the pipe (here
-    /// one over the largest UDP datagram): nothing of it arrives, splicing
-    /// turns off, the pipe is empty and the next datagram is whole, with
-    /// nothing of the cork before it.
-    #[test]
-    fn a_refused_splice_leaves_nothing_behind() {
-        let (tx, rx) = pair();
-        let mut s = Splicer::new(1).unwrap();
-        let to = rx.local_addr().unwrap();
-        let e = s
-            .send(
-                &tx,
-                to,
-                sys::DEFAULT_TOS,
-                &[1; 50000],
-                &pattern(3, 20000),
-                &[2; 8],
-            )
-            .unwrap_err();
-        assert_eq!(e.raw_os_error(), Some(libc::EMSGSIZE), "{e}");
-        assert!(s.off && !s.takes(&pattern(0, 40000), 0));
+    /// Whether the received datagram in `buf[..n]` is `parts` in order,
+    /// without printing 64 KiB of bytes when it is not.
+    fn arrived_as(buf: &[u8], parts: &[&[u8]]) -> bool {
+        buf == parts.concat()
+    }
+
+    /// Whatever `pipe` still holds.
+    fn queued(s: &Splicer) -> libc::c_int {
         let mut queued: libc::c_int = 0;
         // SAFETY: FIONREAD on our pipe writes one int.
         assert_eq!(
             unsafe { libc::ioctl(s.read.as_raw_fd(), libc::FIONREAD, &mut queued) },
             0
         );
-        assert_eq!(queued, 0, "the pipe still holds bytes");
+        queued
+    }
+
+    /// A datagram the socket refuses once its payload is in the pipe (here
+    /// one over the largest UDP datagram) is refused as its copy is
+    /// (EMSGSIZE): nothing of it arrives, the pipe is empty, splicing stays
+    /// on, and the next datagram is whole, with nothing of the cork before
+    /// it.
+    #[test]
+    fn a_refused_splice_leaves_nothing_behind() {
+        let (tx, rx) = pair();
+        let mut s = Splicer::new(1).unwrap();
+        let to = rx.local_addr().unwrap();
+        let big = pattern(3, 20000);
+        assert!(s.takes(&big, 8));
+        let e = s
+            .send(&tx, to, sys::DEFAULT_TOS, &[1; 45520], &big, &[2; 8])
+            .unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::EMSGSIZE), "{e}");
+        assert_eq!(queued(&s), 0, "the pipe still holds bytes");
+        assert_eq!((s.spliced, s.fallbacks, s.refused_whole), (0, 1, 1));
         let payload = pattern(5, 40000);
-        sys::send_parts(&tx, to, sys::DEFAULT_TOS, &[&[4; 48], &payload]).unwrap();
+        assert!(s.takes(&payload, 0));
+        s.send(&tx, to, sys::DEFAULT_TOS, &[4; 48], &payload, &[])
+            .unwrap();
         let mut buf = vec![0u8; 65536];
         let n = rx.recv(&mut buf).unwrap();
-        assert_eq!(&buf[..n], &[&[4; 48][..], &payload[..]].concat()[..]);
-        assert_eq!((s.spliced, s.fallbacks), (0, 1));
+        assert!(arrived_as(&buf[..n], &[&[4; 48], &payload]));
+        assert_eq!((s.spliced, s.fallbacks), (1, 1));
     }
 
     /// What a failure may leave corked is dropped: the next datagram
@@ -600,8 +622,7 @@ mod tests {
                 for tail in [&[][..], &[9; 24][..]] {
                     let payload = &memory[at + offset..][..len];
                     assert!(s.takes(payload, tail.len()));
-                    let plan = s.plan(payload, tail.len());
-                    assert!(plan.segmented, "{plan:?}");
+                    let plan = s.plan(payload, tail.len()).unwrap();
                     let start = payload.as_ptr() as usize;
                     let all = pages_touched(start, start + len, s.page);
                     let both = all == max_frags(s.page) && !tail.is_empty();
@@ -630,8 +651,7 @@ mod tests {
 
     /// A payload on 17 pages gives up its partial first page, and with a
     /// tail its partial last page too, to keep its segment size; 16 whole
-    /// pages with a tail over a page (no ACK trailer is) are corked
-    /// without one.
+    /// pages with a tail over a page (no ACK trailer is) are copied.
     #[test]
     fn seventeen_pages_give_up_their_partial_ends() {
         let s = Splicer::new(1).unwrap();
@@ -644,37 +664,104 @@ mod tests {
         assert_eq!(s.pieces(late, 0), 17);
         assert_eq!(s.pieces(late, 24), 18);
         assert!(s.takes(late, 24));
-        let plain = Plan {
-            prefix: 0,
-            suffix: 0,
-            segmented: true,
-        };
-        assert_eq!(s.plan(&memory[at..][..60544], 24), plain);
+        let plain = Plan::default();
+        assert_eq!(s.plan(&memory[at..][..60544], 24), Some(plain));
         assert_eq!(
             s.plan(late, 0),
-            Plan {
+            Some(Plan {
                 prefix: 1024,
                 ..plain
-            }
+            })
         );
         assert_eq!(
             s.plan(late, 24),
-            Plan {
+            Some(Plan {
                 prefix: 1024,
                 suffix: 2048,
-                segmented: true,
-            }
+            })
         );
         let whole_pages = &memory[at..][..16 * PAGE];
-        assert_eq!(s.plan(whole_pages, 0), plain);
-        assert_eq!(
-            s.plan(whole_pages, PAGE + 1),
-            Plan {
-                segmented: false,
-                ..plain
-            }
-        );
+        assert_eq!(s.plan(whole_pages, 0), Some(plain));
+        assert_eq!(s.plan(whole_pages, PAGE + 1), None);
         assert!(!s.takes(whole_pages, PAGE + 1));
+    }
+
+    /// The kernel's release as (major, minor), if it reads as one.
+    fn kernel_release() -> Option<(u32, u32)> {
+        let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").ok()?;
+        let mut parts = release.trim().split(|c: char| !c.is_ascii_digit());
+        Some((parts.next()?.parse().ok()?, parts.next()?.parse().ok()?))
+    }
+
+    /// Headers that take two skb pieces leave one too few for a payload
+    /// planned to the last piece: the splice is refused whole (EMSGSIZE)
+    /// and the datagram is corked again with its segment size, its headers
+    /// now at the start of a fresh fragment page. Headers are copied into
+    /// the sending thread's page fragment (32 KiB, or one page when the
+    /// kernel cannot spare more), which every unread datagram built from
+    /// it keeps from being reused at its start; a fresh thread starts one
+    /// at offset 0. So 10000-byte headers on datagrams left unread meet
+    /// that page's end within four sends, and take two pieces there. The
+    /// payload starts at a page's last byte: its first piece is one byte
+    /// long, which a datagram corked without a segment size would carry
+    /// with a wrong checksum (see `Splicer::plan`), and the receiver would
+    /// drop. Every datagram arrives whole; the re-cork is asserted where
+    /// this is how the kernel splices (Linux 6.5 or later, with the usual
+    /// 17 pieces per skb, and the 32 KiB fragment pages this test assumes:
+    /// 10000-byte headers would split on every one-page fragment, and be
+    /// copied).
+    #[test]
+    fn headers_split_over_two_pieces_are_corked_again() {
+        std::thread::spawn(|| {
+            let (tx, rx) = pair();
+            socket2::SockRef::from(&rx)
+                .set_recv_buffer_size(1 << 20)
+                .unwrap();
+            let mut s = Splicer::new(1).unwrap();
+            if s.page != PAGE {
+                return;
+            }
+            let memory = pattern(13, 3 * MAX_SPLICED);
+            let at = first_page(&memory, s.page);
+            // From a page's last byte, 15 pages: with the tail's piece,
+            // the 16 that a segment size leaves beside the headers.
+            let payload = &memory[at + s.page - 1..][..13 * s.page + 2];
+            let tail = pattern(21, 24);
+            assert_eq!(s.pieces(payload, tail.len()), max_frags(s.page) - 1);
+            assert_eq!(s.plan(payload, tail.len()), Some(Plan::default()));
+            let to = rx.local_addr().unwrap();
+            let heads: Vec<Vec<u8>> = (0..5).map(|k| pattern(k, 10000)).collect();
+            for head in &heads {
+                s.send(&tx, to, sys::DEFAULT_TOS, head, payload, &tail)
+                    .unwrap();
+            }
+            rx.set_read_timeout(Some(std::time::Duration::from_millis(500)))
+                .unwrap();
+            let mut buf = vec![0u8; 65536];
+            for (k, head) in heads.iter().enumerate() {
+                let n = rx
+                    .recv(&mut buf)
+                    .unwrap_or_else(|e| panic!("datagram {k} of {}: {e}", heads.len()));
+                assert!(
+                    arrived_as(&buf[..n], &[head, payload, &tail]),
+                    "datagram {k} is not the one sent {k}th"
+                );
+            }
+            let sent = heads.len() as u64;
+            assert_eq!(s.spliced + s.fallbacks, sent);
+            assert_eq!(s.fallbacks, s.refused_whole);
+            let frags = std::fs::read_to_string("/proc/sys/net/core/max_skb_frags")
+                .ok()
+                .and_then(|f| f.trim().parse::<usize>().ok());
+            if kernel_release() >= Some((6, 5))
+                && frags == Some(max_frags(s.page))
+                && s.fallbacks == 0
+            {
+                assert!(s.recorked >= 1, "no re-cork in {sent} sends");
+            }
+        })
+        .join()
+        .unwrap();
     }
 
     #[test]
