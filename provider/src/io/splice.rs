@@ -182,26 +182,27 @@ impl Splicer {
         }
     }
 
-    /// How `payload` and a tail of `tail_len` bytes go, if they can. The
-    /// datagram is corked with a segment size, which lets the device do
-    /// the checksum (none on loopback, where the receiver would otherwise
-    /// check every byte while copying, and the sender sum them first), but
-    /// puts the headers in a piece of their own, leaving the others (16
-    /// of [`max_frags`]) for the rest. A payload on more pages than that gives up its
-    /// partial first page (copied behind the headers, in their piece) and,
-    /// if still needed, its partial last page (copied into the pipe with
-    /// the tail, one piece): at most two pages copied of seventeen, instead
-    /// of every byte summed twice. (Both are copied only for a payload on
-    /// 17 pages with a tail; such a datagram is spliced only so.) When that
-    /// is still too many (not for a UDP datagram with an ACK trailer: 16
-    /// whole pages are more than one holds), `None`: the datagram is
-    /// copied. It is never spliced without a segment size: the kernel then
-    /// sums the spliced pieces in software, and since Linux 6.5 it sums
-    /// every piece of one splice as if it began where the first did, so a
-    /// piece of odd length gives the datagram a wrong checksum, and the
-    /// receiver drops it. (A device that cannot do the checksum is refused
-    /// a segment size, with EIO by the kernel's source: splicing then
-    /// turns off.)
+    /// How `payload` and a tail of `tail_len` bytes go, if they can.
+    /// The datagram is corked with a segment size, which lets the
+    /// device do the checksum (none on loopback, where the receiver
+    /// would otherwise check every byte while copying, and the sender
+    /// sum them first), but puts the headers in a piece of their own,
+    /// leaving the skb's others (16 of 17 with 4 KiB pages) for the
+    /// rest. A payload on more pages than that gives up its partial
+    /// first page (copied behind the headers, in their piece) and, if
+    /// still needed, its partial last page (copied into the pipe with
+    /// the tail, one piece): at most two pages copied of seventeen,
+    /// instead of every byte summed twice. (Both are copied only for a
+    /// payload on 17 pages with a tail; such a datagram is spliced only
+    /// so.) When that is still too many (not for a UDP datagram with an
+    /// ACK trailer: 16 whole pages are more than one holds), `None`:
+    /// the datagram is copied. It is never spliced without a segment
+    /// size: the kernel then sums the spliced pieces in software, and
+    /// since Linux 6.5 it sums every piece of one splice as if it began
+    /// where the first did, so a piece of odd length gives the datagram
+    /// a wrong checksum, and the receiver drops it. (A device that
+    /// cannot do the checksum is refused a segment size, with EIO by
+    /// the kernel's source: splicing then turns off.)
     fn plan(&self, payload: &[u8], tail_len: usize) -> Option<Plan> {
         let budget = self.frags.saturating_sub(1);
         let start = payload.as_ptr() as usize;
@@ -565,7 +566,7 @@ mod tests {
         buf == parts.concat()
     }
 
-    /// Whatever `pipe` still holds.
+    /// How many bytes `s`'s pipe still holds.
     fn queued(s: &Splicer) -> libc::c_int {
         let mut queued: libc::c_int = 0;
         // SAFETY: FIONREAD on our pipe writes one int.
