@@ -65,6 +65,7 @@ extern "C" {
 #define FI_UET_PARAM_ACK_PIGGYBACK    "FI_UET_ACK_PIGGYBACK"    /* held ACKs ride at the end of the reply's datagram to the same peer, and ACKs on delivery responses [1] */
 #define FI_UET_PARAM_DIRECT_RX        "FI_UET_DIRECT_RX"        /* receive payloads of 16 KiB or more straight into the posted buffer [1] */
 #define FI_UET_PARAM_SPLICE_BYTES     "FI_UET_SPLICE_BYTES"     /* payloads this long or longer leave by splice, not copied [32768] */
+#define FI_UET_PARAM_CONNECTED_PEERS  "FI_UET_CONNECTED_PEERS"  /* peers whose data leaves from a socket connected to them [32; 0 = none] */
 #define FI_UET_PARAM_SRC_ADDR          "FI_UET_SRC_ADDR"          /* address bound when none is named [127.0.0.1; "auto"] */
 #define FI_UET_PARAM_PORT              "FI_UET_PORT"              /* UDP port bound when none is named [0 = 4793 if free, else any] */
 #define FI_UET_PARAM_PDC_IDLE_US       "FI_UET_PDC_IDLE_US"       /* close an idle delivery context after this long, us [1000000; 0 = never] */

@@ -90,6 +90,11 @@ pub const PARAMS: &[ParamSpec] = &[
         help: "A packet's first send whose payload is at least this many bytes (large datagrams: the default on loopback) leaves by vmsplice(2) and splice(2) instead of a copying sendmsg: the datagram refers to the message's own pages until the receiver (on this host) or the NIC takes it, so the sender's kernel copies nothing. The memory stays untouched until the message completes, as for any send; resends and what fi_close sends are copied. For a peer that gave up on a stalled receiver or closed, every endpoint throws away the datagrams of 16 KiB or more that waited in its socket longer than half the sooner of the two for its FI_UET_RTO_MIN_US, FI_UET_RTO_MAX_US and FI_UET_MAX_RETRIES (200 ms by default, at least 100 ms; timers that would want less keep payloads copied): give all endpoints the same. Never through FI_UET_FABRIC (default 32768; 0 = always copy; else 16384..65536).",
     },
     ParamSpec {
+        name: "connected_peers",
+        kind: ParamKind::Int,
+        help: "Up to this many peers get a send socket of their own, connected to the peer, for the data packets that would leave from the endpoint's own socket (all of them with the single-path load balancer, the loopback default): a send on a connected socket reuses the route the kernel cached at connect(2) instead of looking it up per datagram. Such a socket has a port of its own, which data may leave from since it names the sender's own port; ACKs and control still leave from the endpoint's socket. A peer not sent to for a second gives its socket up to a new peer once all are taken; after that, and when no socket can be opened, data leaves from the endpoint's socket. Not through FI_UET_FABRIC (default 32; 0 = every datagram names its destination).",
+    },
+    ParamSpec {
         name: "defer_acks",
         kind: ParamKind::Bool,
         help: "When a progress call made by the application completes a message and has only ACKs to send, and the application answered the last such call with a send or RMA, hold those ACKs until its next send or RMA, so a reply it posts at once leaves ahead of them or carries them (FI_UET_ACK_PIGGYBACK); not for a message that crossed ours in flight (its sender still has ours unacknowledged and sent no ACK with it: it may wait for this ACK) unless its sender marked that nothing of its waits for the ACK (an fi_inject, a send without completion), which is then held whatever the application did before; only a send or RMA to that message's sender within FI_UET_ACK_HOLD_US counts as an answer; the hold is reported in the ACK's service time; background progress threads never hold ACKs, and the first application call made FI_UET_ACK_HOLD_US or more after the hold began sends them whatever it completes (default 1; 0 = ACKs leave in the call that queues them).",
@@ -311,6 +316,8 @@ pub struct Config {
     pub direct_rx: bool,
     /// Payloads at least this long are spliced (`io::splice`); 0 = never.
     pub splice_bytes: usize,
+    /// Peers with a connected send socket (`io::connected`); 0 = none.
+    pub connected_peers: usize,
     /// Delivery-context ID pool size per endpoint.
     pub max_pdcs: usize,
     pub port: u16,
@@ -385,6 +392,7 @@ impl Default for Config {
             ack_piggyback: true,
             direct_rx: true,
             splice_bytes: 32768,
+            connected_peers: 32,
             max_pdcs: 16384,
             port: 0,
             pdc_idle_us: 1_000_000,
@@ -509,6 +517,7 @@ impl Config {
             "ack_hold_us" => return Some(ParamValue::Int(self.ack_hold_us as i64)),
             "direct_rx" => return Some(ParamValue::Bool(self.direct_rx)),
             "splice_bytes" => return Some(ParamValue::Int(self.splice_bytes as i64)),
+            "connected_peers" => return Some(ParamValue::Int(self.connected_peers as i64)),
             "host_read" => return Some(ParamValue::Bool(self.host_read)),
             "host_ring" => return Some(ParamValue::Bool(self.host_ring)),
             "fabric" => return Some(ParamValue::Str(self.fabric.clone())),
@@ -650,6 +659,7 @@ impl Config {
                 }
                 self.splice_bytes = v as usize
             }
+            "connected_peers" => self.connected_peers = int(0, 4096)? as usize,
             "host_read" => self.host_read = boolean()?,
             "host_ring" => self.host_ring = boolean()?,
             "link_gbps" => self.link_gbps = int(1, 3200)? as u32,

@@ -201,3 +201,33 @@ fn entropy_counters_add_up_to_the_data_packets_sent() {
         }
     }
 }
+
+/// NACKs go to the sender's canonical address, whatever port its data left
+/// from: the driver may send data from ports it never reads (sockets
+/// connected to one peer each, FI_UET_CONNECTED_PEERS) or reads only now
+/// and then (the entropy pool).
+#[test]
+fn nacks_answer_the_canonical_address() {
+    let (addrs, mut a, _b) = common::acquainted();
+    let mut sprayed = addrs[0];
+    sprayed.set_port(addrs[0].port() + 5);
+    // b restarted: a's open context is unknown to the new b.
+    let mut restarted = Engine::new(&Config::default(), addrs[1], 3);
+    a.post_send(20_000, send(addrs[1], vec![2; 64], None, 2))
+        .unwrap();
+    let data = common::drain(&mut a, 20_000);
+    assert!(data.iter().any(|(_, d)| is_data(d)), "{data:?}");
+    for (_, d) in &data {
+        restarted.handle_datagram(25_000, sprayed, 0, d);
+    }
+    let mut buf = vec![0u8; 2048];
+    let mut nacks = 0;
+    while let Some(t) = restarted.poll_transmit(25_000, &mut buf) {
+        let ptype = Prologue::parse(&buf[..t.len]).unwrap().ptype;
+        assert_eq!(ptype, PacketType::Nack);
+        assert_eq!(t.dest, addrs[0], "NACK to the canonical address");
+        nacks += 1;
+    }
+    assert!(nacks > 0);
+    assert!(restarted.stats().unknown_pdc > 0);
+}

@@ -228,8 +228,10 @@ impl Engine {
             }
         };
         if let Some(code) = code {
+            // To the sender's canonical address, like every ACK: the port
+            // a request left from need not be one it reads.
             let ours = if req.syn() { 0 } else { req.dpdcid };
-            self.queue_nack(from, code, req.psn, ours, req.spdcid);
+            self.queue_nack(src, code, req.psn, ours, req.spdcid);
             return;
         }
         let Some(p) = p else { return };
@@ -259,7 +261,7 @@ impl Engine {
                 if arrival == Some(Arrival::New) && inb.waits_for_a_receive(next) {
                     if !self.park_if_waiting(p, s.message_id) {
                         self.stats.message_id_waits += 1;
-                        self.refuse_for_now(p, from, &req);
+                        self.refuse_for_now(p, &req);
                         return;
                     }
                     self.stats.messages_parked += 1;
@@ -285,13 +287,13 @@ impl Engine {
                 && !self.stage_has_room(p, s, rdv_rx.as_ref(), payload_len)
             {
                 self.stats.backpressure += 1;
-                self.refuse_for_now(p, from, &req);
+                self.refuse_for_now(p, &req);
                 return;
             }
             matched = new && send && payload_len > 0;
             if new && !self.answer_has_room(p, s) {
                 self.stats.backpressure += 1;
-                self.refuse_for_now(p, from, &req);
+                self.refuse_for_now(p, &req);
                 return;
             }
         }
@@ -509,10 +511,10 @@ impl Engine {
 
     /// Backpressure: the sender resends `req` later, without counting it
     /// against the peer (NACK 0x07).
-    fn refuse_for_now(&mut self, p: usize, from: SocketAddr, req: &RequestRepr) {
+    fn refuse_for_now(&mut self, p: usize, req: &RequestRepr) {
         if let Some(rx) = self.peers[p].rx.as_ref() {
-            let ours = rx.local_id;
-            self.queue_nack(from, NackCode::NoPacketBuffer, req.psn, ours, req.spdcid);
+            let (to, ours) = (self.peers[p].addr, rx.local_id);
+            self.queue_nack(to, NackCode::NoPacketBuffer, req.psn, ours, req.spdcid);
         }
     }
 

@@ -13,7 +13,8 @@
 //! carries its IP TOS byte both ways (ECN codepoint, trimmed DSCP).
 //!
 //! Peers know each other by socket 0's address. Data packets, which may
-//! leave from a pool socket, name the sender's socket-0 port in the SES
+//! leave from a pool socket or from one connected to their peer
+//! (`io/connected.rs`), name the sender's socket-0 port in the SES
 //! `initiator` field and the receiving engine keys the peer by (source IP,
 //! initiator); ACKs, NACKs, control and SES responses always leave from
 //! socket 0, so their source address is the canonical one.
@@ -55,6 +56,7 @@ use crate::wire::prologue::flags as prologue_flags;
 use crate::wire::{ack_trailer, Prologue, RelayHeader};
 use crate::{Config, Error, Result};
 
+mod connected;
 mod host_memory;
 mod host_ring;
 mod host_ring_backlog;
@@ -66,6 +68,7 @@ mod sys;
 mod tests;
 mod trace;
 
+use connected::ConnectedSockets;
 use host_ring::{HostRings, Pushed, Retried};
 use impair::{FaultConfig, Impairer, PacketClass, Treatment, Verdict, TRIMMED_LEN};
 use splice::Splicer;
@@ -200,6 +203,14 @@ pub struct DriverStats {
     /// Datagrams thrown away unread after a gap in progress long enough
     /// for a peer to give up on us (see `Endpoint::discard_stale`).
     pub stale_discarded: u64,
+    /// `FI_UET_CONNECTED_PEERS`: send calls made on sockets connected to
+    /// their peer (their datagrams also count in `sent[0]`), such sockets
+    /// opened, of those the ones that took an idle peer's place, and the
+    /// ones that could not be opened.
+    pub connected_sends: u64,
+    pub connected_opened: u64,
+    pub connected_reused: u64,
+    pub connected_failed: u64,
 }
 
 /// A datagram ready for the wire: `tx_buf[start..end]` or a held copy.
@@ -227,6 +238,9 @@ struct Pending {
     payload: Option<PayloadRef>,
     /// A request (data), not an ACK or other control packet.
     request: bool,
+    /// It names its sender's port, so it may leave from any socket
+    /// ([`names_its_sender`]).
+    any_port: bool,
 }
 
 impl Pending {
@@ -275,6 +289,9 @@ pub struct Endpoint {
     engine: Engine,
     /// Socket 0 is the endpoint's address; `1..` the entropy pool.
     sockets: Vec<UdpSocket>,
+    /// Sockets connected to a peer each, for requests that would leave
+    /// from socket 0 (`FI_UET_CONNECTED_PEERS`).
+    connected: ConnectedSockets,
     local: SocketAddr,
     /// `sys::monotonic_ns` at bind: the engine's time is counted from it.
     epoch_ns: u64,
@@ -540,9 +557,17 @@ impl Endpoint {
                 Some(trace::TraceFile::open(pattern, local, &mut engine, unix)?)
             }
         };
+        // Through a relay every datagram goes to one address, and the
+        // relay keys hosts by source port.
+        let connected_peers = if fabric.is_none() {
+            config.connected_peers
+        } else {
+            0
+        };
         Ok(Endpoint {
             engine,
             sockets,
+            connected: ConnectedSockets::new(local, connected_peers, config.sockbuf),
             local,
             epoch_ns,
             progressed_at: 0,
@@ -632,6 +657,10 @@ impl Endpoint {
             splice_fallbacks: self.splicer.as_ref().map_or(0, |s| s.fallbacks),
             splice_recorked: self.splicer.as_ref().map_or(0, |s| s.recorked),
             splice_refused_whole: self.splicer.as_ref().map_or(0, |s| s.refused_whole),
+            connected_sends: self.connected.stats.sends,
+            connected_opened: self.connected.stats.opened,
+            connected_reused: self.connected.stats.reused,
+            connected_failed: self.connected.stats.failed,
             ..self.stats.clone()
         }
     }
@@ -1317,8 +1346,9 @@ impl Endpoint {
             let Some(mut h) = self.held.pop_front() else {
                 break;
             };
+            let mut out = SendSockets::new(&self.sockets, &mut self.connected, now);
             if !emit(
-                &self.sockets,
+                &mut out,
                 &mut self.rings,
                 &mut self.stats,
                 &mut h.out,
@@ -1331,7 +1361,8 @@ impl Endpoint {
         }
         while let Some(out) = self.stalled.front_mut() {
             let bytes = &self.tx_buf[out.start..out.end];
-            if !emit(&self.sockets, &mut self.rings, &mut self.stats, out, bytes) {
+            let mut via = SendSockets::new(&self.sockets, &mut self.connected, now);
+            if !emit(&mut via, &mut self.rings, &mut self.stats, out, bytes) {
                 return sent;
             }
             self.stalled.pop_front();
@@ -1356,13 +1387,8 @@ impl Endpoint {
                 continue;
             };
             let bytes = &self.tx_buf[out.start..out.end];
-            if !emit(
-                &self.sockets,
-                &mut self.rings,
-                &mut self.stats,
-                &mut out,
-                bytes,
-            ) {
+            let mut via = SendSockets::new(&self.sockets, &mut self.connected, now);
+            if !emit(&mut via, &mut self.rings, &mut self.stats, &mut out, bytes) {
                 // The bytes stay in `tx_buf`: nothing more is pulled from
                 // the engine until this datagram is out.
                 self.stalled.push_back(out);
@@ -1402,15 +1428,8 @@ impl Endpoint {
             let tail = &self.tx_buf[hole.end..HEADROOM + t.len];
             let splicer = self.splicer.as_mut();
             let pieces = (head, payload, tail);
-            match send_datagram(
-                &self.sockets,
-                &mut self.rings,
-                splicer,
-                socket,
-                to,
-                tos,
-                pieces,
-            ) {
+            let mut via = SendSockets::new(&self.sockets, &mut self.connected, now);
+            match send_datagram(&mut via, &mut self.rings, splicer, socket, to, tos, pieces) {
                 Ok(Carrier::Udp) => self.stats.sent[socket] += 1,
                 Ok(Carrier::Ring) => hold_ring_backlog(&mut self.rings, &mut self.engine),
                 Err(e) if e.kind() == ErrorKind::WouldBlock => {
@@ -1447,6 +1466,7 @@ impl Endpoint {
             engine,
             tx_buf,
             sockets,
+            connected,
             stats,
             stalled,
             rings,
@@ -1467,7 +1487,9 @@ impl Endpoint {
                 let Some((t, payload)) = engine.poll_transmit_ref(now, buf) else {
                     break;
                 };
-                let request = Prologue::parse(buf).is_ok_and(|p| p.ptype.is_request());
+                let prologue = Prologue::parse(buf).ok();
+                let request = prologue.is_some_and(|p| p.ptype.is_request());
+                let any_port = prologue.is_some_and(names_its_sender);
                 gso.pending.push(Pending {
                     socket: t.entropy as usize % sockets.len(),
                     to: t.dest,
@@ -1476,6 +1498,7 @@ impl Endpoint {
                     len: t.len,
                     payload,
                     request,
+                    any_port,
                 });
             }
             let taken = gso.pending.len();
@@ -1503,7 +1526,7 @@ impl Endpoint {
                 }
             }
             let mut batch = Batch {
-                sockets,
+                via: SendSockets::new(sockets, connected, now),
                 rings,
                 engine,
                 tx_buf,
@@ -1842,8 +1865,10 @@ impl Drop for Endpoint {
             }
         }
         for mut h in std::mem::take(&mut self.held) {
+            let now = self.now();
+            let mut via = SendSockets::new(&self.sockets, &mut self.connected, now);
             emit(
-                &self.sockets,
+                &mut via,
                 &mut self.rings,
                 &mut self.stats,
                 &mut h.out,
@@ -1892,10 +1917,49 @@ fn linger_quiet_ns(floor: u64, resend_wait: u64, rounds: u32) -> u64 {
     quiet.min(LINGER_MAX_NS)
 }
 
+/// The sockets a datagram may leave from: the entropy sockets, and for
+/// requests that would leave from socket 0 the one connected to their
+/// peer.
+struct SendSockets<'a> {
+    pool: &'a [UdpSocket],
+    connected: &'a mut ConnectedSockets,
+    now: u64,
+}
+
+impl<'a> SendSockets<'a> {
+    fn new(pool: &'a [UdpSocket], connected: &'a mut ConnectedSockets, now: u64) -> Self {
+        SendSockets {
+            pool,
+            connected,
+            now,
+        }
+    }
+
+    /// The socket and destination for a datagram that would leave from
+    /// entropy socket `socket` to `to`; `any_port` when it names its
+    /// sender's port ([`names_its_sender`]), else it keeps its socket.
+    fn route(&mut self, socket: usize, to: SocketAddr, any_port: bool) -> (&UdpSocket, sys::Dest) {
+        if socket == 0 && any_port {
+            if let Some(s) = self.connected.socket_for(to, self.now) {
+                return (s, sys::Dest::Connected(to));
+            }
+        }
+        (&self.pool[socket], sys::Dest::Named(to))
+    }
+}
+
+/// Whether a packet names its sender's canonical port (the SES request
+/// header's `initiator`), so that it may leave from any of its sockets.
+/// SES responses ride in request packets too but have no such field:
+/// their receiver knows the sender by the source address.
+fn names_its_sender(prologue: Prologue) -> bool {
+    prologue.ptype.is_request() && prologue.next == crate::wire::NextHeader::SesRequest
+}
+
 /// Send the remaining copies of `out` (bytes in `data`); false when the
 /// socket is full and the rest must be retried.
 fn emit(
-    sockets: &[UdpSocket],
+    via: &mut SendSockets<'_>,
     rings: &mut Option<HostRings>,
     stats: &mut DriverStats,
     out: &mut Outgoing,
@@ -1903,7 +1967,7 @@ fn emit(
 ) -> bool {
     while out.copies > 0 {
         let whole = (data, &[][..], &[][..]);
-        match send_datagram(sockets, rings, None, out.socket, out.to, out.tos, whole) {
+        match send_datagram(via, rings, None, out.socket, out.to, out.tos, whole) {
             Ok(Carrier::Udp) => stats.sent[out.socket] += 1,
             Ok(Carrier::Ring) => {}
             Err(e) if e.kind() == ErrorKind::WouldBlock => return false,
@@ -1941,7 +2005,7 @@ enum Carrier {
 /// it. Only a payload in message memory may be offered to `splicer`: it
 /// must stay unchanged until the peer acknowledges the datagram.
 fn send_datagram(
-    sockets: &[UdpSocket],
+    via: &mut SendSockets<'_>,
     rings: &mut Option<HostRings>,
     splicer: Option<&mut Splicer>,
     socket: usize,
@@ -1959,7 +2023,7 @@ fn send_datagram(
                 // full buffer): the lane is no longer empty, so the next
                 // datagram would not ring, and the sleeper might have no
                 // timer to wake it.
-                if sys::send_with_tos(&sockets[0], to, sys::DEFAULT_TOS, &[]).is_err() {
+                if sys::send_with_tos(&via.pool[0], to, sys::DEFAULT_TOS, &[]).is_err() {
                     r.owe_doorbell(to);
                 }
                 return Ok(Carrier::Ring);
@@ -1972,13 +2036,16 @@ fn send_datagram(
     // only when resends went unanswered for as long as the peer's timers
     // allow, so a spliced datagram read after that waited that long in
     // the receiver's socket, which the receiver then throws away.
-    let first_send = || Prologue::parse(head).is_ok_and(|p| p.flags & prologue_flags::RETX == 0);
-    if let Some(s) = splicer.filter(|s| s.takes(payload, tail.len()) && first_send()) {
+    let prologue = Prologue::parse(head).ok();
+    let first_send = prologue.is_some_and(|p| p.flags & prologue_flags::RETX == 0);
+    let any_port = prologue.is_some_and(names_its_sender);
+    let (socket, dest) = via.route(socket, to, any_port);
+    if let Some(s) = splicer.filter(|s| first_send && s.takes(payload, tail.len())) {
         return s
-            .send(&sockets[socket], to, tos, head, payload, tail)
+            .send(socket, dest, tos, head, payload, tail)
             .map(|()| Carrier::Udp);
     }
-    sys::send_parts(&sockets[socket], to, tos, &parts[..n]).map(|()| Carrier::Udp)
+    sys::send_parts(socket, dest, tos, &parts[..n]).map(|()| Carrier::Udp)
 }
 
 /// Fill `gso.order` with the indices of `gso.pending` grouped by socket
@@ -2014,7 +2081,7 @@ fn group_by_socket(gso: &mut Gso, sockets: usize) {
 
 /// What sending one GSO batch touches, borrowed from the endpoint.
 struct Batch<'a> {
-    sockets: &'a [UdpSocket],
+    via: SendSockets<'a>,
     rings: &'a mut Option<HostRings>,
     engine: &'a Engine,
     tx_buf: &'a mut Vec<u8>,
@@ -2096,8 +2163,9 @@ impl Batch<'_> {
             parts[count..count + n].copy_from_slice(&pieces[..n]);
             count += n;
         }
-        let socket = &self.sockets[first.socket];
-        match sys::send_segments(socket, first.to, first.tos, segment, &parts[..count]) {
+        let any_port = run.iter().all(|&i| pending[i].any_port);
+        let (socket, dest) = self.via.route(first.socket, first.to, any_port);
+        match sys::send_segments(socket, dest, first.tos, segment, &parts[..count]) {
             Ok(()) => {
                 let n = run.len() as u64;
                 self.stats.sent[first.socket] += n;
@@ -2128,7 +2196,7 @@ impl Batch<'_> {
             let pieces = pending_pieces(self.tx_buf, self.engine, p);
             let splicer = self.splicer.as_mut();
             match send_datagram(
-                self.sockets,
+                &mut self.via,
                 self.rings,
                 splicer,
                 p.socket,

@@ -28,7 +28,7 @@
 //! emptied turns splicing off for good.
 
 use std::io;
-use std::net::{SocketAddr, UdpSocket};
+use std::net::UdpSocket;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
 use super::sys;
@@ -240,12 +240,13 @@ impl Splicer {
     pub fn send(
         &mut self,
         socket: &UdpSocket,
-        dest: SocketAddr,
+        dest: impl Into<sys::Dest>,
         tos: u8,
         head: &[u8],
         payload: &[u8],
         tail: &[u8],
     ) -> io::Result<()> {
+        let dest = dest.into();
         let whole = [head, payload, tail];
         let total = head.len() + payload.len() + tail.len();
         // Callers ask `takes` first; what no plan fits is copied all the same.
@@ -371,7 +372,7 @@ impl Splicer {
     fn copied(
         &mut self,
         socket: &UdpSocket,
-        dest: SocketAddr,
+        dest: sys::Dest,
         tos: u8,
         parts: &[&[u8]],
     ) -> io::Result<()> {

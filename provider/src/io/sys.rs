@@ -26,6 +26,30 @@ const CMSG_WORDS: usize = 8;
 /// (about 0.05 us per send on loopback).
 pub const DEFAULT_TOS: u8 = 0x02;
 
+/// Where a send goes. `Named` puts the address in every call, and the
+/// kernel looks its route up each time; `Connected` sends on a socket
+/// connected to that address, reusing the route cached by `connect(2)`
+/// (the address then only tells the family).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Dest {
+    Named(SocketAddr),
+    Connected(SocketAddr),
+}
+
+impl Dest {
+    pub fn addr(self) -> SocketAddr {
+        match self {
+            Dest::Named(a) | Dest::Connected(a) => a,
+        }
+    }
+}
+
+impl From<SocketAddr> for Dest {
+    fn from(addr: SocketAddr) -> Dest {
+        Dest::Named(addr)
+    }
+}
+
 /// Make [`DEFAULT_TOS`] the socket's own TOS / traffic class. The send
 /// functions here count on it: a datagram with that TOS goes without a
 /// control message.
@@ -68,8 +92,10 @@ unsafe fn raw_sendmsg(
 /// See [`raw_sendmsg`].
 ///
 /// # Safety
-/// As for `sendto(2)`: `data` and `addr` are valid for their lengths.
-unsafe fn raw_sendto(fd: libc::c_int, data: &[u8], addr: &SockAddr) -> io::Result<usize> {
+/// As for `sendto(2)`: `data` and `addr` are valid for their lengths
+/// (no address: a connected socket's peer).
+unsafe fn raw_sendto(fd: libc::c_int, data: &[u8], addr: Option<&SockAddr>) -> io::Result<usize> {
+    let (name, len) = addr.map_or((std::ptr::null(), 0), |a| (a.as_ptr(), a.len()));
     // SAFETY: passed on from the caller.
     syscall_result(unsafe {
         libc::syscall(
@@ -78,8 +104,8 @@ unsafe fn raw_sendto(fd: libc::c_int, data: &[u8], addr: &SockAddr) -> io::Resul
             data.as_ptr(),
             data.len(),
             libc::MSG_NOSIGNAL,
-            addr.as_ptr(),
-            addr.len(),
+            name,
+            len,
         )
     })
 }
@@ -145,7 +171,12 @@ pub fn monotonic_ns() -> u64 {
 /// Send `data` to `dest` with `tos` in the IP header (IPv4 TOS or IPv6
 /// traffic class, chosen by the destination's family), from a socket set
 /// up with [`set_default_tos`].
-pub fn send_with_tos(socket: &UdpSocket, dest: SocketAddr, tos: u8, data: &[u8]) -> io::Result<()> {
+pub fn send_with_tos(
+    socket: &UdpSocket,
+    dest: impl Into<Dest>,
+    tos: u8,
+    data: &[u8],
+) -> io::Result<()> {
     send_parts(socket, dest, tos, &[data])
 }
 
@@ -158,10 +189,11 @@ pub const MAX_PARTS: usize = 3;
 /// (further ones are an error).
 pub fn send_parts(
     socket: &UdpSocket,
-    dest: SocketAddr,
+    dest: impl Into<Dest>,
     tos: u8,
     parts: &[&[u8]],
 ) -> io::Result<()> {
+    let dest = dest.into();
     if parts.len() > MAX_PARTS {
         return Err(io::Error::from(io::ErrorKind::InvalidInput));
     }
@@ -180,7 +212,7 @@ pub fn send_parts(
 /// otherwise.
 pub fn start_corked(
     socket: &UdpSocket,
-    dest: SocketAddr,
+    dest: impl Into<Dest>,
     tos: u8,
     segment: Option<u16>,
     parts: &[&[u8]],
@@ -188,15 +220,18 @@ pub fn start_corked(
     if parts.len() > MAX_PARTS {
         return Err(io::Error::from(io::ErrorKind::InvalidInput));
     }
-    send_msg(socket, dest, tos, segment, parts, libc::MSG_MORE)
+    send_msg(socket, dest.into(), tos, segment, parts, libc::MSG_MORE)
 }
 
 /// `sendto` of one datagram in one piece with the socket's own TOS.
-fn send_one_piece(socket: &UdpSocket, dest: SocketAddr, data: &[u8]) -> io::Result<()> {
-    let addr = SockAddr::from(dest);
+fn send_one_piece(socket: &UdpSocket, dest: Dest, data: &[u8]) -> io::Result<()> {
+    let addr = match dest {
+        Dest::Named(a) => Some(SockAddr::from(a)),
+        Dest::Connected(_) => None,
+    };
     // SAFETY: `data` and `addr` are live for the call with their true
     // lengths; the kernel only reads them.
-    unsafe { raw_sendto(socket.as_raw_fd(), data, &addr) }.map(|_| ())
+    unsafe { raw_sendto(socket.as_raw_fd(), data, addr.as_ref()) }.map(|_| ())
 }
 
 /// Most datagrams one [`send_segments`] call carries: the kernel's
@@ -250,7 +285,7 @@ pub fn set_int_option(
 /// datagrams and [`MAX_SEGMENTED_BYTES`] bytes.
 pub fn send_segments(
     socket: &UdpSocket,
-    dest: SocketAddr,
+    dest: impl Into<Dest>,
     tos: u8,
     segment: u16,
     parts: &[&[u8]],
@@ -258,7 +293,7 @@ pub fn send_segments(
     if parts.len() > MAX_SEGMENT_PARTS {
         return Err(io::Error::from(io::ErrorKind::InvalidInput));
     }
-    send_msg(socket, dest, tos, Some(segment), parts, 0)
+    send_msg(socket, dest.into(), tos, Some(segment), parts, 0)
 }
 
 /// One `sendmsg` of the gathered `parts` (at most [`MAX_SEGMENT_PARTS`])
@@ -267,7 +302,7 @@ pub fn send_segments(
 /// UDP_SEGMENT one when `segment` is given; `flags` as for `sendmsg(2)`.
 fn send_msg(
     socket: &UdpSocket,
-    dest: SocketAddr,
+    dest: Dest,
     tos: u8,
     segment: Option<u16>,
     parts: &[&[u8]],
@@ -283,8 +318,11 @@ fn send_msg(
             iov_len: part.len(),
         });
     }
-    let addr = SockAddr::from(dest);
-    let (level, kind) = if dest.is_ipv6() {
+    let named = match dest {
+        Dest::Named(a) => Some(SockAddr::from(a)),
+        Dest::Connected(_) => None,
+    };
+    let (level, kind) = if dest.addr().is_ipv6() {
         (libc::IPPROTO_IPV6, libc::IPV6_TCLASS)
     } else {
         (libc::IPPROTO_IP, libc::IP_TOS)
@@ -292,8 +330,10 @@ fn send_msg(
     let mut control = [0u64; CMSG_WORDS];
     // SAFETY: an all-zero msghdr is valid (null pointers, zero lengths).
     let mut msg: libc::msghdr = unsafe { MaybeUninit::zeroed().assume_init() };
-    msg.msg_name = addr.as_ptr() as *mut libc::c_void;
-    msg.msg_namelen = addr.len();
+    if let Some(addr) = &named {
+        msg.msg_name = addr.as_ptr() as *mut libc::c_void;
+        msg.msg_namelen = addr.len();
+    }
     msg.msg_iov = iovs.as_mut_ptr().cast::<libc::iovec>();
     msg.msg_iovlen = count as _;
     // SAFETY: CMSG_SPACE only computes sizes.

@@ -173,6 +173,105 @@ fn loopback_defaults_to_one_path_without_a_pool() {
     assert_eq!(c.entropy_addrs().len(), reps.entropies as usize);
 }
 
+/// Data to a peer leaves from the socket connected to it
+/// (`FI_UET_CONNECTED_PEERS`), a port of its own, while ACKs keep socket
+/// 0's address: both ways of an exchange complete only if the peer still
+/// keys the data by its initiator and the ACKs by their source.
+#[test]
+fn data_leaves_from_a_connected_socket_and_acks_from_socket_0() {
+    let cfg = Config {
+        mtu: 4096,
+        ..Config::default()
+    };
+    let (mut a, mut b) = pair(&cfg);
+    exchange(&mut a, &mut b, &[100_000, 1, 0, 50_000]);
+    exchange(&mut b, &mut a, &[3, 70_000]);
+    // Delivery completion takes b's SES response, which has no initiator
+    // field: it must come from b's socket 0 for a to know whose it is.
+    let (op, _buf) = recv_op(10, 9);
+    b.recv(op).unwrap();
+    a.send(SendOp {
+        level: CompletionLevel::Delivery,
+        ..send_op(b.local_addr(), pattern(0, 10), 9)
+    })
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let delivered = loop {
+        assert!(Instant::now() < deadline, "no delivery completion");
+        a.progress();
+        b.progress();
+        while b.poll_completion().is_some() {}
+        if let Some(c) = a.poll_completion() {
+            break c.error;
+        }
+    };
+    assert_eq!(delivered, None);
+    assert_eq!(a.engine_stats().retransmits, 0);
+    let (sa, sb) = (a.stats(), b.stats());
+    assert_eq!((sa.connected_opened, sb.connected_opened), (1, 1));
+    assert!(sa.connected_sends > 0 && sb.connected_sends > 0, "{sa:?}");
+    assert_eq!(sa.connected_failed + sb.connected_failed, 0);
+    assert_eq!(
+        a.engine_stats().unknown_pdc + b.engine_stats().unknown_pdc,
+        0
+    );
+    // What a raw socket sees: a's data from the connected socket's port,
+    // or from socket 0 with none.
+    for (limit, connected) in [(32, true), (0, false)] {
+        let cfg = Config {
+            connected_peers: limit,
+            ..cfg.clone()
+        };
+        let mut a = Endpoint::bind(&cfg, LOOPBACK.parse().unwrap()).unwrap();
+        let raw = UdpSocket::bind(LOOPBACK).unwrap();
+        raw.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let to = raw.local_addr().unwrap();
+        a.send(send_op(to, pattern(1, 10), 1)).unwrap();
+        a.progress();
+        let mut buf = [0u8; 4096];
+        let (_, from) = raw.recv_from(&mut buf).unwrap();
+        let expected = a.connected.local_addr_for(to).unwrap_or(a.local_addr());
+        assert_eq!(from, expected);
+        assert_eq!(from != a.local_addr(), connected, "{from}");
+        assert_eq!(a.connected.len(), usize::from(connected));
+    }
+}
+
+/// A receiver that restarted NACKs the old context to the sender's
+/// canonical address, not to the connected socket the data came from
+/// (which nobody reads): the sender hears it and starts afresh.
+#[test]
+fn a_restarted_receiver_is_heard_through_connected_sockets() {
+    let cfg = Config {
+        mtu: 4096,
+        ..Config::default()
+    };
+    let (mut a, mut b) = pair(&cfg);
+    exchange(&mut a, &mut b, &[10]);
+    let at = b.local_addr();
+    drop(b);
+    let mut b = Endpoint::bind(&cfg, at).unwrap();
+    // The send in flight fails as the restart is heard (a send of the old
+    // context's), well before any timer would give up.
+    a.send(send_op(at, pattern(1, 20), 7)).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let failed = loop {
+        assert!(Instant::now() < deadline, "the restart went unheard");
+        a.progress();
+        b.progress();
+        if let Some(c) = a.poll_completion() {
+            break c.error;
+        }
+    };
+    assert_eq!(failed, Some(crate::ops::CompletionError::PeerUnreachable));
+    let (ea, eb) = (a.engine_stats(), b.engine_stats());
+    assert!(eb.unknown_pdc > 0 && ea.nacks_received > 0, "{ea:?} {eb:?}");
+    assert_eq!(ea.timeouts, 0, "{ea:?}");
+    // And the next messages reach the new receiver.
+    exchange(&mut a, &mut b, &[20, 30_000]);
+    assert!(a.stats().connected_sends > 0);
+}
+
 /// A relay like emu-net's: forwards between endpoints, rewriting the
 /// header's address to the original source, and setting the TOS byte of
 /// every `ce_every`-th packet to CE and every `trim_every`-th to the
@@ -597,7 +696,11 @@ fn gso_sender_and_plain_receiver_interoperate() {
 
 #[test]
 fn gso_refused_by_the_kernel_falls_back_without_losing_a_packet() {
-    let cfg = config(4);
+    // Data leaves from the sockets whose checksums go off below.
+    let cfg = Config {
+        connected_peers: 0,
+        ..config(4)
+    };
     let (mut a, mut b) = pair(&cfg);
     // Without UDP checksums the kernel refuses every segmented send (EINVAL).
     for s in &a.sockets {
@@ -625,6 +728,8 @@ fn gso_refused_by_the_kernel_falls_back_without_losing_a_packet() {
 fn the_call_that_finds_gso_refused_sends_everything_it_could() {
     let cfg = Config {
         cc: crate::cms::CcAlgorithm::None,
+        // Data leaves from the socket whose checksums go off below.
+        connected_peers: 0,
         ..config(1)
     };
     let (mut a, b) = pair(&cfg);
@@ -1949,8 +2054,10 @@ fn resends_leave_copied() {
         .emit(&mut head);
         let to = rx.local_addr().unwrap();
         let pieces = (&head[..], &payload[..], &[][..]);
+        let pool = [tx.try_clone().unwrap()];
+        let mut none = ConnectedSockets::new(to, 0, 1 << 20);
         send_datagram(
-            &[tx.try_clone().unwrap()],
+            &mut SendSockets::new(&pool, &mut none, 0),
             &mut None,
             Some(&mut splicer),
             0,
