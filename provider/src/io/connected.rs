@@ -17,8 +17,9 @@
 //! At most `limit` peers have one. A peer without one when the table is
 //! full takes the slot of one that has not been sent to for
 //! [`IDLE_NS`] (a client that crashed long ago), else its datagrams leave
-//! from socket 0 as before. A socket that cannot be opened (descriptors
-//! exhausted) is not tried again for [`RETRY_NS`].
+//! from socket 0 as before. When no socket can be opened (descriptors or
+//! memory exhausted) none is tried for [`RETRY_NS`]; a peer whose socket
+//! cannot be connected (no route to it) is not tried again for as long.
 
 use std::io;
 use std::net::{SocketAddr, UdpSocket};
@@ -63,8 +64,11 @@ pub struct ConnectedSockets {
     /// The slot the last lookup found: a ping-pong or a stream asks for
     /// the same peer again and again.
     last: usize,
-    /// No socket is opened before then (a failure happened).
+    /// No socket is opened before then (descriptors or memory ran out).
     retry_at_ns: u64,
+    /// Peers whose socket could not be connected (no route, say), and
+    /// when to try again; at most `limit`.
+    refused: Vec<(SocketAddr, u64)>,
     pub stats: ConnectedStats,
 }
 
@@ -82,6 +86,7 @@ impl ConnectedSockets {
             slots: Vec::new(),
             last: 0,
             retry_at_ns: 0,
+            refused: Vec::new(),
             stats: ConnectedStats::default(),
         }
     }
@@ -126,6 +131,12 @@ impl ConnectedSockets {
         if now_ns < self.retry_at_ns || peer.is_ipv4() != self.local.is_ipv4() {
             return None;
         }
+        if let Some(k) = self.refused.iter().position(|r| r.0 == peer) {
+            if now_ns < self.refused[k].1 {
+                return None;
+            }
+            self.refused.swap_remove(k);
+        }
         let reuse = if self.slots.len() < self.limit {
             None
         } else {
@@ -141,9 +152,20 @@ impl ConnectedSockets {
         };
         let socket = match connect(self.local, peer, self.send_buffer) {
             Ok(s) => s,
-            Err(_) => {
+            Err(e) => {
                 self.stats.failed += 1;
-                self.retry_at_ns = now_ns.saturating_add(RETRY_NS);
+                let retry = now_ns.saturating_add(RETRY_NS);
+                let exhausted = matches!(
+                    e.raw_os_error(),
+                    Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM)
+                );
+                if exhausted {
+                    self.retry_at_ns = retry;
+                } else if self.refused.len() < self.limit {
+                    self.refused.push((peer, retry));
+                } else if let Some(oldest) = self.refused.iter_mut().min_by_key(|r| r.1) {
+                    *oldest = (peer, retry);
+                }
                 return None;
             }
         };
@@ -263,6 +285,21 @@ mod tests {
         let v6: SocketAddr = "[::1]:9".parse().unwrap();
         assert!(table.socket_for(v6, 0).is_none());
         assert_eq!((table.len(), table.stats.failed), (0, 0));
+    }
+
+    #[test]
+    fn a_peer_that_cannot_be_connected_is_left_alone_for_a_while() {
+        // Connecting to the broadcast address without SO_BROADCAST fails
+        // (EACCES): a failure of that peer's, not of the table's.
+        let broadcast: SocketAddr = "255.255.255.255:9".parse().unwrap();
+        let (_rx, peer) = listener();
+        let mut table = ConnectedSockets::new(local(), 4, 1 << 20);
+        assert!(table.socket_for(broadcast, 0).is_none());
+        assert!(table.socket_for(broadcast, 1).is_none());
+        assert_eq!(table.stats.failed, 1, "tried again at once");
+        assert!(table.socket_for(peer, 2).is_some(), "others blocked");
+        assert!(table.socket_for(broadcast, RETRY_NS).is_none());
+        assert_eq!(table.stats.failed, 2);
     }
 
     #[test]

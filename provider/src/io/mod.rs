@@ -203,10 +203,11 @@ pub struct DriverStats {
     /// Datagrams thrown away unread after a gap in progress long enough
     /// for a peer to give up on us (see `Endpoint::discard_stale`).
     pub stale_discarded: u64,
-    /// `FI_UET_CONNECTED_PEERS`: send calls made on sockets connected to
-    /// their peer (their datagrams also count in `sent[0]`), such sockets
-    /// opened, of those the ones that took an idle peer's place, and the
-    /// ones that could not be opened.
+    /// `FI_UET_CONNECTED_PEERS`: sends (system calls) routed to a socket
+    /// connected to their peer, whether the kernel took them or not (those
+    /// it took also count in `sent[0]`); such sockets opened, of those the
+    /// ones that took an idle peer's place, and the ones that could not be
+    /// opened or connected.
     pub connected_sends: u64,
     pub connected_opened: u64,
     pub connected_reused: u64,
@@ -558,8 +559,11 @@ impl Endpoint {
             }
         };
         // Through a relay every datagram goes to one address, and the
-        // relay keys hosts by source port.
-        let connected_peers = if fabric.is_none() {
+        // relay keys hosts by source port. Ordered delivery keeps one path
+        // for a context's data and SES responses, which leave from socket 0.
+        // Same-host copies trust a source port once its holder was found
+        // (io/host_memory.rs), and these ports are given up and reused.
+        let connected_peers = if fabric.is_none() && !engine.ordered() && !config.host_read {
             config.connected_peers
         } else {
             0
@@ -2038,9 +2042,13 @@ fn send_datagram(
     // the receiver's socket, which the receiver then throws away.
     let prologue = Prologue::parse(head).ok();
     let first_send = prologue.is_some_and(|p| p.flags & prologue_flags::RETX == 0);
-    let any_port = prologue.is_some_and(names_its_sender);
+    let splicer = splicer.filter(|s| first_send && s.takes(payload, tail.len()));
+    // A kernel that may take a splice in parts needs an unconnected socket
+    // to refuse what is left of a datagram it dropped (io/splice.rs).
+    let any_port = prologue.is_some_and(names_its_sender)
+        && splicer.as_ref().is_none_or(|s| s.splices_whole());
     let (socket, dest) = via.route(socket, to, any_port);
-    if let Some(s) = splicer.filter(|s| first_send && s.takes(payload, tail.len())) {
+    if let Some(s) = splicer {
         return s
             .send(socket, dest, tos, head, payload, tail)
             .map(|()| Carrier::Udp);

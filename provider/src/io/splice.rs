@@ -80,6 +80,10 @@ pub struct Splicer {
     page: usize,
     /// Pieces one datagram's skb may take (see [`max_frags`]).
     frags: usize,
+    /// Each splice reaches the socket as one send, taken or refused whole
+    /// (Linux 6.5 and later, for the pieces a plan allows); older kernels
+    /// may take part of one.
+    whole: bool,
     /// Set when the kernel refused a splice for good, or leftovers could
     /// not be read out of the pipe (they would lead the next datagram):
     /// nothing is spliced any more.
@@ -143,6 +147,7 @@ impl Splicer {
             write,
             page,
             frags: max_frags(page).min(frag_limit().unwrap_or(usize::MAX)),
+            whole: kernel_release() >= Some((6, 5)),
             // Receivers guard only datagrams this long (see
             // `Endpoint::discard_stale`).
             min_bytes: min_bytes.max(super::STALE_GUARDED_BYTES),
@@ -154,6 +159,14 @@ impl Splicer {
             recorked: 0,
             refused_whole: 0,
         })
+    }
+
+    /// Whether a splice reaches the socket whole or not at all (see
+    /// `whole`): only then may it go to a socket connected to its peer,
+    /// where what is left of a datagram the kernel dropped midway would
+    /// leave as a datagram of its own instead of being refused.
+    pub fn splices_whole(&self) -> bool {
+        self.whole
     }
 
     /// Whether `payload`, with `tail_len` bytes after it, goes by splice:
@@ -247,6 +260,7 @@ impl Splicer {
         tail: &[u8],
     ) -> io::Result<()> {
         let dest = dest.into();
+        let connected = matches!(dest, sys::Dest::Connected(_));
         let whole = [head, payload, tail];
         let total = head.len() + payload.len() + tail.len();
         // Callers ask `takes` first; what no plan fits is copied all the same.
@@ -273,7 +287,7 @@ impl Splicer {
             return self.copied(socket, dest, tos, &[rest, tail]);
         }
         let in_pipe = rest.len() + tail.len();
-        let (moved_some, e) = match self.move_pipe(socket, in_pipe) {
+        let (moved_some, e) = match self.move_pipe(socket, in_pipe, connected) {
             Ok(()) => return Ok(()),
             // The headers took two pieces of the skb (the sending thread's
             // page fragment ran out within them), leaving one too few for
@@ -294,7 +308,7 @@ impl Splicer {
                     self.empty_pipe();
                     return Err(e);
                 }
-                match self.move_pipe(socket, in_pipe) {
+                match self.move_pipe(socket, in_pipe, connected) {
                     Ok(()) => {
                         self.recorked += 1;
                         return Ok(());
@@ -329,7 +343,12 @@ impl Splicer {
     /// Splice the `left` bytes in the pipe into `socket`, completing the
     /// datagram corked there. `Err((moved_some, e))` when the socket
     /// refused the rest, `moved_some` when it had taken part of it.
-    fn move_pipe(&mut self, socket: &UdpSocket, mut left: usize) -> Result<(), (bool, io::Error)> {
+    fn move_pipe(
+        &mut self,
+        socket: &UdpSocket,
+        mut left: usize,
+        connected: bool,
+    ) -> Result<(), (bool, io::Error)> {
         let mut moved_some = false;
         loop {
             // SAFETY: both descriptors are open and ours; no offsets are
@@ -347,13 +366,20 @@ impl Splicer {
             if moved > 0 {
                 // The rest completes a datagram still corked, or, when the
                 // kernel dropped it after a failed append, is refused
-                // (EDESTADDRREQ: no cork, and these sockets name no peer).
+                // (EDESTADDRREQ: no cork, and an unconnected socket names
+                // no peer; a connected one would send it, see below).
                 left = left.saturating_sub(moved as usize);
                 moved_some = true;
                 if left == 0 {
                     self.spliced += 1;
                     self.refusals = 0;
                     return Ok(());
+                }
+                if connected {
+                    // The driver sends only whole splices here; should
+                    // one be taken in part all the same, the rest is not
+                    // risked as a datagram of its own: refused midway.
+                    return Err((true, io::Error::from_raw_os_error(libc::EMSGSIZE)));
                 }
                 continue;
             }
@@ -446,9 +472,11 @@ impl Splicer {
 /// Drop whatever datagram `socket` may still hold corked: a send of more
 /// than any datagram holds, with `MSG_MORE`, fails whatever it meets. A
 /// corked datagram it would join is dropped with it (EMSGSIZE); with none,
-/// it is refused at once for want of a peer (EDESTADDRREQ: these sockets
-/// name none).
+/// it is refused at once, for want of a peer (EDESTADDRREQ) on an
+/// unconnected socket, as too long (EMSGSIZE) on a connected one.
 fn abandon_cork(socket: &UdpSocket, scratch: &[u8]) {
+    // On a socket connected to its peer the send fails all the same: no
+    // datagram holds MAX_DATAGRAM_BYTES of payload.
     let len = scratch.len().min(MAX_DATAGRAM_BYTES);
     // SAFETY: `scratch` is live and readable for `len` bytes; the kernel
     // only reads it, and fails the send either way.
@@ -460,6 +488,13 @@ fn abandon_cork(socket: &UdpSocket, scratch: &[u8]) {
             libc::MSG_MORE | libc::MSG_DONTWAIT,
         )
     };
+}
+
+/// The kernel's release as (major, minor), if it reads as one.
+fn kernel_release() -> Option<(u32, u32)> {
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").ok()?;
+    let mut parts = release.trim().split(|c: char| !c.is_ascii_digit());
+    Some((parts.next()?.parse().ok()?, parts.next()?.parse().ok()?))
 }
 
 /// Longest UDP datagram an IPv4 or IPv6 socket takes in one send.
@@ -505,13 +540,6 @@ mod tests {
             );
         }
         usual
-    }
-
-    /// The kernel's release as (major, minor), if it reads as one.
-    fn kernel_release() -> Option<(u32, u32)> {
-        let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").ok()?;
-        let mut parts = release.trim().split(|c: char| !c.is_ascii_digit());
-        Some((parts.next()?.parse().ok()?, parts.next()?.parse().ok()?))
     }
 
     /// Whether splices hand a socket many pipe buffers per send (Linux 6.5
