@@ -4,7 +4,7 @@
 //! up again for every datagram; on a connected socket it reuses the route
 //! cached at `connect`. On this project's loopback VM that was 0.4-0.8 us
 //! of a 64-byte one-way trip in a C ping-pong (connected against
-//! unconnected sends) and 0.2-0.3 us in `fi_pingpong`.
+//! unconnected sends) and 0.2-0.5 us in `fi_pingpong`.
 //!
 //! Only requests use them: data names its sender's canonical port in the
 //! SES `initiator` field, so it may leave from any port, while ACKs and
