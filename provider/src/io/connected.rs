@@ -24,8 +24,6 @@
 use std::io;
 use std::net::{SocketAddr, UdpSocket};
 
-use socket2::{Domain, Protocol, Socket, Type};
-
 use super::sys;
 
 /// A slot unused this long goes to a peer that needs one.
@@ -193,26 +191,9 @@ impl ConnectedSockets {
 /// A non-blocking UDP socket bound to `local` (any port) and connected to
 /// `peer`, sending with the driver's default TOS.
 fn connect(local: SocketAddr, peer: SocketAddr, send_buffer: usize) -> io::Result<UdpSocket> {
-    let domain = if local.is_ipv4() {
-        Domain::IPV4
-    } else {
-        Domain::IPV6
-    };
-    let socket = Socket::new(domain, Type::DGRAM, Some(Protocol::UDP))?;
-    if local.is_ipv6() {
-        socket.set_only_v6(true)?;
-    }
+    let socket = super::udp_socket(local)?;
     let _ = socket.set_recv_buffer_size(RCVBUF_BYTES);
-    if sys::set_int_option(
-        &socket,
-        libc::SOL_SOCKET,
-        libc::SO_SNDBUFFORCE,
-        libc::c_int::try_from(send_buffer).unwrap_or(libc::c_int::MAX),
-    )
-    .is_err()
-    {
-        let _ = socket.set_send_buffer_size(send_buffer);
-    }
+    super::set_send_buffer(&socket, send_buffer);
     socket.set_nonblocking(true)?;
     socket.bind(&local.into())?;
     socket.connect(&peer.into())?;

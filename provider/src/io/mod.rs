@@ -2293,7 +2293,9 @@ fn kernel_cost(mtu: usize) -> usize {
     mtu + mtu / 4 + 1024
 }
 
-fn open_socket(config: &Config, addr: SocketAddr) -> Result<UdpSocket> {
+/// A UDP socket of `addr`'s family (IPv6 only for IPv6, so an IPv4 peer
+/// never reaches it mapped), not yet bound.
+fn udp_socket(addr: SocketAddr) -> std::io::Result<Socket> {
     let domain = if addr.is_ipv4() {
         Domain::IPV4
     } else {
@@ -2303,13 +2305,24 @@ fn open_socket(config: &Config, addr: SocketAddr) -> Result<UdpSocket> {
     if addr.is_ipv6() {
         socket.set_only_v6(true)?;
     }
-    // Root may exceed net.core.{r,w}mem_max; everyone else gets the cap.
+    Ok(socket)
+}
+
+/// SO_SNDBUF of `bytes`: root may exceed net.core.wmem_max, everyone else
+/// gets the cap.
+fn set_send_buffer(socket: &Socket, bytes: usize) {
+    if force_buffer_size(socket, libc::SO_SNDBUFFORCE, bytes).is_err() {
+        let _ = socket.set_send_buffer_size(bytes);
+    }
+}
+
+fn open_socket(config: &Config, addr: SocketAddr) -> Result<UdpSocket> {
+    let socket = udp_socket(addr)?;
+    // Root may exceed net.core.rmem_max; everyone else gets the cap.
     if force_buffer_size(&socket, libc::SO_RCVBUFFORCE, config.sockbuf).is_err() {
         let _ = socket.set_recv_buffer_size(config.sockbuf);
     }
-    if force_buffer_size(&socket, libc::SO_SNDBUFFORCE, config.sockbuf).is_err() {
-        let _ = socket.set_send_buffer_size(config.sockbuf);
-    }
+    set_send_buffer(&socket, config.sockbuf);
     socket.set_nonblocking(true)?;
     socket.bind(&addr.into())?;
     let socket: UdpSocket = socket.into();
