@@ -236,6 +236,25 @@ fn data_leaves_from_a_connected_socket_and_acks_from_socket_0() {
     }
 }
 
+/// The same over IPv6 loopback: the connected sockets take the family
+/// (and scope) of the endpoint's address.
+#[test]
+fn connected_sockets_serve_ipv6_peers() {
+    let cfg = Config {
+        mtu: 4096,
+        ..Config::default()
+    };
+    let bind = || Endpoint::bind(&cfg, "[::1]:0".parse().unwrap()).unwrap();
+    let (mut a, mut b) = (bind(), bind());
+    exchange(&mut a, &mut b, &[10, 100_000]);
+    exchange(&mut b, &mut a, &[20]);
+    let (sa, sb) = (a.stats(), b.stats());
+    assert_eq!((sa.connected_opened, sb.connected_opened), (1, 1));
+    assert_eq!(sa.connected_failed + sb.connected_failed, 0);
+    let local = a.connected.local_addr_for(b.local_addr()).unwrap();
+    assert!(local.is_ipv6() && local.port() != a.local_addr().port());
+}
+
 /// Ordered delivery keeps a context's data and SES responses on one path,
 /// and same-host copies trust source ports: neither uses connected sockets.
 #[test]
