@@ -147,7 +147,7 @@ impl Splicer {
             write,
             page,
             frags: max_frags(page).min(frag_limit().unwrap_or(usize::MAX)),
-            whole: kernel_release() >= Some((6, 5)),
+            whole: splices_whole(),
             // Receivers guard only datagrams this long (see
             // `Endpoint::discard_stale`).
             min_bytes: min_bytes.max(super::STALE_GUARDED_BYTES),
@@ -490,6 +490,13 @@ fn abandon_cork(socket: &UdpSocket, scratch: &[u8]) {
     };
 }
 
+/// Whether splices hand a socket many pipe buffers per send (Linux 6.5
+/// and later): a datagram's skb that runs out of pieces then refuses the
+/// payload whole, where older kernels take part of it first.
+fn splices_whole() -> bool {
+    kernel_release() >= Some((6, 5))
+}
+
 /// The kernel's release as (major, minor), if it reads as one.
 fn kernel_release() -> Option<(u32, u32)> {
     let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").ok()?;
@@ -540,13 +547,6 @@ mod tests {
             );
         }
         usual
-    }
-
-    /// Whether splices hand a socket many pipe buffers per send (Linux 6.5
-    /// and later): a datagram's skb that runs out of pieces then refuses
-    /// the payload whole, where older kernels take part of it first.
-    fn splices_whole() -> bool {
-        kernel_release() >= Some((6, 5))
     }
 
     fn pattern(seed: u8, len: usize) -> Vec<u8> {

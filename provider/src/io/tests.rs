@@ -98,6 +98,14 @@ fn burst_config() -> Config {
     }
 }
 
+/// The loopback defaults (one path, no pool) with 4 KiB packets.
+fn loopback_config() -> Config {
+    Config {
+        mtu: 4096,
+        ..Config::default()
+    }
+}
+
 fn config(entropies: u16) -> Config {
     Config {
         entropies,
@@ -157,10 +165,7 @@ fn a_pool_leaves_the_ports_after_a_named_one_to_the_next_rank() {
 /// back.
 #[test]
 fn loopback_defaults_to_one_path_without_a_pool() {
-    let cfg = Config {
-        mtu: 4096,
-        ..Config::default()
-    };
+    let cfg = loopback_config();
     let (mut a, mut b) = pair(&cfg);
     assert_eq!(a.entropy_addrs().len(), 1);
     exchange(&mut a, &mut b, &[100_000, 1, 0, 50_000]);
@@ -173,16 +178,32 @@ fn loopback_defaults_to_one_path_without_a_pool() {
     assert_eq!(c.entropy_addrs().len(), reps.entropies as usize);
 }
 
+/// Progress both until `a` completes something (b's completions are
+/// dropped): its error, if any; `what` on a timeout.
+fn first_completion(
+    a: &mut Endpoint,
+    b: &mut Endpoint,
+    what: &str,
+) -> Option<crate::ops::CompletionError> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        assert!(Instant::now() < deadline, "{what}");
+        a.progress();
+        b.progress();
+        while b.poll_completion().is_some() {}
+        if let Some(c) = a.poll_completion() {
+            return c.error;
+        }
+    }
+}
+
 /// Data to a peer leaves from the socket connected to it
 /// (`FI_UET_CONNECTED_PEERS`), a port of its own, while ACKs keep socket
 /// 0's address: both ways of an exchange complete only if the peer still
 /// keys the data by its initiator and the ACKs by their source.
 #[test]
 fn data_leaves_from_a_connected_socket_and_acks_from_socket_0() {
-    let cfg = Config {
-        mtu: 4096,
-        ..Config::default()
-    };
+    let cfg = loopback_config();
     let (mut a, mut b) = pair(&cfg);
     exchange(&mut a, &mut b, &[100_000, 1, 0, 50_000]);
     exchange(&mut b, &mut a, &[3, 70_000]);
@@ -195,17 +216,10 @@ fn data_leaves_from_a_connected_socket_and_acks_from_socket_0() {
         ..send_op(b.local_addr(), pattern(0, 10), 9)
     })
     .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let delivered = loop {
-        assert!(Instant::now() < deadline, "no delivery completion");
-        a.progress();
-        b.progress();
-        while b.poll_completion().is_some() {}
-        if let Some(c) = a.poll_completion() {
-            break c.error;
-        }
-    };
-    assert_eq!(delivered, None);
+    assert_eq!(
+        first_completion(&mut a, &mut b, "no delivery completion"),
+        None
+    );
     let (sa, sb) = (a.stats(), b.stats());
     assert_eq!((sa.connected_opened, sb.connected_opened), (1, 1));
     assert!(sa.connected_sends > 0 && sb.connected_sends > 0, "{sa:?}");
@@ -240,10 +254,7 @@ fn data_leaves_from_a_connected_socket_and_acks_from_socket_0() {
 /// (and scope) of the endpoint's address.
 #[test]
 fn connected_sockets_serve_ipv6_peers() {
-    let cfg = Config {
-        mtu: 4096,
-        ..Config::default()
-    };
+    let cfg = loopback_config();
     let bind = || Endpoint::bind(&cfg, "[::1]:0".parse().unwrap()).unwrap();
     let (mut a, mut b) = (bind(), bind());
     exchange(&mut a, &mut b, &[10, 100_000]);
@@ -281,10 +292,7 @@ fn ordered_delivery_and_host_copies_send_from_socket_0() {
 /// (which nobody reads): the sender hears it and starts afresh.
 #[test]
 fn a_restarted_receiver_is_heard_through_connected_sockets() {
-    let cfg = Config {
-        mtu: 4096,
-        ..Config::default()
-    };
+    let cfg = loopback_config();
     let (mut a, mut b) = pair(&cfg);
     exchange(&mut a, &mut b, &[10]);
     let at = b.local_addr();
@@ -293,15 +301,7 @@ fn a_restarted_receiver_is_heard_through_connected_sockets() {
     // The send in flight fails as the restart is heard (a send of the old
     // context's).
     a.send(send_op(at, pattern(1, 20), 7)).unwrap();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let failed = loop {
-        assert!(Instant::now() < deadline, "the restart went unheard");
-        a.progress();
-        b.progress();
-        if let Some(c) = a.poll_completion() {
-            break c.error;
-        }
-    };
+    let failed = first_completion(&mut a, &mut b, "the restart went unheard");
     assert_eq!(failed, Some(crate::ops::CompletionError::PeerUnreachable));
     let (ea, eb) = (a.engine_stats(), b.engine_stats());
     assert!(eb.unknown_pdc > 0 && ea.nacks_received > 0, "{ea:?} {eb:?}");
