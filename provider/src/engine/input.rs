@@ -13,6 +13,7 @@ impl Engine {
     /// (ECN codepoint and DSCP; 0 when the driver cannot read it) and its
     /// bytes.
     pub fn handle_datagram(&mut self, now: u64, from: SocketAddr, tos: u8, data: &[u8]) {
+        self.rdv.datagram_arrived();
         let Ok(prologue) = Prologue::parse(data) else {
             self.stats.malformed += 1;
             return;

@@ -141,6 +141,7 @@ impl Engine {
         }
         // Taken from here on like any datagram; counted as landed only if
         // accepted (not a duplicate, in the window, in order under ROD).
+        self.rdv.datagram_arrived();
         let received = self.stats.packets_received;
         self.on_request(now, from, tos, header, Some(payload_len));
         if self.stats.packets_received > received {

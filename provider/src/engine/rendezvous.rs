@@ -99,6 +99,10 @@ pub trait HostMemory: Send {
     /// The host's monotonic clock in milliseconds (the same in every
     /// process of the host, unlike engine time), wrapping.
     fn clock_ms(&self) -> u32;
+    /// A datagram reached the engine. Until the next one, every datagram
+    /// that named memory had arrived before any check made since, so one
+    /// check that a peer still holds its socket covers all copies it named.
+    fn datagram_arrived(&self) {}
 }
 
 /// Rendezvous bookkeeping of an endpoint.
@@ -215,6 +219,13 @@ const HOST_SPLIT_MIN: u64 = 256 << 10;
 const HOST_PROBE_BYTES: u64 = 4096;
 
 impl RendezvousState {
+    /// See [`HostMemory::datagram_arrived`].
+    pub(super) fn datagram_arrived(&self) {
+        if let Some(m) = &self.host {
+            m.datagram_arrived();
+        }
+    }
+
     pub(super) fn new(config: &Config) -> Self {
         RendezvousState {
             threshold: config.rendezvous_bytes,

@@ -12,11 +12,15 @@
 //! socket the description came from (its inode in `/proc/net/udp*` among
 //! the process's descriptors), so a peer cannot have a receiver with more
 //! privileges copy a third process's memory into a buffer it may echo back.
-//! The check runs once per (socket, process) and is remembered.
+//! The full check runs once per (socket, process); what it found (the
+//! holder's descriptor and the socket's inode) is confirmed again before
+//! every copy, since a socket that closes frees its port for anyone to bind
+//! ([`Holding`]).
 
 use std::cell::RefCell;
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::os::fd::{FromRawFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
 
 use crate::engine::HostMemory;
@@ -25,8 +29,95 @@ use crate::engine::HostMemory;
 pub struct ProcessMemory {
     host: u64,
     pid: u32,
-    /// (socket address, pid) pairs found to belong together.
-    owners: RefCell<HashSet<(SocketAddr, u32)>>,
+    /// (socket address, pid) pairs found to belong together, and how.
+    owners: RefCell<HashMap<(SocketAddr, u32), Holding>>,
+    /// Datagrams that reached the engine ([`HostMemory::datagram_arrived`]).
+    arrivals: std::cell::Cell<u64>,
+}
+
+/// Owners remembered at most; past this, those no longer holding their
+/// socket are forgotten (each entry may keep a descriptor open).
+const OWNERS_MAX: usize = 1024;
+
+/// How a process holds the socket a peer's datagrams come from: which of
+/// its descriptors, and the socket's inode. While that descriptor still
+/// names that inode the socket has stayed open, so its port was never free
+/// for another to bind. Confirming it costs one descriptor taken and
+/// dropped (`pidfd_getfd(2)`, Linux 5.6) or, where that is refused, a
+/// `readlink` of `/proc/<pid>/fd/<fd>` (several microseconds).
+struct Holding {
+    fd: u32,
+    inode: u64,
+    /// `arrivals` when last found so.
+    seen_at: u64,
+    /// A pidfd of the holder, when the kernel hands us its descriptors; it
+    /// also tells a pid reused by another process from the holder.
+    process: Option<OwnedFd>,
+}
+
+impl Holding {
+    fn new(pid: u32, fd: u32, inode: u64, seen_at: u64) -> Holding {
+        let process = pidfd(pid).filter(|p| inode_of_descriptor(p, fd) == Some(inode));
+        Holding {
+            fd,
+            inode,
+            seen_at,
+            process,
+        }
+    }
+
+    /// Whether process `pid` still holds the socket by the same descriptor.
+    fn confirmed(&self, pid: u32) -> bool {
+        let inode = match &self.process {
+            Some(process) => inode_of_descriptor(process, self.fd),
+            None => socket_inode_at(pid, self.fd),
+        };
+        inode == Some(self.inode)
+    }
+}
+
+/// A pidfd of process `pid`, or `None` (no such process, or a kernel
+/// before 5.3).
+fn pidfd(pid: u32) -> Option<OwnedFd> {
+    let pid = libc::pid_t::try_from(pid).ok()?;
+    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor
+    // or -1; nothing of ours is passed.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    let fd = i32::try_from(fd).ok().filter(|&fd| fd >= 0)?;
+    // SAFETY: the kernel just gave us this descriptor; nothing else owns it.
+    Some(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// The inode of what descriptor `fd` of the process behind `process`
+/// names, by a copy of that descriptor dropped at once; `None` when it
+/// cannot be had (closed, the process gone, no ptrace rights over it, a
+/// kernel before 5.6, out of descriptors).
+fn inode_of_descriptor(process: &OwnedFd, fd: u32) -> Option<u64> {
+    use std::os::fd::AsRawFd;
+    let fd = libc::c_int::try_from(fd).ok()?;
+    // SAFETY: pidfd_getfd takes our pidfd, a descriptor number of that
+    // process and flags, and returns a new descriptor of ours or -1.
+    let copy = unsafe { libc::syscall(libc::SYS_pidfd_getfd, process.as_raw_fd(), fd, 0) };
+    let copy = i32::try_from(copy).ok().filter(|&fd| fd >= 0)?;
+    // SAFETY: the kernel just gave us this descriptor; nothing else owns
+    // it, and dropping the file closes it.
+    let file = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(copy) });
+    file.metadata().ok().map(|m| m.ino())
+}
+
+/// The inode of the socket descriptor `fd` of process `pid` names, read
+/// from `/proc`; `None` when it names no socket or cannot be read.
+fn socket_inode_at(pid: u32, fd: u32) -> Option<u64> {
+    let target = std::fs::read_link(format!("/proc/{pid}/fd/{fd}")).ok()?;
+    socket_inode(&target.to_string_lossy())
+}
+
+/// `socket:[INODE]`, a socket descriptor's link in `/proc/<pid>/fd`.
+fn socket_inode(link: &str) -> Option<u64> {
+    link.strip_prefix("socket:[")?
+        .strip_suffix(']')?
+        .parse()
+        .ok()
 }
 
 impl ProcessMemory {
@@ -36,7 +127,8 @@ impl ProcessMemory {
         Some(ProcessMemory {
             host: this_host("pid")?,
             pid: std::process::id(),
-            owners: RefCell::new(HashSet::new()),
+            owners: RefCell::new(HashMap::new()),
+            arrivals: std::cell::Cell::new(0),
         })
     }
 
@@ -92,19 +184,30 @@ impl ProcessMemory {
 
     /// `copy`, when process `pid` may be named by a peer whose datagram
     /// came from `origin` (it holds that socket). Ownership found is
-    /// remembered; a failed copy forgets it (the process may be gone, and
-    /// its pid taken by another).
+    /// remembered and confirmed before each copy; a failed copy forgets it
+    /// (the process may be gone, and its pid taken by another).
     fn checked(&self, origin: SocketAddr, pid: u32, copy: impl FnOnce() -> bool) -> bool {
         let key = (origin, pid);
-        let known = self.owners.borrow().contains(&key);
-        if !known && !holds_udp_socket(pid, origin) {
-            return false;
+        let now = self.arrivals.get();
+        let mut owners = self.owners.borrow_mut();
+        let still = owners.get_mut(&key).is_some_and(|h| {
+            let still = h.seen_at == now || h.confirmed(pid);
+            h.seen_at = now;
+            still
+        });
+        if !still {
+            owners.remove(&key);
+            let Some((fd, inode)) = udp_socket_holding(pid, origin).flatten() else {
+                return false;
+            };
+            if owners.len() >= OWNERS_MAX {
+                owners.retain(|&(_, pid), h| h.confirmed(pid));
+            }
+            owners.insert(key, Holding::new(pid, fd, inode, now));
         }
         let copied = copy();
-        if copied {
-            self.owners.borrow_mut().insert(key);
-        } else {
-            self.owners.borrow_mut().remove(&key);
+        if !copied {
+            owners.remove(&key);
         }
         copied
     }
@@ -142,6 +245,12 @@ pub(super) fn holds_udp_socket(pid: u32, addr: SocketAddr) -> bool {
 /// descriptors or memory (worth asking again later), not because the
 /// process is gone or not ours.
 pub(super) fn udp_socket_holder(pid: u32, addr: SocketAddr) -> Option<bool> {
+    udp_socket_holding(pid, addr).map(|holding| holding.is_some())
+}
+
+/// [`udp_socket_holder`] with how: the descriptor of process `pid` that
+/// names a UDP socket bound to `addr`, and that socket's inode.
+fn udp_socket_holding(pid: u32, addr: SocketAddr) -> Option<Option<(u32, u64)>> {
     let bound_to = || -> Option<HashSet<u64>> {
         let sockets = udp_sockets()?.into_iter();
         Some(
@@ -156,7 +265,7 @@ pub(super) fn udp_socket_holder(pid: u32, addr: SocketAddr) -> Option<bool> {
         inodes = bound_to()?;
     }
     if inodes.is_empty() {
-        return Some(false);
+        return Some(None);
     }
     let fds = match std::fs::read_dir(format!("/proc/{pid}/fd")) {
         Ok(fds) => fds,
@@ -165,18 +274,14 @@ pub(super) fn udp_socket_holder(pid: u32, addr: SocketAddr) -> Option<bool> {
                 e.raw_os_error(),
                 Some(libc::ENOENT | libc::ESRCH | libc::EACCES | libc::EPERM)
             );
-            return gone_or_foreign.then_some(false);
+            return gone_or_foreign.then_some(None);
         }
     };
-    let found = fds.flatten().any(|fd| {
-        std::fs::read_link(fd.path()).ok().is_some_and(|target| {
-            let target = target.to_string_lossy();
-            target
-                .strip_prefix("socket:[")
-                .and_then(|t| t.strip_suffix(']'))
-                .and_then(|n| n.parse::<u64>().ok())
-                .is_some_and(|n| inodes.contains(&n))
-        })
+    let found = fds.flatten().find_map(|entry| {
+        let fd = entry.file_name().to_str()?.parse::<u32>().ok()?;
+        let target = std::fs::read_link(entry.path()).ok()?;
+        let inode = socket_inode(&target.to_string_lossy())?;
+        inodes.contains(&inode).then_some((fd, inode))
     });
     Some(found)
 }
@@ -294,6 +399,10 @@ impl HostMemory for ProcessMemory {
     fn clock_ms(&self) -> u32 {
         (super::sys::monotonic_ns() / 1_000_000) as u32
     }
+
+    fn datagram_arrived(&self) {
+        self.arrivals.set(self.arrivals.get().wrapping_add(1));
+    }
 }
 
 #[cfg(test)]
@@ -362,6 +471,68 @@ mod tests {
         let port = any.local_addr().unwrap().port();
         let from = SocketAddr::new(Ipv4Addr::LOCALHOST.into(), port);
         assert!(m.read(from, pid, at, &mut dst));
+    }
+
+    #[test]
+    fn a_closed_socket_is_not_trusted_from_memory() {
+        let m = ProcessMemory::new().expect("a boot ID and a PID namespace");
+        let (_, pid) = m.this_process();
+        let src = vec![9u8; 4096];
+        let mut dst = vec![0u8; 4096];
+        let at = src.as_ptr() as u64;
+        let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let origin = socket.local_addr().unwrap();
+        assert!(m.read(origin, pid, at, &mut dst));
+        assert!(m.owners.borrow().contains_key(&(origin, pid)));
+        assert!(m.read(origin, pid, at, &mut dst), "remembered");
+        // Once the socket is closed its port is anyone's: the remembered
+        // owner no longer counts, once a datagram has come since it was
+        // last found (until then, every datagram naming memory came before
+        // the close).
+        drop(socket);
+        assert!(m.read(origin, pid, at, &mut dst), "no datagram since");
+        m.datagram_arrived();
+        assert!(!m.read(origin, pid, at, &mut dst));
+        m.datagram_arrived();
+        assert!(!m.write(origin, pid, dst.as_mut_ptr() as u64, &src));
+        assert!(!m.owners.borrow().contains_key(&(origin, pid)));
+        // A new socket on the same port is checked afresh.
+        let Ok(again) = std::net::UdpSocket::bind(origin) else {
+            return; // the port was taken meanwhile
+        };
+        assert!(m.read(origin, pid, at, &mut dst));
+        drop(again);
+        m.datagram_arrived();
+        assert!(!m.read(origin, pid, at, &mut dst));
+    }
+
+    #[test]
+    fn a_holding_is_confirmed_with_or_without_a_pidfd() {
+        use std::os::fd::AsRawFd;
+        let pid = std::process::id();
+        let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let fd = socket.as_raw_fd() as u32;
+        let inode = std::fs::metadata(format!("/proc/self/fd/{fd}"))
+            .unwrap()
+            .ino();
+        assert_eq!(socket_inode_at(pid, fd), Some(inode));
+        let with = Holding::new(pid, fd, inode, 0);
+        let without = Holding {
+            process: None,
+            ..Holding::new(pid, fd, inode, 0)
+        };
+        if with.process.is_none() {
+            eprintln!("no descriptors from a pidfd here: only the /proc path is tested");
+        }
+        assert!(with.confirmed(pid) && without.confirmed(pid));
+        let other = Holding::new(pid, fd, inode + 1, 0);
+        assert!(!other.confirmed(pid), "another inode");
+        // The descriptor closed, then given to another socket.
+        drop(socket);
+        let next = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        assert!(!with.confirmed(pid) && !without.confirmed(pid));
+        drop(next);
+        assert!(!with.confirmed(pid) && !without.confirmed(pid));
     }
 
     #[test]
