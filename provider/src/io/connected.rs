@@ -11,8 +11,8 @@
 //! control must leave from socket 0. A connected socket on socket 0's own
 //! port would take that peer's arrivals away from socket 0, so each one is
 //! bound to a port of its own, which peers never send to: it sees only
-//! ICMP errors for what it sent, and those surface as a failed send (a lost
-//! datagram) on the next one.
+//! ICMP errors for what it sent, and those surface as a failed next send,
+//! which the driver makes once more (`once_more_if_connected`).
 //!
 //! At most `limit` peers have one. A peer without one when the table is
 //! full takes the slot of one that has not been sent to for

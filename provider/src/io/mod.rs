@@ -2050,12 +2050,30 @@ fn send_datagram(
     let any_port = prologue.is_some_and(names_its_sender)
         && splicer.as_ref().is_none_or(|s| s.splices_whole());
     let (socket, dest) = via.route(socket, to, any_port);
-    if let Some(s) = splicer {
-        return s
-            .send(socket, dest, tos, head, payload, tail)
-            .map(|()| Carrier::Udp);
+    let mut splicer = splicer;
+    once_more_if_connected(dest, || match splicer.as_deref_mut() {
+        Some(s) => s.send(socket, dest, tos, head, payload, tail),
+        None => sys::send_parts(socket, dest, tos, &parts[..n]),
+    })
+    .map(|()| Carrier::Udp)
+}
+
+/// `send()`, and once more if it failed on a socket connected to its
+/// peer: such a socket reports an ICMP error about an earlier datagram
+/// (the peer's port was closed, a smaller path MTU) by failing the next
+/// send, which then leaves nothing. Only a second failure is this
+/// datagram's own; taken as the first, a stale EMSGSIZE would turn GSO or
+/// splicing off for good.
+fn once_more_if_connected(
+    dest: sys::Dest,
+    mut send: impl FnMut() -> std::io::Result<()>,
+) -> std::io::Result<()> {
+    match send() {
+        Err(e) if matches!(dest, sys::Dest::Connected(_)) && e.kind() != ErrorKind::WouldBlock => {
+            send()
+        }
+        sent => sent,
     }
-    sys::send_parts(socket, dest, tos, &parts[..n]).map(|()| Carrier::Udp)
 }
 
 /// Fill `gso.order` with the indices of `gso.pending` grouped by socket
@@ -2175,7 +2193,10 @@ impl Batch<'_> {
         }
         let any_port = run.iter().all(|&i| pending[i].any_port);
         let (socket, dest) = self.via.route(first.socket, first.to, any_port);
-        match sys::send_segments(socket, dest, first.tos, segment, &parts[..count]) {
+        let parts = &parts[..count];
+        match once_more_if_connected(dest, || {
+            sys::send_segments(socket, dest, first.tos, segment, parts)
+        }) {
             Ok(()) => {
                 let n = run.len() as u64;
                 self.stats.sent[first.socket] += n;

@@ -270,7 +270,15 @@ impl Splicer {
         };
         let (prefix, rest) = payload.split_at(plan.prefix);
         let (middle, suffix) = rest.split_at(rest.len() - plan.suffix);
-        match sys::start_corked(socket, dest, tos, Some(segment), &[head, prefix]) {
+        let start = || sys::start_corked(socket, dest, tos, Some(segment), &[head, prefix]);
+        // A connected socket fails the first send after an ICMP error
+        // about an earlier datagram (see `once_more_if_connected`): a
+        // stale EMSGSIZE must not turn splicing off.
+        let started = match start() {
+            Err(e) if connected && e.kind() != io::ErrorKind::WouldBlock => start(),
+            started => started,
+        };
+        match started {
             Ok(()) => {}
             // A failed start leaves nothing corked.
             Err(e) if super::cannot_segment(&e) => {

@@ -2109,3 +2109,52 @@ fn resends_leave_copied() {
         assert_eq!(splicer.spliced, spliced, "flags {flags:#x}");
     }
 }
+
+/// Wait (up to a few seconds) until `socket` holds an error to report.
+fn error_pending(socket: &UdpSocket) -> bool {
+    use std::os::fd::AsRawFd;
+    let mut poll = libc::pollfd {
+        fd: socket.as_raw_fd(),
+        events: 0,
+        revents: 0,
+    };
+    // SAFETY: one pollfd of ours, for the call; POLLERR is always reported.
+    let n = unsafe { libc::poll(&mut poll, 1, 3000) };
+    n == 1 && poll.revents & libc::POLLERR != 0
+}
+
+#[test]
+fn a_connected_send_after_an_icmp_error_still_leaves() {
+    let rx = UdpSocket::bind(LOOPBACK).unwrap();
+    let peer = rx.local_addr().unwrap();
+    drop(rx);
+    let mut table = ConnectedSockets::new(peer, 4, 1 << 20);
+    let socket = table.socket_for(peer, 0).unwrap();
+    let dest = sys::Dest::Connected(peer);
+    let send = |bytes: &[u8]| sys::send_parts(socket, dest, sys::DEFAULT_TOS, &[bytes]);
+    // A closed port answers with an ICMP error, which fails the next send
+    // whatever it carries...
+    send(b"a").unwrap();
+    assert!(error_pending(socket));
+    let stale = send(b"b").unwrap_err();
+    assert_eq!(stale.raw_os_error(), Some(libc::ECONNREFUSED), "{stale}");
+    send(b"c").unwrap();
+    assert!(error_pending(socket));
+    // ...even once the peer is back.
+    let Ok(rx) = UdpSocket::bind(peer) else {
+        return; // the port was taken meanwhile
+    };
+    rx.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    once_more_if_connected(dest, || send(b"d")).unwrap();
+    let mut got = [0u8; 8];
+    let (n, _) = rx.recv_from(&mut got).unwrap();
+    assert_eq!(&got[..n], b"d");
+    // Named destinations are not sent twice.
+    let mut calls = 0;
+    let named = once_more_if_connected(sys::Dest::Named(peer), || {
+        calls += 1;
+        Err(std::io::Error::from_raw_os_error(libc::EMSGSIZE))
+    });
+    assert!(named.is_err());
+    assert_eq!(calls, 1);
+}
