@@ -13,9 +13,10 @@
 //! the process's descriptors), so a peer cannot have a receiver with more
 //! privileges copy a third process's memory into a buffer it may echo back.
 //! The full check runs once per (socket, process); what it found (the
-//! holder's descriptor and the socket's inode) is confirmed again before
-//! every copy, since a socket that closes frees its port for anyone to bind
-//! ([`Holding`]).
+//! holder's descriptor and the socket's inode) is confirmed again before a
+//! copy whenever a datagram has reached the engine since the last
+//! confirmation, since a socket that closes frees its port for anyone to
+//! bind ([`Holding`]).
 
 use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
@@ -68,8 +69,15 @@ impl Holding {
 
     /// Whether process `pid` still holds the socket by the same descriptor.
     fn confirmed(&self, pid: u32) -> bool {
+        // Out of descriptors, the copy cannot be had: /proc needs none.
         let inode = match &self.process {
-            Some(process) => inode_of_descriptor(process, self.fd),
+            Some(process) => inode_of_descriptor(process, self.fd).or_else(|| {
+                let exhausted = matches!(
+                    std::io::Error::last_os_error().raw_os_error(),
+                    Some(libc::EMFILE | libc::ENFILE)
+                );
+                exhausted.then(|| socket_inode_at(pid, self.fd)).flatten()
+            }),
             None => socket_inode_at(pid, self.fd),
         };
         inode == Some(self.inode)
@@ -184,7 +192,8 @@ impl ProcessMemory {
 
     /// `copy`, when process `pid` may be named by a peer whose datagram
     /// came from `origin` (it holds that socket). Ownership found is
-    /// remembered and confirmed before each copy; a failed copy forgets it
+    /// remembered and confirmed again before a copy once a datagram has
+    /// come since it was last confirmed; a failed copy forgets it
     /// (the process may be gone, and its pid taken by another).
     fn checked(&self, origin: SocketAddr, pid: u32, copy: impl FnOnce() -> bool) -> bool {
         let key = (origin, pid);
@@ -202,6 +211,10 @@ impl ProcessMemory {
             };
             if owners.len() >= OWNERS_MAX {
                 owners.retain(|&(_, pid), h| h.confirmed(pid));
+                // Still full: all are checked afresh when next used.
+                if owners.len() >= OWNERS_MAX / 2 {
+                    owners.clear();
+                }
             }
             owners.insert(key, Holding::new(pid, fd, inode, now));
         }

@@ -2062,8 +2062,8 @@ fn send_datagram(
 /// peer: such a socket reports an ICMP error about an earlier datagram
 /// (the peer's port was closed, a smaller path MTU) by failing the next
 /// send, which then leaves nothing. Only a second failure is this
-/// datagram's own; taken as the first, a stale EMSGSIZE would turn GSO or
-/// splicing off for good.
+/// datagram's own. (A path MTU that really fell below the datagram fails
+/// the second send too.)
 fn once_more_if_connected(
     dest: sys::Dest,
     mut send: impl FnMut() -> std::io::Result<()>,
