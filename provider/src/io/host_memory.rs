@@ -12,11 +12,13 @@
 //! socket the description came from (its inode in `/proc/net/udp*` among
 //! the process's descriptors), so a peer cannot have a receiver with more
 //! privileges copy a third process's memory into a buffer it may echo back.
-//! The full check runs once per (socket, process); what it found (the
-//! holder's descriptor and the socket's inode) is confirmed again before a
-//! copy whenever a datagram has reached the engine since the last
-//! confirmation, since a socket that closes frees its port for anyone to
-//! bind ([`Holding`]).
+//! A port two sockets may share (SO_REUSEADDR, SO_REUSEPORT) proves
+//! nothing, and an unspecified address binds only its own family's. The
+//! full check runs once per (socket, process); what it found (the holder's
+//! descriptor and the socket's inode) is confirmed again before a copy
+//! whenever a datagram has reached the engine since the last confirmation,
+//! since a socket that closes frees its port for anyone to bind
+//! ([`Holding`]).
 
 use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
@@ -43,9 +45,10 @@ const OWNERS_MAX: usize = 1024;
 /// How a process holds the socket a peer's datagrams come from: which of
 /// its descriptors, and the socket's inode. While that descriptor still
 /// names that inode the socket has stayed open, so its port was never free
-/// for another to bind. Confirming it costs one descriptor taken and
-/// dropped (`pidfd_getfd(2)`, Linux 5.6) or, where that is refused, a
-/// `readlink` of `/proc/<pid>/fd/<fd>` (several microseconds).
+/// for another to bind, nor shared (checked when found, with where it is
+/// bound). Confirming it costs one descriptor taken and dropped
+/// (`pidfd_getfd(2)`, Linux 5.6) or, where that is refused, a `readlink`
+/// of `/proc/<pid>/fd/<fd>` (several microseconds).
 struct Holding {
     fd: u32,
     inode: u64,
@@ -57,30 +60,52 @@ struct Holding {
 }
 
 impl Holding {
-    fn new(pid: u32, fd: u32, inode: u64, seen_at: u64) -> Holding {
-        let process = pidfd(pid).filter(|p| inode_of_descriptor(p, fd) == Some(inode));
-        Holding {
+    /// How process `pid` holds the socket, descriptor `fd` with `inode`,
+    /// that datagrams from `origin` came from (as read from `/proc`); `None`
+    /// when a copy of that descriptor says otherwise: it names another
+    /// socket, one no longer bound to `origin`'s port, or one that lets
+    /// others bind that port too, so that another process may have sent
+    /// from it.
+    fn new(pid: u32, fd: u32, inode: u64, origin: SocketAddr, seen_at: u64) -> Option<Holding> {
+        let mut process = pidfd(pid);
+        if let Some(copy) = process.as_ref().and_then(|p| DescriptorCopy::take(p, fd)) {
+            let same = copy.inode() == Some(inode) && copy.sends_from(origin);
+            if !same || copy.shares_port() {
+                return None;
+            }
+        } else {
+            // Descriptors cannot be had here: /proc confirms.
+            process = None;
+        }
+        Some(Holding {
             fd,
             inode,
             seen_at,
             process,
-        }
+        })
     }
 
     /// Whether process `pid` still holds the socket by the same descriptor.
+    /// Where it is bound is not asked again: that measured about 1 us more
+    /// per 64 KiB message, and only a socket the kernel gave a port that
+    /// then disconnects gives its port up while it stays open (uet's never
+    /// do).
     fn confirmed(&self, pid: u32) -> bool {
-        // Out of descriptors, the copy cannot be had: /proc needs none.
-        let inode = match &self.process {
-            Some(process) => inode_of_descriptor(process, self.fd).or_else(|| {
+        let Some(process) = &self.process else {
+            return socket_inode_at(pid, self.fd) == Some(self.inode);
+        };
+        match DescriptorCopy::take(process, self.fd) {
+            Some(copy) => copy.inode() == Some(self.inode),
+            None => {
+                // Out of descriptors, the copy cannot be had: /proc needs
+                // none.
                 let exhausted = matches!(
                     std::io::Error::last_os_error().raw_os_error(),
                     Some(libc::EMFILE | libc::ENFILE)
                 );
-                exhausted.then(|| socket_inode_at(pid, self.fd)).flatten()
-            }),
-            None => socket_inode_at(pid, self.fd),
-        };
-        inode == Some(self.inode)
+                exhausted && socket_inode_at(pid, self.fd) == Some(self.inode)
+            }
+        }
     }
 }
 
@@ -96,21 +121,46 @@ fn pidfd(pid: u32) -> Option<OwnedFd> {
     Some(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
-/// The inode of what descriptor `fd` of the process behind `process`
-/// names, by a copy of that descriptor dropped at once; `None` when it
-/// cannot be had (closed, the process gone, no ptrace rights over it, a
-/// kernel before 5.6, out of descriptors).
-fn inode_of_descriptor(process: &OwnedFd, fd: u32) -> Option<u64> {
-    use std::os::fd::AsRawFd;
-    let fd = libc::c_int::try_from(fd).ok()?;
-    // SAFETY: pidfd_getfd takes our pidfd, a descriptor number of that
-    // process and flags, and returns a new descriptor of ours or -1.
-    let copy = unsafe { libc::syscall(libc::SYS_pidfd_getfd, process.as_raw_fd(), fd, 0) };
-    let copy = i32::try_from(copy).ok().filter(|&fd| fd >= 0)?;
-    // SAFETY: the kernel just gave us this descriptor; nothing else owns
-    // it, and dropping the file closes it.
-    let file = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(copy) });
-    file.metadata().ok().map(|m| m.ino())
+/// A copy of another process's descriptor, taken to ask what it names;
+/// dropping it closes it.
+struct DescriptorCopy(std::fs::File);
+
+impl DescriptorCopy {
+    /// Descriptor `fd` of the process behind `process`; `None` when it
+    /// cannot be had (closed, the process gone, no ptrace rights over it, a
+    /// kernel before 5.6, out of descriptors).
+    fn take(process: &OwnedFd, fd: u32) -> Option<DescriptorCopy> {
+        use std::os::fd::AsRawFd;
+        let fd = libc::c_int::try_from(fd).ok()?;
+        // SAFETY: pidfd_getfd takes our pidfd, a descriptor number of that
+        // process and flags, and returns a new descriptor of ours or -1.
+        let copy = unsafe { libc::syscall(libc::SYS_pidfd_getfd, process.as_raw_fd(), fd, 0) };
+        let copy = i32::try_from(copy).ok().filter(|&fd| fd >= 0)?;
+        // SAFETY: the kernel just gave us this descriptor; nothing else
+        // owns it.
+        let copy = unsafe { OwnedFd::from_raw_fd(copy) };
+        Some(DescriptorCopy(copy.into()))
+    }
+
+    fn inode(&self) -> Option<u64> {
+        self.0.metadata().ok().map(|m| m.ino())
+    }
+
+    /// Whether it is a socket bound where datagrams from `origin` leave
+    /// from.
+    fn sends_from(&self, origin: SocketAddr) -> bool {
+        let local = socket2::SockRef::from(&self.0).local_addr();
+        local
+            .ok()
+            .and_then(|a| a.as_socket())
+            .is_some_and(|local| binds(local, origin))
+    }
+
+    /// SO_REUSEADDR or SO_REUSEPORT: another socket may bind its port.
+    fn shares_port(&self) -> bool {
+        let socket = socket2::SockRef::from(&self.0);
+        socket.reuse_address().unwrap_or(true) || socket.reuse_port().unwrap_or(true)
+    }
 }
 
 /// The inode of the socket descriptor `fd` of process `pid` names, read
@@ -216,7 +266,10 @@ impl ProcessMemory {
                     owners.clear();
                 }
             }
-            owners.insert(key, Holding::new(pid, fd, inode, now));
+            let Some(holding) = Holding::new(pid, fd, inode, origin, now) else {
+                return false;
+            };
+            owners.insert(key, holding);
         }
         let copied = copy();
         if !copied {
@@ -277,7 +330,9 @@ fn udp_socket_holding(pid: u32, addr: SocketAddr) -> Option<Option<(u32, u64)>> 
     if inodes.is_empty() {
         inodes = bound_to()?;
     }
-    if inodes.is_empty() {
+    // Two sockets sharing the address (SO_REUSEADDR, SO_REUSEPORT): which
+    // of them a datagram came from cannot be told.
+    if inodes.len() != 1 {
         return Some(None);
     }
     let fds = match std::fs::read_dir(format!("/proc/{pid}/fd")) {
@@ -338,13 +393,13 @@ pub(super) fn udp_bound_test() -> Option<impl Fn(SocketAddr) -> bool> {
     (!bound.is_empty()).then_some(move |addr| bound.iter().any(|&local| binds(local, addr)))
 }
 
-/// Whether a socket bound to `local` sends from `addr`.
+/// Whether a socket bound to `local` sends from `addr`. An unspecified
+/// address stands for every address of its own family only: an IPv6
+/// socket sends from IPv4 addresses only when dual-stack, which the socket
+/// tables do not tell (ours never are).
 fn binds(local: SocketAddr, addr: SocketAddr) -> bool {
-    let same_ip = match (local.ip(), addr.ip()) {
-        (a, b) if a == b || a.is_unspecified() => true,
-        (IpAddr::V6(a), IpAddr::V4(b)) => a.to_ipv4_mapped() == Some(b),
-        _ => false,
-    };
+    let (ours, theirs) = (local.ip().to_canonical(), addr.ip().to_canonical());
+    let same_ip = ours == theirs || (ours.is_unspecified() && ours.is_ipv4() == theirs.is_ipv4());
     local.port() == addr.port() && same_ip
 }
 
@@ -519,26 +574,49 @@ mod tests {
         assert!(!m.read(origin, pid, at, &mut dst));
     }
 
-    #[test]
-    fn a_holding_is_confirmed_with_or_without_a_pidfd() {
-        use std::os::fd::AsRawFd;
-        let pid = std::process::id();
-        let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    /// Descriptor number and inode of `socket`.
+    fn descriptor_of(socket: &impl std::os::fd::AsRawFd) -> (u32, u64) {
         let fd = socket.as_raw_fd() as u32;
         let inode = std::fs::metadata(format!("/proc/self/fd/{fd}"))
             .unwrap()
             .ino();
-        assert_eq!(socket_inode_at(pid, fd), Some(inode));
-        let with = Holding::new(pid, fd, inode, 0);
-        let without = Holding {
-            process: None,
-            ..Holding::new(pid, fd, inode, 0)
-        };
-        if with.process.is_none() {
+        (fd, inode)
+    }
+
+    /// Whether this kernel hands us descriptors of a process (Linux 5.6).
+    fn descriptors_from_a_pidfd() -> bool {
+        let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let (fd, _) = descriptor_of(&socket);
+        let found = pidfd(std::process::id()).and_then(|p| DescriptorCopy::take(&p, fd));
+        if found.is_none() {
             eprintln!("no descriptors from a pidfd here: only the /proc path is tested");
         }
+        found.is_some()
+    }
+
+    #[test]
+    fn a_holding_is_confirmed_with_or_without_a_pidfd() {
+        let pid = std::process::id();
+        let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let origin = socket.local_addr().unwrap();
+        let (fd, inode) = descriptor_of(&socket);
+        assert_eq!(socket_inode_at(pid, fd), Some(inode));
+        let with = Holding::new(pid, fd, inode, origin, 0).unwrap();
+        let without = Holding {
+            process: None,
+            ..Holding::new(pid, fd, inode, origin, 0).unwrap()
+        };
+        assert_eq!(with.process.is_some(), descriptors_from_a_pidfd());
         assert!(with.confirmed(pid) && without.confirmed(pid));
-        let other = Holding::new(pid, fd, inode + 1, 0);
+        if with.process.is_some() {
+            assert!(Holding::new(pid, fd, inode + 1, origin, 0).is_none());
+            let elsewhere = SocketAddr::new(origin.ip(), origin.port() ^ 1);
+            assert!(Holding::new(pid, fd, inode, elsewhere, 0).is_none());
+        }
+        let other = Holding {
+            inode: inode + 1,
+            ..Holding::new(pid, fd, inode, origin, 0).unwrap()
+        };
         assert!(!other.confirmed(pid), "another inode");
         // The descriptor closed, then given to another socket.
         drop(socket);
@@ -546,6 +624,55 @@ mod tests {
         assert!(!with.confirmed(pid) && !without.confirmed(pid));
         drop(next);
         assert!(!with.confirmed(pid) && !without.confirmed(pid));
+    }
+
+    /// A UDP socket on `addr` with SO_REUSEADDR set before binding.
+    fn sharing_socket(addr: SocketAddr) -> socket2::Socket {
+        use socket2::{Domain, Protocol, Socket, Type};
+        let socket = Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::UDP)).unwrap();
+        socket.set_reuse_address(true).unwrap();
+        socket.bind(&addr.into()).unwrap();
+        socket
+    }
+
+    #[test]
+    fn a_port_others_may_bind_too_is_not_trusted() {
+        let m = ProcessMemory::new().expect("a boot ID and a PID namespace");
+        let (_, pid) = m.this_process();
+        let src = vec![5u8; 512];
+        let mut dst = vec![0u8; 512];
+        let at = src.as_ptr() as u64;
+        // Two sockets on one port: either may have sent.
+        let first = sharing_socket("127.0.0.1:0".parse().unwrap());
+        let origin = first.local_addr().unwrap().as_socket().unwrap();
+        let second = sharing_socket(origin);
+        assert!(!m.read(origin, pid, at, &mut dst));
+        drop(second);
+        // One socket that lets others bind its port: told by its options,
+        // which only a copy of its descriptor shows.
+        if descriptors_from_a_pidfd() {
+            assert!(!m.read(origin, pid, at, &mut dst));
+        }
+        drop(first);
+        let alone = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        assert!(m.read(alone.local_addr().unwrap(), pid, at, &mut dst));
+        assert_eq!(dst, src);
+    }
+
+    #[test]
+    fn a_wildcard_sends_only_from_its_own_family() {
+        let at = |s: &str| s.parse::<SocketAddr>().unwrap();
+        assert!(binds(at("0.0.0.0:7"), at("127.0.0.1:7")));
+        assert!(binds(at("[::]:7"), at("[::1]:7")));
+        assert!(binds(at("127.0.0.1:7"), at("127.0.0.1:7")));
+        assert!(!binds(at("127.0.0.1:7"), at("127.0.0.1:8")));
+        assert!(!binds(at("127.0.0.2:7"), at("127.0.0.1:7")));
+        assert!(!binds(at("0.0.0.0:7"), at("[::1]:7")), "another family");
+        assert!(!binds(at("[::]:7"), at("127.0.0.1:7")), "may be V6ONLY");
+        // A v4-mapped address is the IPv4 one.
+        assert!(binds(at("[::ffff:127.0.0.1]:7"), at("127.0.0.1:7")));
+        assert!(binds(at("127.0.0.1:7"), at("[::ffff:127.0.0.1]:7")));
+        assert!(binds(at("0.0.0.0:7"), at("[::ffff:127.0.0.1]:7")));
     }
 
     #[test]
