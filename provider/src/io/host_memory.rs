@@ -477,6 +477,11 @@ impl HostMemory for ProcessMemory {
 mod tests {
     use super::*;
 
+    /// A loopback address the other tests do not bind: a port a test
+    /// frees there is not bound meanwhile by another test of this process
+    /// (which holds its sockets with this pid), unless on the wildcard.
+    const APART: &str = "127.0.0.78:0";
+
     #[test]
     fn host_value_needs_a_uuid_and_tells_namespaces_apart() {
         let boot = "6b1f2a7e-3c4d-4e5f-8a9b-0c1d2e3f4a5b\n";
@@ -530,7 +535,7 @@ mod tests {
         let parent = std::os::unix::process::parent_id();
         assert!(!m.read(ours, parent, at, &mut dst));
         assert!(!m.write(ours, parent, at, &src));
-        let closed = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let closed = std::net::UdpSocket::bind(APART).unwrap();
         let gone = closed.local_addr().unwrap();
         drop(closed);
         assert!(!m.read(gone, pid, at, &mut dst));
@@ -548,7 +553,7 @@ mod tests {
         let src = vec![9u8; 4096];
         let mut dst = vec![0u8; 4096];
         let at = src.as_ptr() as u64;
-        let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let socket = std::net::UdpSocket::bind(APART).unwrap();
         let origin = socket.local_addr().unwrap();
         assert!(m.read(origin, pid, at, &mut dst));
         assert!(m.owners.borrow().contains_key(&(origin, pid)));

@@ -2050,12 +2050,13 @@ fn send_datagram(
     let any_port = prologue.is_some_and(names_its_sender)
         && splicer.as_ref().is_none_or(|s| s.splices_whole());
     let (socket, dest) = via.route(socket, to, any_port);
-    let mut splicer = splicer;
-    once_more_if_connected(dest, || match splicer.as_deref_mut() {
+    let sent = match splicer {
+        // A stale ICMP error fails the splice's first system call, which
+        // it makes once more itself.
         Some(s) => s.send(socket, dest, tos, head, payload, tail),
-        None => sys::send_parts(socket, dest, tos, &parts[..n]),
-    })
-    .map(|()| Carrier::Udp)
+        None => once_more_if_connected(dest, || sys::send_parts(socket, dest, tos, &parts[..n])),
+    };
+    sent.map(|()| Carrier::Udp)
 }
 
 /// `send()`, and once more if it failed on a socket connected to its
@@ -2064,7 +2065,7 @@ fn send_datagram(
 /// send, which then leaves nothing. Only a second failure is this
 /// datagram's own. (A path MTU that really fell below the datagram fails
 /// the second send too.)
-fn once_more_if_connected(
+pub(super) fn once_more_if_connected(
     dest: sys::Dest,
     mut send: impl FnMut() -> std::io::Result<()>,
 ) -> std::io::Result<()> {

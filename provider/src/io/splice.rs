@@ -263,21 +263,20 @@ impl Splicer {
         let connected = matches!(dest, sys::Dest::Connected(_));
         let whole = [head, payload, tail];
         let total = head.len() + payload.len() + tail.len();
-        // Callers ask `takes` first; what no plan fits is copied all the same.
+        // Callers ask `takes` first; what no plan fits is copied all the same
+        // (a datagram of its own, so made once more like any other).
         let (Some(plan), Ok(segment)) = (self.plan(payload, tail.len()), u16::try_from(total))
         else {
-            return self.copied(socket, dest, tos, &whole);
+            return super::once_more_if_connected(dest, || self.copied(socket, dest, tos, &whole));
         };
         let (prefix, rest) = payload.split_at(plan.prefix);
         let (middle, suffix) = rest.split_at(rest.len() - plan.suffix);
-        let start = || sys::start_corked(socket, dest, tos, Some(segment), &[head, prefix]);
         // A connected socket fails the first send after an ICMP error
-        // about an earlier datagram (see `once_more_if_connected`): a
-        // stale EMSGSIZE must not turn splicing off.
-        let started = match start() {
-            Err(e) if connected && e.kind() != io::ErrorKind::WouldBlock => start(),
-            started => started,
-        };
+        // about an earlier datagram: a stale EMSGSIZE must not turn
+        // splicing off.
+        let started = super::once_more_if_connected(dest, || {
+            sys::start_corked(socket, dest, tos, Some(segment), &[head, prefix])
+        });
         match started {
             Ok(()) => {}
             // A failed start leaves nothing corked.
