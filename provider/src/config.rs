@@ -132,7 +132,7 @@ pub const PARAMS: &[ParamSpec] = &[
     ParamSpec {
         name: "host_read",
         kind: ParamKind::Bool,
-        help: "Between processes of one host (same boot and PID namespace), the receiver of a rendezvous send copies the part past the eager bytes straight from the sender's memory into its receive buffer (process_vm_readv: one copy, no packets) instead of pulling it over the network; both ends must enable it, and when the kernel refuses the copy (ptrace rules) or a buffer is not in one piece the pull goes over the network as usual. Those bytes bypass the network, so ECN, trimming and congestion control do not see them; an endpoint with FI_UET_FABRIC (the emu-net relay) ignores this parameter, so every byte crosses the emulated fabric (default 0).",
+        help: "Between processes of one host (same boot and PID namespace), the receiver of a rendezvous send copies the part past the eager bytes straight from the sender's memory into its receive buffer (process_vm_readv: one copy, no packets) instead of pulling it over the network; both ends must enable it, and when the kernel refuses the copy (ptrace rules), a buffer is not in one piece or the peer process cannot be shown to be the only one that could send from its socket's address, the pull goes over the network as usual. Those bytes bypass the network, so ECN, trimming and congestion control do not see them; an endpoint with FI_UET_FABRIC (the emu-net relay) ignores this parameter, so every byte crosses the emulated fabric (default 0).",
     },
     ParamSpec {
         name: "host_ring",

@@ -12,16 +12,18 @@
 //! socket the description came from (its inode in `/proc/net/udp*` among
 //! the process's descriptors), so a peer cannot have a receiver with more
 //! privileges copy a third process's memory into a buffer it may echo back.
-//! A port two sockets may share (SO_REUSEADDR, SO_REUSEPORT) proves
-//! nothing, and an unspecified address binds only its own family's. The
-//! full check runs once per (socket, process); what it found (the holder's
-//! descriptor and the socket's inode) is confirmed again before a copy
-//! whenever a datagram has reached the engine since the last confirmation,
-//! since a socket that closes frees its port for anyone to bind
-//! ([`Holding`]).
+//! Since a socket may send from any local address of its family
+//! (`IP_PKTINFO`), the process must hold every socket on that port that
+//! could, and one that lets others bind its port (SO_REUSEADDR,
+//! SO_REUSEPORT) or that another user created proves nothing
+//! ([`udp_socket_holding`], [`Holding::new`]). The full check runs once per
+//! (socket, process); what it found (the holder's descriptor and the
+//! socket's inode) is confirmed again before a copy whenever a datagram has
+//! reached the engine since the last confirmation, since a socket that
+//! closes frees its port for anyone to bind ([`Holding`]).
 
 use std::cell::RefCell;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
@@ -45,8 +47,10 @@ const OWNERS_MAX: usize = 1024;
 /// How a process holds the socket a peer's datagrams come from: which of
 /// its descriptors, and the socket's inode. While that descriptor still
 /// names that inode the socket has stayed open, so its port was never free
-/// for another to bind, nor shared (checked when found, with where it is
-/// bound). Confirming it costs one descriptor taken and dropped
+/// for another to bind (nor could it be shared: its options were checked
+/// when it was found, and only its holder, or one who may read its memory
+/// anyway, can change them). Confirming it costs one descriptor taken and
+/// dropped
 /// (`pidfd_getfd(2)`, Linux 5.6) or, where that is refused, a `readlink`
 /// of `/proc/<pid>/fd/<fd>` (several microseconds).
 struct Holding {
@@ -63,9 +67,9 @@ impl Holding {
     /// How process `pid` holds the socket, descriptor `fd` with `inode`,
     /// that datagrams from `origin` came from (as read from `/proc`); `None`
     /// when a copy of that descriptor says otherwise: it names another
-    /// socket, one no longer bound to `origin`'s port, or one that lets
-    /// others bind that port too, so that another process may have sent
-    /// from it.
+    /// socket, one no longer bound where `origin` sends from, or one that
+    /// lets others bind its port too, so that another process may have
+    /// sent from it.
     fn new(pid: u32, fd: u32, inode: u64, origin: SocketAddr, seen_at: u64) -> Option<Holding> {
         let mut process = pidfd(pid);
         if let Some(copy) = process.as_ref().and_then(|p| DescriptorCopy::take(p, fd)) {
@@ -73,8 +77,12 @@ impl Holding {
             if !same || copy.shares_port() {
                 return None;
             }
+        } else if process.is_some() && out_of_descriptors() {
+            // The options cannot be asked now; asked again next time.
+            return None;
         } else {
-            // Descriptors cannot be had here: /proc confirms.
+            // Descriptors cannot be had here (a kernel before 5.6, a
+            // seccomp filter): /proc confirms, and the options go unasked.
             process = None;
         }
         Some(Holding {
@@ -96,17 +104,18 @@ impl Holding {
         };
         match DescriptorCopy::take(process, self.fd) {
             Some(copy) => copy.inode() == Some(self.inode),
-            None => {
-                // Out of descriptors, the copy cannot be had: /proc needs
-                // none.
-                let exhausted = matches!(
-                    std::io::Error::last_os_error().raw_os_error(),
-                    Some(libc::EMFILE | libc::ENFILE)
-                );
-                exhausted && socket_inode_at(pid, self.fd) == Some(self.inode)
-            }
+            // Out of descriptors, the copy cannot be had: /proc needs none.
+            None => out_of_descriptors() && socket_inode_at(pid, self.fd) == Some(self.inode),
         }
     }
+}
+
+/// Whether the last system call failed for want of descriptors.
+fn out_of_descriptors() -> bool {
+    matches!(
+        std::io::Error::last_os_error().raw_os_error(),
+        Some(libc::EMFILE | libc::ENFILE)
+    )
 }
 
 /// A pidfd of process `pid`, or `None` (no such process, or a kernel
@@ -297,8 +306,9 @@ fn transfer(address: u64, len: usize, mut step: impl FnMut(usize, u64) -> isize)
     true
 }
 
-/// Whether process `pid` holds a UDP socket bound to `addr` (or to the
-/// unspecified address and its port).
+/// Whether process `pid` holds the UDP socket datagrams from `addr` come
+/// from, and every other socket that could send from it (see
+/// [`udp_socket_holding`]).
 ///
 /// A socket that closes while the table is read can hide another's row
 /// (see [`read_table`]), so an address not found is looked for once more.
@@ -315,49 +325,94 @@ pub(super) fn udp_socket_holder(pid: u32, addr: SocketAddr) -> Option<bool> {
 }
 
 /// [`udp_socket_holder`] with how: the descriptor of process `pid` that
-/// names a UDP socket bound to `addr`, and that socket's inode.
+/// names a UDP socket bound to `addr` (of its own family, or the
+/// unspecified address of it: [`binds`]), and that socket's inode.
+///
+/// A socket on the same port at another address of the family may send
+/// from `addr` all the same (`IP_PKTINFO` names any local source), so every
+/// such socket must be the process's too. The one bound to `addr` must also
+/// belong to the process's effective user: a socket handed to a more
+/// privileged program (kept open across an exec of a set-user-ID one) is
+/// still its creator's.
 fn udp_socket_holding(pid: u32, addr: SocketAddr) -> Option<Option<(u32, u64)>> {
-    let bound_to = || -> Option<HashSet<u64>> {
-        let sockets = udp_sockets()?.into_iter();
+    let ipv4 = addr.ip().to_canonical().is_ipv4();
+    // IPv6 sockets send from IPv4 addresses only when bound to a
+    // v4-mapped one or, dual-stack, to the unspecified one.
+    let may_send = |local: SocketAddr| {
+        let ip = local.ip().to_canonical();
+        local.port() == addr.port() && (ip.is_ipv4() == ipv4 || ip.is_unspecified())
+    };
+    let read_rows = || -> Option<Vec<UdpRow>> {
         Some(
-            sockets
-                .filter(|&(local, _)| binds(local, addr))
-                .map(|(_, inode)| inode)
+            udp_sockets()?
+                .into_iter()
+                .filter(|row| may_send(row.local))
                 .collect(),
         )
     };
-    let mut inodes = bound_to()?;
-    if inodes.is_empty() {
-        inodes = bound_to()?;
+    let mut rows = read_rows()?;
+    if !rows.iter().any(|row| binds(row.local, addr)) {
+        rows = read_rows()?;
     }
-    // Two sockets sharing the address (SO_REUSEADDR, SO_REUSEPORT): which
-    // of them a datagram came from cannot be told.
-    if inodes.len() != 1 {
+    if !rows.iter().any(|row| binds(row.local, addr)) {
         return Some(None);
     }
+    let gone_or_foreign = |e: &std::io::Error| {
+        matches!(
+            e.raw_os_error(),
+            Some(libc::ENOENT | libc::ESRCH | libc::EACCES | libc::EPERM)
+        )
+    };
     let fds = match std::fs::read_dir(format!("/proc/{pid}/fd")) {
         Ok(fds) => fds,
-        Err(e) => {
-            let gone_or_foreign = matches!(
-                e.raw_os_error(),
-                Some(libc::ENOENT | libc::ESRCH | libc::EACCES | libc::EPERM)
-            );
-            return gone_or_foreign.then_some(None);
-        }
+        Err(e) => return gone_or_foreign(&e).then_some(None),
     };
-    let found = fds.flatten().find_map(|entry| {
-        let fd = entry.file_name().to_str()?.parse::<u32>().ok()?;
-        let target = std::fs::read_link(entry.path()).ok()?;
-        let inode = socket_inode(&target.to_string_lossy())?;
-        inodes.contains(&inode).then_some((fd, inode))
-    });
+    // The process's socket inodes, each with a descriptor naming it.
+    let held: HashMap<u64, u32> = fds
+        .flatten()
+        .filter_map(|entry| {
+            let fd = entry.file_name().to_str()?.parse::<u32>().ok()?;
+            let target = std::fs::read_link(entry.path()).ok()?;
+            Some((socket_inode(&target.to_string_lossy())?, fd))
+        })
+        .collect();
+    if rows.iter().any(|row| !held.contains_key(&row.inode)) {
+        return Some(None);
+    }
+    let user = match effective_uid(pid) {
+        Ok(user) => user,
+        Err(e) => return gone_or_foreign(&e).then_some(None),
+    };
+    let found = rows
+        .iter()
+        .filter(|row| binds(row.local, addr) && row.uid == Some(user))
+        .find_map(|row| Some((*held.get(&row.inode)?, row.inode)));
     Some(found)
 }
 
-/// (local address, inode) of every UDP socket of this network namespace;
-/// `None` when the IPv4 table cannot be read (the IPv6 one is missing on a
-/// kernel without IPv6).
-fn udp_sockets() -> Option<Vec<(SocketAddr, u64)>> {
+/// The effective user ID of process `pid` (`Uid:` in its status, as this
+/// process's user namespace sees it, like the socket tables' `uid`).
+fn effective_uid(pid: u32) -> std::io::Result<u32> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("Uid:"))
+        .and_then(|ids| ids.split_whitespace().nth(1)?.parse().ok())
+        .ok_or_else(|| std::io::Error::from_raw_os_error(libc::EIO))
+}
+
+/// One row of `/proc/net/udp` or `udp6`.
+#[derive(Debug, PartialEq)]
+struct UdpRow {
+    local: SocketAddr,
+    inode: u64,
+    /// Whose socket it is (its creator's user ID).
+    uid: Option<u32>,
+}
+
+/// Every UDP socket of this network namespace; `None` when the IPv4 table
+/// cannot be read (the IPv6 one is missing on a kernel without IPv6).
+fn udp_sockets() -> Option<Vec<UdpRow>> {
     let v4 = read_table("/proc/net/udp")?;
     let v6 = read_table("/proc/net/udp6").unwrap_or_default();
     Some(
@@ -388,7 +443,7 @@ fn read_table(path: &str) -> Option<String> {
 /// `addr`", reading the socket tables once for many addresses; `None` when
 /// they cannot be read.
 pub(super) fn udp_bound_test() -> Option<impl Fn(SocketAddr) -> bool> {
-    let bound: Vec<SocketAddr> = udp_sockets()?.into_iter().map(|(a, _)| a).collect();
+    let bound: Vec<SocketAddr> = udp_sockets()?.into_iter().map(|row| row.local).collect();
     // An empty table means it could not be read: ours is in it.
     (!bound.is_empty()).then_some(move |addr| bound.iter().any(|&local| binds(local, addr)))
 }
@@ -403,8 +458,8 @@ fn binds(local: SocketAddr, addr: SocketAddr) -> bool {
     local.port() == addr.port() && same_ip
 }
 
-/// (local address, inode) of one row of `/proc/net/udp` or `udp6`.
-fn udp_table_row(row: &str) -> Option<(SocketAddr, u64)> {
+/// One row of `/proc/net/udp` or `udp6`; `None` for the heading.
+fn udp_table_row(row: &str) -> Option<UdpRow> {
     let cols: Vec<&str> = row.split_whitespace().collect();
     let (ip, port) = cols.get(1)?.split_once(':')?;
     let inode = cols.get(9)?.parse().ok()?;
@@ -426,7 +481,11 @@ fn udp_table_row(row: &str) -> Option<(SocketAddr, u64)> {
         _ => return None,
     };
     let port = u16::from_str_radix(port, 16).ok()?;
-    Some((SocketAddr::new(ip, port), inode))
+    Some(UdpRow {
+        local: SocketAddr::new(ip, port),
+        inode,
+        uid: cols.get(7).and_then(|uid| uid.parse().ok()),
+    })
 }
 
 /// This boot folded with this process's namespace of `kind` (`pid`: what a
@@ -640,6 +699,31 @@ mod tests {
         socket
     }
 
+    /// A `sleep` that holds `socket` (ours closed), as user `uid` if given;
+    /// `None` when it cannot be started so.
+    fn handed_to_a_child(socket: std::net::UdpSocket, uid: Option<u32>) -> Option<Child> {
+        use std::os::unix::process::CommandExt;
+        socket2::SockRef::from(&socket).set_cloexec(false).unwrap();
+        let mut sleep = std::process::Command::new("sleep");
+        sleep.arg("60");
+        if let Some(uid) = uid {
+            sleep.uid(uid);
+        }
+        let child = sleep.spawn().ok().map(Child);
+        drop(socket);
+        child
+    }
+
+    /// Killed when dropped.
+    struct Child(std::process::Child);
+
+    impl Drop for Child {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+
     #[test]
     fn a_port_others_may_bind_too_is_not_trusted() {
         let m = ProcessMemory::new().expect("a boot ID and a PID namespace");
@@ -647,21 +731,72 @@ mod tests {
         let src = vec![5u8; 512];
         let mut dst = vec![0u8; 512];
         let at = src.as_ptr() as u64;
-        // Two sockets on one port: either may have sent.
+        // Two sockets of ours on one port: either may have sent, and each
+        // lets others bind it too, which only a copy of its descriptor
+        // shows.
         let first = sharing_socket("127.0.0.1:0".parse().unwrap());
         let origin = first.local_addr().unwrap().as_socket().unwrap();
         let second = sharing_socket(origin);
-        assert!(!m.read(origin, pid, at, &mut dst));
-        drop(second);
-        // One socket that lets others bind its port: told by its options,
-        // which only a copy of its descriptor shows.
-        if descriptors_from_a_pidfd() {
-            assert!(!m.read(origin, pid, at, &mut dst));
-        }
-        drop(first);
+        assert_eq!(udp_socket_holder(pid, origin), Some(true), "both ours");
+        assert_eq!(
+            m.read(origin, pid, at, &mut dst),
+            !descriptors_from_a_pidfd()
+        );
+        drop((first, second));
         let alone = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
         assert!(m.read(alone.local_addr().unwrap(), pid, at, &mut dst));
         assert_eq!(dst, src);
+    }
+
+    #[test]
+    fn a_port_another_process_holds_at_another_address_is_not_trusted() {
+        let m = ProcessMemory::new().expect("a boot ID and a PID namespace");
+        let (_, pid) = m.this_process();
+        let src = vec![6u8; 512];
+        let mut dst = vec![0u8; 512];
+        let at = src.as_ptr() as u64;
+        // The other socket may send from ours with IP_PKTINFO.
+        let theirs = std::net::UdpSocket::bind("127.0.0.79:0").unwrap();
+        let port = theirs.local_addr().unwrap().port();
+        let Ok(ours) = std::net::UdpSocket::bind(("127.0.0.78", port)) else {
+            return; // the port was taken there meanwhile
+        };
+        let origin = ours.local_addr().unwrap();
+        assert!(m.read(origin, pid, at, &mut dst), "both ours");
+        let Some(child) = handed_to_a_child(theirs, None) else {
+            panic!("cannot start sleep(1)");
+        };
+        m.datagram_arrived();
+        assert!(m.owners.borrow_mut().remove(&(origin, pid)).is_some());
+        assert_eq!(udp_socket_holder(pid, origin), Some(false));
+        assert!(!m.read(origin, pid, at, &mut dst));
+        // Another family's socket on the port sends only from its own.
+        let v6 = std::net::UdpSocket::bind(("::1", port));
+        drop(child);
+        if let Ok(v6) = v6.map(|s| handed_to_a_child(s, None)) {
+            assert!(v6.is_some());
+            assert_eq!(udp_socket_holder(pid, origin), Some(true));
+        }
+    }
+
+    #[test]
+    fn a_socket_handed_to_another_user_is_still_its_creators() {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            return; // only root starts a process as another user
+        }
+        let socket = std::net::UdpSocket::bind(APART).unwrap();
+        let origin = socket.local_addr().unwrap();
+        let Some(child) = handed_to_a_child(socket, Some(65534)) else {
+            return; // no such user here
+        };
+        let holder = child.0.id();
+        assert_eq!(udp_socket_holder(holder, origin), Some(false));
+        // Theirs, as they made it.
+        let socket = std::net::UdpSocket::bind(APART).unwrap();
+        let origin = socket.local_addr().unwrap();
+        let child = handed_to_a_child(socket, None).unwrap();
+        assert_eq!(udp_socket_holder(child.0.id(), origin), Some(true));
     }
 
     #[test]
@@ -683,17 +818,25 @@ mod tests {
     #[test]
     fn udp_table_rows_parse() {
         let v4 = "  123: 0100007F:12B9 00000000:0000 07 00000000:00000000 00:00000000 \
-                  00000000     0        0 4242 2 0000000000000000 0";
-        let (addr, inode) = udp_table_row(v4).unwrap();
-        assert_eq!((addr.port(), inode), (4793, 4242));
+                  00000000  1000        0 4242 2 0000000000000000 0";
+        let UdpRow {
+            local: addr,
+            inode,
+            uid,
+        } = udp_table_row(v4).unwrap();
+        assert_eq!((addr.port(), inode, uid), (4793, 4242, Some(1000)));
         if cfg!(target_endian = "little") {
             assert_eq!(addr.ip(), IpAddr::V4(Ipv4Addr::LOCALHOST));
         }
         let v6 = "  5: 00000000000000000000000001000000:12B9 \
                   00000000000000000000000000000000:0000 07 00000000:00000000 \
                   00:00000000 00000000     0        0 99 2 0000000000000000 0";
-        let (addr, inode) = udp_table_row(v6).unwrap();
-        assert_eq!((addr.port(), inode), (4793, 99));
+        let UdpRow {
+            local: addr,
+            inode,
+            uid,
+        } = udp_table_row(v6).unwrap();
+        assert_eq!((addr.port(), inode, uid), (4793, 99, Some(0)));
         if cfg!(target_endian = "little") {
             assert_eq!(addr.ip(), IpAddr::V6(Ipv6Addr::LOCALHOST));
         }
