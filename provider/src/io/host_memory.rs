@@ -85,7 +85,8 @@ impl Holding {
                 Some(process)
             }
             // Descriptors cannot be had here (a kernel before 5.6, a
-            // seccomp filter): /proc confirms, and the options go unasked.
+            // seccomp filter, ptrace rules): /proc confirms, and the
+            // options go unasked.
             Err(e)
                 if matches!(
                     e.raw_os_error(),
@@ -396,6 +397,12 @@ fn udp_socket_holding(pid: u32, addr: SocketAddr, proof: Proof) -> Option<Option
     if !rows.iter().any(|row| binds(row.local, addr)) {
         return Some(None);
     }
+    // Two sockets sharing the address (SO_REUSEADDR, SO_REUSEPORT): either
+    // may have sent.
+    let first = rows[0].inode;
+    if proof == Proof::Bound && rows.iter().any(|row| row.inode != first) {
+        return Some(None);
+    }
     let gone_or_foreign = |e: &std::io::Error| {
         matches!(
             e.raw_os_error(),
@@ -610,6 +617,7 @@ mod tests {
 
     impl Copies {
         fn new(fill: u8) -> Copies {
+            assert_ne!(fill, 0, "a copy must be told from none");
             let m = ProcessMemory::new().expect("a boot ID and a PID namespace");
             let (_, pid) = m.this_process();
             Copies {
@@ -643,11 +651,10 @@ mod tests {
         }
     }
 
-    /// A loopback address the other tests do not bind (each binds one of
-    /// its own, or 127.0.0.1): a port a test frees there is not bound
-    /// meanwhile by another test of this process (which holds its sockets
-    /// with this pid), unless on the wildcard.
-    const APART: &str = "127.0.0.78:0";
+    // Tests that free a port, or hold one in a child, do it on a loopback
+    // address of their own (127.0.0.78 and up): no other test of this
+    // process (which holds its sockets with this pid) takes the port
+    // meanwhile, unless on the wildcard.
 
     #[test]
     fn host_value_needs_a_uuid_and_tells_namespaces_apart() {
@@ -696,7 +703,7 @@ mod tests {
         let parent = std::os::unix::process::parent_id();
         assert!(!c.read_as(ours, parent));
         assert!(!c.write_as(ours, parent));
-        let closed = std::net::UdpSocket::bind(APART).unwrap();
+        let closed = std::net::UdpSocket::bind("127.0.0.78:0").unwrap();
         let gone = closed.local_addr().unwrap();
         drop(closed);
         assert!(!c.read(gone));
@@ -710,7 +717,7 @@ mod tests {
     fn a_closed_socket_is_not_trusted_from_memory() {
         let mut c = Copies::new(9);
         let pid = c.pid;
-        let socket = std::net::UdpSocket::bind(APART).unwrap();
+        let socket = std::net::UdpSocket::bind("127.0.0.82:0").unwrap();
         let origin = socket.local_addr().unwrap();
         assert!(c.read(origin));
         assert!(c.m.owners.borrow().contains_key(&(origin, pid)));
@@ -848,6 +855,7 @@ mod tests {
         let origin = first.local_addr().unwrap().as_socket().unwrap();
         let second = sharing_socket(origin);
         assert_eq!(sole_sender(c.pid, origin), Some(true), "both ours");
+        assert_eq!(udp_socket_holder(c.pid, origin), Some(false), "rings: two");
         assert_eq!(c.read(origin), !descriptors_from_a_pidfd());
         drop((first, second));
         let alone = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
@@ -934,26 +942,21 @@ mod tests {
     fn udp_table_rows_parse() {
         let v4 = "  123: 0100007F:12B9 00000000:0000 07 00000000:00000000 00:00000000 \
                   00000000  1000        0 4242 2 0000000000000000 0";
-        let UdpRow {
-            local: addr,
-            inode,
-            uid,
-        } = udp_table_row(v4).unwrap();
-        assert_eq!((addr.port(), inode, uid), (4793, 4242, Some(1000)));
+        let row = udp_table_row(v4).unwrap();
+        assert_eq!(
+            (row.local.port(), row.inode, row.uid),
+            (4793, 4242, Some(1000))
+        );
         if cfg!(target_endian = "little") {
-            assert_eq!(addr.ip(), IpAddr::V4(Ipv4Addr::LOCALHOST));
+            assert_eq!(row.local.ip(), IpAddr::V4(Ipv4Addr::LOCALHOST));
         }
         let v6 = "  5: 00000000000000000000000001000000:12B9 \
                   00000000000000000000000000000000:0000 07 00000000:00000000 \
                   00:00000000 00000000     0        0 99 2 0000000000000000 0";
-        let UdpRow {
-            local: addr,
-            inode,
-            uid,
-        } = udp_table_row(v6).unwrap();
-        assert_eq!((addr.port(), inode, uid), (4793, 99, Some(0)));
+        let row = udp_table_row(v6).unwrap();
+        assert_eq!((row.local.port(), row.inode, row.uid), (4793, 99, Some(0)));
         if cfg!(target_endian = "little") {
-            assert_eq!(addr.ip(), IpAddr::V6(Ipv6Addr::LOCALHOST));
+            assert_eq!(row.local.ip(), IpAddr::V6(Ipv6Addr::LOCALHOST));
         }
         assert_eq!(udp_table_row("  sl  local_address rem_address"), None);
         assert_eq!(udp_table_row(""), None);
