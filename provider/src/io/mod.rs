@@ -818,8 +818,8 @@ impl Endpoint {
     /// How long a caller may sleep before the engine needs a progress call
     /// even without input: zero when a transmit is pending, the time to the
     /// next timer otherwise, `None` when nothing is armed. Datagrams that
-    /// wait for room are retried like timers: at most [`STALL_RETRY_NS`]
-    /// after the kernel refused one, [`RING_BACKLOG_RETRY_NS`] while some
+    /// wait for room are retried like timers: at most `STALL_RETRY_NS`
+    /// after the kernel refused one, `RING_BACKLOG_RETRY_NS` while some
     /// wait for a full same-host lane (neither says when it has room, and
     /// a zero budget would make every blocking wait spin until then).
     pub fn idle_budget(&self) -> Option<std::time::Duration> {
