@@ -53,9 +53,8 @@ const OWNERS_MAX: usize = 1024;
 /// for another to bind (nor could it be shared: its options were checked
 /// when it was found, and only its holder, or one who may read its memory
 /// anyway, can change them). Confirming it costs one descriptor taken and
-/// dropped
-/// (`pidfd_getfd(2)`, Linux 5.6) or, where that is refused, a `readlink`
-/// of `/proc/<pid>/fd/<fd>` (several microseconds).
+/// dropped (`pidfd_getfd(2)`, Linux 5.6) or, where that is refused, a
+/// `readlink` of `/proc/<pid>/fd/<fd>` (several microseconds).
 struct Holding {
     fd: u32,
     inode: u64,
@@ -399,8 +398,8 @@ fn udp_socket_holding(pid: u32, addr: SocketAddr, proof: Proof) -> Option<Option
     }
     // Two sockets sharing the address (SO_REUSEADDR, SO_REUSEPORT): either
     // may have sent.
-    let first = rows[0].inode;
-    if proof == Proof::Bound && rows.iter().any(|row| row.inode != first) {
+    let first = rows.first().map(|row| row.inode);
+    if proof == Proof::Bound && rows.iter().any(|row| Some(row.inode) != first) {
         return Some(None);
     }
     let gone_or_foreign = |e: &std::io::Error| {
