@@ -125,11 +125,6 @@ impl Holding {
     }
 }
 
-/// The error of the system call that just failed.
-fn failed() -> std::io::Error {
-    std::io::Error::last_os_error()
-}
-
 /// A pidfd of process `pid`: ESRCH when there is no such process, ENOSYS
 /// before Linux 5.3.
 fn pidfd(pid: u32) -> std::io::Result<OwnedFd> {
@@ -141,7 +136,7 @@ fn pidfd(pid: u32) -> std::io::Result<OwnedFd> {
     let fd = i32::try_from(fd)
         .ok()
         .filter(|&fd| fd >= 0)
-        .ok_or_else(failed)?;
+        .ok_or_else(std::io::Error::last_os_error)?;
     // SAFETY: the kernel just gave us this descriptor; nothing else owns it.
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
@@ -165,7 +160,7 @@ impl DescriptorCopy {
         let copy = i32::try_from(copy)
             .ok()
             .filter(|&fd| fd >= 0)
-            .ok_or_else(failed)?;
+            .ok_or_else(std::io::Error::last_os_error)?;
         // SAFETY: the kernel just gave us this descriptor; nothing else
         // owns it.
         let copy = unsafe { OwnedFd::from_raw_fd(copy) };
@@ -425,11 +420,7 @@ fn udp_socket_holding(pid: u32, addr: SocketAddr, proof: Proof) -> Option<Option
         else {
             continue;
         };
-        let Some(inode) = std::fs::read_link(entry.path())
-            .ok()
-            .and_then(|target| socket_inode(&target.to_string_lossy()))
-            .filter(|inode| inodes.contains(inode))
-        else {
+        let Some(inode) = socket_inode_at(pid, fd).filter(|inode| inodes.contains(inode)) else {
             continue;
         };
         held.insert(inode, fd);

@@ -267,7 +267,11 @@ impl Splicer {
         // (a datagram of its own, so made once more like any other).
         let (Some(plan), Ok(segment)) = (self.plan(payload, tail.len()), u16::try_from(total))
         else {
-            return super::once_more_if_connected(dest, || self.copied(socket, dest, tos, &whole));
+            // Nothing is corked yet, so a failure leaves nothing to abandon.
+            self.fallbacks += 1;
+            return super::once_more_if_connected(dest, || {
+                sys::send_parts(socket, dest, tos, &whole)
+            });
         };
         let (prefix, rest) = payload.split_at(plan.prefix);
         let (middle, suffix) = rest.split_at(rest.len() - plan.suffix);
