@@ -15,7 +15,7 @@ use rand::rngs::SmallRng;
 use rand::SeedableRng;
 
 use common::{drain, pattern, send, shuffled_round, Returned, Shared};
-use uet::engine::HostMemory;
+use uet::engine::{HostAccess, HostClaim, HostMemory};
 use uet::io::ProcessMemory;
 use uet::{
     Completion, CompletionError, CompletionKind, CompletionLevel, Config, Engine, MsgBuffer,
@@ -548,13 +548,16 @@ impl HostMemory for Refusing {
     fn this_process(&self) -> (u64, u32) {
         (self.host, 1)
     }
-    fn read(&self, _origin: SocketAddr, _pid: u32, _address: u64, _dst: &mut [u8]) -> bool {
-        *self.asked.lock().unwrap() += 1;
-        false
+    fn offer(&self, _peer: SocketAddr, _pid: u32) -> u64 {
+        0
     }
-    fn write(&self, _origin: SocketAddr, _pid: u32, _address: u64, _src: &[u8]) -> bool {
+    fn read(&self, _claim: &HostClaim, _address: u64, _dst: &mut [u8]) -> HostAccess {
         *self.asked.lock().unwrap() += 1;
-        false
+        HostAccess::Failed
+    }
+    fn write(&self, _claim: &HostClaim, _address: u64, _src: &[u8]) -> HostAccess {
+        *self.asked.lock().unwrap() += 1;
+        HostAccess::Failed
     }
     fn clock_ms(&self) -> u32 {
         0
@@ -562,17 +565,18 @@ impl HostMemory for Refusing {
 }
 
 /// The real copy, without the socket-owner check (the engines' addresses
-/// here are made up); `origins` records what the engine named.
+/// here are made up) or tokens (it offers none and wants none back);
+/// `claims` records what the engine named.
 struct Trusting {
     memory: ProcessMemory,
-    origins: Arc<Mutex<Vec<SocketAddr>>>,
+    claims: Arc<Mutex<Vec<HostClaim>>>,
 }
 
 impl Trusting {
     fn new() -> Trusting {
         Trusting {
             memory: ProcessMemory::new().expect("a boot ID"),
-            origins: Arc::default(),
+            claims: Arc::default(),
         }
     }
 }
@@ -581,16 +585,72 @@ impl HostMemory for Trusting {
     fn this_process(&self) -> (u64, u32) {
         self.memory.this_process()
     }
-    fn read(&self, origin: SocketAddr, pid: u32, address: u64, dst: &mut [u8]) -> bool {
-        self.origins.lock().unwrap().push(origin);
-        self.memory.copy(pid, address, dst)
+    fn offer(&self, _peer: SocketAddr, _pid: u32) -> u64 {
+        0
     }
-    fn write(&self, origin: SocketAddr, pid: u32, address: u64, src: &[u8]) -> bool {
-        self.origins.lock().unwrap().push(origin);
-        self.memory.copy_to(pid, address, src)
+    fn read(&self, claim: &HostClaim, address: u64, dst: &mut [u8]) -> HostAccess {
+        self.claims.lock().unwrap().push(*claim);
+        done_if(self.memory.copy(claim.pid, address, dst))
+    }
+    fn write(&self, claim: &HostClaim, address: u64, src: &[u8]) -> HostAccess {
+        self.claims.lock().unwrap().push(*claim);
+        done_if(self.memory.copy_to(claim.pid, address, src))
     }
     fn clock_ms(&self) -> u32 {
         self.memory.clock_ms()
+    }
+}
+
+fn done_if(copied: bool) -> HostAccess {
+    match copied {
+        true => HostAccess::Done,
+        false => HostAccess::Failed,
+    }
+}
+
+/// The real copy for a claim that returns the token offered for its peer
+/// and process, as the driver's memory wants: `salt` stands for the
+/// holding the driver found, and a new one for a socket that changed
+/// hands.
+struct Tokened {
+    inner: Trusting,
+    salt: Arc<Mutex<u64>>,
+}
+
+impl Tokened {
+    fn new(salt: u64) -> Tokened {
+        Tokened {
+            inner: Trusting::new(),
+            salt: Arc::new(Mutex::new(salt)),
+        }
+    }
+    fn token(&self, peer: SocketAddr, pid: u32) -> u64 {
+        let salt = *self.salt.lock().unwrap();
+        (salt ^ (u64::from(peer.port()) << 32) ^ u64::from(pid)) | 1
+    }
+}
+
+impl HostMemory for Tokened {
+    fn this_process(&self) -> (u64, u32) {
+        self.inner.this_process()
+    }
+    fn offer(&self, peer: SocketAddr, pid: u32) -> u64 {
+        self.token(peer, pid)
+    }
+    fn read(&self, claim: &HostClaim, address: u64, dst: &mut [u8]) -> HostAccess {
+        match claim.echo == self.token(claim.peer, claim.pid) {
+            true => self.inner.read(claim, address, dst),
+            false => HostAccess::Unproven,
+        }
+    }
+    fn write(&self, claim: &HostClaim, address: u64, src: &[u8]) -> HostAccess {
+        match claim.echo == self.token(claim.peer, claim.pid) {
+            true => self.inner.write(claim, address, src),
+            false => HostAccess::Unproven,
+        }
+    }
+    fn clock_ms(&self) -> u32 {
+        self.inner.clock_ms()
     }
 }
 
@@ -607,7 +667,7 @@ fn same_host_pair(seed: u64) -> Pair {
 fn same_host_receiver_copies_the_remainder_instead_of_pulling() {
     let mut p = Pair::new(20);
     let (receiver, sender) = (Trusting::new(), Trusting::new());
-    let (read_from, written_from) = (receiver.origins.clone(), sender.origins.clone());
+    let (read_from, written_from) = (receiver.claims.clone(), sender.claims.clone());
     p.eng[1].enable_host_read(Box::new(receiver));
     p.eng[0].enable_host_read(Box::new(sender));
     // Below the split size the receiver copies it all; above, the sender
@@ -644,8 +704,76 @@ fn same_host_receiver_copies_the_remainder_instead_of_pulling() {
         assert!(sent <= (eager / MTU + 4) as u64, "{sent} packets sent");
     }
     // Each copy names the socket the other side's datagram came from.
-    assert!(read_from.lock().unwrap().iter().all(|&a| a == p.addrs[0]));
-    assert_eq!(*written_from.lock().unwrap(), [p.addrs[1]]);
+    assert!(read_from
+        .lock()
+        .unwrap()
+        .iter()
+        .all(|c| c.peer == p.addrs[0]));
+    let written_from: Vec<SocketAddr> = written_from
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|c| c.peer)
+        .collect();
+    assert_eq!(written_from, [p.addrs[1]]);
+    p.settle();
+    p.assert_clean();
+}
+
+/// One message of `len` bytes (tag 5) from engine 0 to 1, checked
+/// through; `between` runs after the send is posted. Returns what the
+/// receiver and the sender count of their copies since: (reads, writes,
+/// not proven at the receiver, not proven at the sender).
+fn one_message(p: &mut Pair, len: usize, context: u64, between: impl FnOnce()) -> [u64; 4] {
+    let before = (p.eng[1].stats(), p.eng[0].stats());
+    let out = p.recv_returned(len, 5, 100 + context);
+    p.send(len, 5, context);
+    between();
+    p.run(|p| p.completion(1, 100 + context).is_some() && p.completion(0, context).is_some());
+    let r = p.completion(1, 100 + context).unwrap().clone();
+    assert_eq!((r.error, r.len), (None, len));
+    assert_eq!(p.completion(0, context).unwrap().error, None);
+    let got = out.lock().unwrap().take().expect("buffer released");
+    assert!(
+        got == pattern(context, len),
+        "payload differs (message {context})"
+    );
+    let (rs, ss) = (p.eng[1].stats(), p.eng[0].stats());
+    assert_eq!((rs.host_read_failures, ss.host_write_failures), (0, 0));
+    [
+        rs.host_reads - before.0.host_reads,
+        ss.host_writes - before.1.host_writes,
+        rs.host_unproven - before.0.host_unproven,
+        ss.host_unproven - before.1.host_unproven,
+    ]
+}
+
+#[test]
+fn same_host_copies_wait_for_the_peer_to_return_the_token() {
+    let mut p = Pair::new(31);
+    let (receiver, sender) = (Tokened::new(0x5eed << 40), Tokened::new(0xfeed << 40));
+    let (receiver_salt, sender_salt) = (receiver.salt.clone(), sender.salt.clone());
+    p.eng[1].enable_host_read(Box::new(receiver));
+    p.eng[0].enable_host_read(Box::new(sender));
+    // Shared copies: the receiver reads the front half, the sender writes
+    // the back half.
+    let len = 1 << 20;
+    // The first descriptor returns nothing of the receiver's: it is pulled
+    // over the network, and the pull offers the receiver's token.
+    assert_eq!(one_message(&mut p, len, 1, || ()), [0, 0, 1, 0]);
+    // Each side now returns the other's token: both copy.
+    assert_eq!(one_message(&mut p, len, 2, || ()), [1, 1, 0, 0]);
+    assert_eq!(one_message(&mut p, len, 3, || ()), [1, 1, 0, 0]);
+    // The receiver's memory found the sender's address in other hands
+    // (a new holding, a new token): the next copy waits for it.
+    *receiver_salt.lock().unwrap() ^= 0x77 << 40;
+    assert_eq!(one_message(&mut p, len, 4, || ()), [0, 0, 1, 0]);
+    assert_eq!(one_message(&mut p, len, 5, || ()), [1, 1, 0, 0]);
+    // The sender's token changes after its descriptor left: the pull
+    // returns the old one, so the sender sends its half instead of writing.
+    let rotate = || *sender_salt.lock().unwrap() ^= 0x99 << 40;
+    assert_eq!(one_message(&mut p, len, 6, rotate), [1, 0, 0, 1]);
+    assert_eq!(one_message(&mut p, len, 7, || ()), [1, 1, 0, 0]);
     p.settle();
     p.assert_clean();
 }
@@ -672,21 +800,24 @@ impl HostMemory for Failing {
     fn this_process(&self) -> (u64, u32) {
         self.inner.this_process()
     }
-    fn read(&self, origin: SocketAddr, pid: u32, address: u64, dst: &mut [u8]) -> bool {
+    fn offer(&self, peer: SocketAddr, pid: u32) -> u64 {
+        self.inner.offer(peer, pid)
+    }
+    fn read(&self, claim: &HostClaim, address: u64, dst: &mut [u8]) -> HostAccess {
         let mut left = self.reads.lock().unwrap();
         if *left == 0 {
-            return false;
+            return HostAccess::Failed;
         }
         *left -= 1;
-        self.inner.read(origin, pid, address, dst)
+        self.inner.read(claim, address, dst)
     }
-    fn write(&self, origin: SocketAddr, pid: u32, address: u64, src: &[u8]) -> bool {
+    fn write(&self, claim: &HostClaim, address: u64, src: &[u8]) -> HostAccess {
         let mut left = self.writes.lock().unwrap();
         if *left == 0 {
-            return false;
+            return HostAccess::Failed;
         }
         *left -= 1;
-        self.inner.write(origin, pid, address, src)
+        self.inner.write(claim, address, src)
     }
     fn clock_ms(&self) -> u32 {
         self.inner.clock_ms()
@@ -1206,11 +1337,14 @@ impl HostMemory for OtherClock {
     fn this_process(&self) -> (u64, u32) {
         self.inner.this_process()
     }
-    fn read(&self, origin: SocketAddr, pid: u32, address: u64, dst: &mut [u8]) -> bool {
-        self.inner.read(origin, pid, address, dst)
+    fn offer(&self, peer: SocketAddr, pid: u32) -> u64 {
+        self.inner.offer(peer, pid)
     }
-    fn write(&self, origin: SocketAddr, pid: u32, address: u64, src: &[u8]) -> bool {
-        self.inner.write(origin, pid, address, src)
+    fn read(&self, claim: &HostClaim, address: u64, dst: &mut [u8]) -> HostAccess {
+        self.inner.read(claim, address, dst)
+    }
+    fn write(&self, claim: &HostClaim, address: u64, src: &[u8]) -> HostAccess {
+        self.inner.write(claim, address, src)
     }
     fn clock_ms(&self) -> u32 {
         match self.reading {

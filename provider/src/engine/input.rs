@@ -276,7 +276,7 @@ impl Engine {
         }
         let mut matched = false;
         let rdv_rx = match &ses {
-            Ses::Request(_, Some(r)) => Some(RendezvousRx::new(r, from)),
+            Ses::Request(_, Some(r)) => Some(RendezvousRx::new(r)),
             _ => None,
         };
         if let Ses::Request(s, _) = &ses {
@@ -366,7 +366,7 @@ impl Engine {
                     Some(n) => PacketPayload::InPlace(n),
                     None => PacketPayload::Bytes(&body[payload_at..]),
                 };
-                self.on_ses_request(p, from, &s, rdv_rx.as_ref(), payload, matched)
+                self.on_ses_request(p, &s, rdv_rx.as_ref(), payload, matched)
             }
             Ses::Response(r) => self.on_ses_response(p, &r),
         }
@@ -571,13 +571,12 @@ impl Engine {
     pub(super) fn on_ses_request(
         &mut self,
         p: usize,
-        from: SocketAddr,
         s: &SesRequestRepr,
         rdv: Option<&RendezvousRx>,
         payload: PacketPayload,
         matched: bool,
     ) {
-        if self.on_rma_request(p, from, s, payload) {
+        if self.on_rma_request(p, s, payload) {
             return;
         }
         if s.buffer_offset != 0 {

@@ -38,7 +38,7 @@ pub use landing::{Landing, LANDING_MIN_PAYLOAD};
 use matching::{locate_in, MsgRef};
 pub use output::PayloadRef;
 use rendezvous::Watch;
-pub use rendezvous::{HostMemory, RENDEZVOUS_RESOURCE};
+pub use rendezvous::{HostAccess, HostClaim, HostMemory, RENDEZVOUS_RESOURCE};
 
 use std::sync::Arc;
 
@@ -192,6 +192,11 @@ pub struct Stats {
     pub host_writes: u64,
     pub host_write_bytes: u64,
     pub host_write_failures: u64,
+    /// Same-host copies, reads or writes, not made because the peer had
+    /// not returned the token this endpoint offers it (the first
+    /// rendezvous send to a peer, or one after its socket changed hands):
+    /// the bytes were pulled or sent instead.
+    pub host_unproven: u64,
     /// Data packets whose payload the driver received straight into the
     /// posted buffer (see `Engine::landing`).
     pub landed: u64,
@@ -1229,8 +1234,8 @@ mod tests {
             ("TxPdc", 208),
             ("RxPdc", 112),
             ("TxSlot", 48),
-            ("TxMessage", 136),
-            ("Inbound", 248),
+            ("TxMessage", 152),
+            ("Inbound", 232),
         ];
         assert_eq!(sizes, documented, "update provider/README.md section 2.5");
         assert!(sizes[0].1 <= 1024, "{sizes:?}");

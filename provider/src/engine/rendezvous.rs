@@ -85,17 +85,29 @@ pub const RENDEZVOUS_RESOURCE: u16 = 0xfff;
 
 /// Copies from the memory of other processes on this host, for rendezvous
 /// between processes of one host (the driver's is `process_vm_readv`).
+///
+/// A peer may only name its own memory. Each side offers the other a token
+/// in its descriptors (sent to the peer's address) and copies only for a
+/// descriptor that returns it: proof that its sender receives what is sent
+/// to that address, which a process that merely sends from it (another
+/// socket on the port, `IP_PKTINFO`) does not. The memory says which token
+/// it wants back, and checks that the process named holds the socket bound
+/// to the peer's address.
 pub trait HostMemory: Send {
     /// This process as a receiver on the same host names it: (host, pid).
     /// The host value stands for one boot and one PID namespace.
     fn this_process(&self) -> (u64, u32);
-    /// Fill `dst` with the bytes at `address` of process `pid`, which must
-    /// hold the socket bound to `origin` (the source of the datagram that
-    /// described the memory: a peer may only name its own process); false
-    /// unless every byte was copied.
-    fn read(&self, origin: SocketAddr, pid: u32, address: u64, dst: &mut [u8]) -> bool;
-    /// Copy `src` to `address` of process `pid`, under the same rule.
-    fn write(&self, origin: SocketAddr, pid: u32, address: u64, src: &[u8]) -> bool;
+    /// The token to offer the peer at `peer` whose descriptors name
+    /// process `pid`: one of its descriptors is copied for only when it
+    /// returns the token. 0 while there is none (nothing will be copied).
+    fn offer(&self, peer: SocketAddr, pid: u32) -> u64;
+    /// Fill `dst` with the bytes at `address` of the process the claim
+    /// names, which must hold the socket bound to its peer address and
+    /// have returned our token; `Done` only when every byte was copied.
+    fn read(&self, claim: &HostClaim, address: u64, dst: &mut [u8]) -> HostAccess;
+    /// Copy `src` to `address` of the process the claim names, under the
+    /// same rule.
+    fn write(&self, claim: &HostClaim, address: u64, src: &[u8]) -> HostAccess;
     /// The host's monotonic clock in milliseconds (the same in every
     /// process of the host, unlike engine time), wrapping.
     fn clock_ms(&self) -> u32;
@@ -103,6 +115,40 @@ pub trait HostMemory: Send {
     /// that named memory had arrived before any check made since, so one
     /// check that a peer still holds its socket covers all copies it named.
     fn datagram_arrived(&self) {}
+}
+
+/// Who a same-host descriptor says sent it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HostClaim {
+    /// The peer's address: where its socket is bound, which our datagrams
+    /// to it (and our tokens) go to.
+    pub peer: SocketAddr,
+    /// The process it names as the one whose memory it is.
+    pub pid: u32,
+    /// The token of ours it returned.
+    pub echo: u64,
+}
+
+/// What became of a same-host copy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HostAccess {
+    /// Every byte was copied.
+    Done,
+    /// The descriptor did not return the token we offer for that claim (or
+    /// none is offered yet): nothing was copied, and it was not tried.
+    Unproven,
+    /// The copy could not be made: the process does not hold the peer's
+    /// socket, or the kernel refused.
+    Failed,
+}
+
+/// What the latest same-host descriptor of a peer said.
+#[derive(Clone, Copy, Debug)]
+struct HostToken {
+    /// The process it named.
+    pid: u32,
+    /// The token it offered, returned in our descriptors to it.
+    echo: u64,
 }
 
 /// Rendezvous bookkeeping of an endpoint.
@@ -126,17 +172,19 @@ pub(super) struct RendezvousState {
     /// host), and the threshold of sends to them.
     host_peers: FastMap<usize, ()>,
     host_threshold: usize,
+    /// Same-host peers' latest descriptors: what our descriptors to them
+    /// offer and return.
+    host_tokens: FastMap<usize, HostToken>,
 }
 
-/// Our share of a same-host copy: `len` bytes at `address` of process `pid`
-/// (named by a datagram from `origin`) into inbound message `msg_id` of
-/// peer `p` at message offset `offset`.
+/// Our share of a same-host copy: `len` bytes at `address` of the process
+/// the claim names into inbound message `msg_id` of peer `p` at message
+/// offset `offset`.
 #[derive(Clone, Copy, Debug)]
 struct HostCopy {
     p: usize,
     msg_id: u16,
-    origin: SocketAddr,
-    pid: u32,
+    claim: HostClaim,
     address: u64,
     offset: u64,
     len: u64,
@@ -152,9 +200,10 @@ struct HostStart {
     /// Bytes from the start of the remainder that are ours to copy; the
     /// rest, if any, is the sender's.
     ours: u64,
-    /// What the pull tells the sender: that we are on its host, and where
-    /// its share goes (address 0: it has none).
-    told: HostMemoryRepr,
+    /// Where the sender's share goes in the buffer, and the host clock's
+    /// millisecond from which it may no longer be written (none: it has no
+    /// share).
+    share: Option<(u64, u32)>,
 }
 
 /// Begin copying `want` bytes of a rendezvous remainder, described by `h`
@@ -163,43 +212,38 @@ struct HostStart {
 /// (`share` false: it went silent, see `Peer::given_up`); otherwise its
 /// first page (proof that the kernel lets us), keeping the
 /// front half for after the pull has left and handing the back half to
-/// the sender. `None` when the copy cannot be made (the buffer is in
-/// pieces, the kernel refuses): pull as usual.
+/// the sender. An error when the copy cannot be made (not proven yet, the
+/// buffer is in pieces, the kernel refuses): pull as usual.
 fn start_host_copy(
     m: &dyn HostMemory,
     h: &HostMemoryRepr,
-    origin: SocketAddr,
+    claim: &HostClaim,
     buffer: &mut dyn MsgBuffer,
-    eager: u64,
-    want: u64,
+    (eager, want): (u64, u64),
     share: bool,
-) -> Option<HostStart> {
-    let dst = buffer.slice_at_mut(eager as usize, want as usize)?;
-    let (host, pid) = m.this_process();
-    let mut told = HostMemoryRepr {
-        host,
-        pid,
-        expires_ms: 0,
-        address: 0,
-    };
-    if want < HOST_SPLIT_MIN || !share {
-        return m.read(origin, h.pid, h.address, dst).then_some(HostStart {
+) -> Result<HostStart, HostAccess> {
+    let dst = buffer
+        .slice_at_mut(eager as usize, want as usize)
+        .ok_or(HostAccess::Failed)?;
+    let whole = want < HOST_SPLIT_MIN || !share;
+    let first = if whole { want } else { HOST_PROBE_BYTES };
+    match m.read(claim, h.address, &mut dst[..first as usize]) {
+        HostAccess::Done => {}
+        refused => return Err(refused),
+    }
+    if whole {
+        return Ok(HostStart {
             copied: want,
             ours: want,
-            told,
+            share: None,
         });
     }
-    let probe = HOST_PROBE_BYTES;
-    if !m.read(origin, h.pid, h.address, &mut dst[..probe as usize]) {
-        return None;
-    }
     let ours = (want / 2).next_multiple_of(HOST_PROBE_BYTES);
-    told.expires_ms = m.clock_ms().wrapping_add(HOST_WRITE_WINDOW_MS);
-    told.address = dst.as_ptr() as u64 + ours;
-    Some(HostStart {
-        copied: probe,
+    let expires = m.clock_ms().wrapping_add(HOST_WRITE_WINDOW_MS);
+    Ok(HostStart {
+        copied: first,
         ours,
-        told,
+        share: Some((dst.as_ptr() as u64 + ours, expires)),
     })
 }
 
@@ -236,6 +280,7 @@ impl RendezvousState {
             copies: Vec::new(),
             host_peers: FastMap::default(),
             host_threshold: config.host_rendezvous_bytes,
+            host_tokens: FastMap::default(),
         }
     }
 
@@ -481,6 +526,8 @@ impl Engine {
         self.rdv.clock = self.rdv.clock.max(now);
         self.watch_peer(p);
         // The remainder's address, when it lies in one piece.
+        let peer = self.peers[p].addr;
+        let token = self.rdv.host_tokens.get(&p).copied();
         let host_read = self.rdv.host.as_ref().and_then(|h| {
             let (host, pid) = h.this_process();
             let rest = payload.slice_at(eager as usize, payload.len() - eager as usize)?;
@@ -489,6 +536,8 @@ impl Engine {
                 pid,
                 expires_ms: 0,
                 address: rest.as_ptr() as u64,
+                offer: token.map_or(0, |t| h.offer(peer, t.pid)),
+                echo: token.map_or(0, |t| t.echo),
             })
         });
         RmaTx::Rendezvous {
@@ -522,6 +571,7 @@ impl Engine {
     /// none is wanted. Its bytes not pulled count as received.
     pub(super) fn start_pull(&mut self, p: usize, msg_id: u16) {
         let share = !self.peers[p].given_up;
+        let peer_addr = self.peers[p].addr;
         let peer = &mut self.peers[p];
         let Some(inb) = peer.inbound.get_mut(&msg_id) else {
             return;
@@ -540,7 +590,7 @@ impl Engine {
         r.requested = true;
         self.stats.rendezvous_pulls += 1;
         let number = self.rdv.number();
-        let (key, addr, eager, host_read, origin) = (r.key, r.addr, r.eager, r.host_read, r.origin);
+        let (key, addr, eager, host_read) = (r.key, r.addr, r.eager, r.host_read);
         let cap = match &inb.state {
             InboundState::Posted(recv) => recv.buffer.len() as u64,
             _ => 0,
@@ -550,7 +600,8 @@ impl Engine {
         let was_complete = inb.complete();
         inb.received += rest - want;
         // On the sender's host: copy the remainder in place (a large one
-        // shared with the sender, see `start_host_copy`).
+        // shared with the sender, see `start_host_copy`). The pull's
+        // descriptor says so, offers our token and returns the sender's.
         let mut pull_at = eager;
         let mut descriptor = Vec::new();
         let mut written_until = 0;
@@ -558,33 +609,59 @@ impl Engine {
             (host_read, self.rdv.host.as_deref(), &mut inb.state)
         {
             if want > 0 && m.this_process().0 == h.host {
+                self.rdv.host_tokens.insert(
+                    p,
+                    HostToken {
+                        pid: h.pid,
+                        echo: h.offer,
+                    },
+                );
+                let claim = HostClaim {
+                    peer: peer_addr,
+                    pid: h.pid,
+                    echo: h.echo,
+                };
                 let buffer = recv.buffer.as_mut();
-                match start_host_copy(m, &h, origin, buffer, eager, want, share) {
-                    Some(start) => {
+                let mut share_at = None;
+                match start_host_copy(m, &h, &claim, buffer, (eager, want), share) {
+                    Ok(start) => {
                         self.stats.host_reads += 1;
                         self.stats.host_read_bytes += start.copied;
                         inb.received += start.copied;
-                        descriptor = vec![0u8; HostMemoryRepr::LEN];
-                        start.told.emit(&mut descriptor);
                         if start.ours < want {
                             // Shared: the sender writes the rest.
                             written_until = self.rdv.clock + HOST_WRITE_HOLD_NS;
                             self.rdv.copies.push(HostCopy {
                                 p,
                                 msg_id,
-                                origin,
-                                pid: h.pid,
+                                claim,
                                 address: h.address + start.copied,
                                 offset: eager + start.copied,
                                 len: start.ours - start.copied,
                                 release: None,
                             });
                         }
+                        share_at = start.share;
                         pull_at += start.ours;
                         want -= start.ours;
                     }
-                    None => self.stats.host_read_failures += 1,
+                    Err(HostAccess::Unproven) => self.stats.host_unproven += 1,
+                    Err(_) => self.stats.host_read_failures += 1,
                 }
+                // Asked after the copy, which may have found the holder
+                // (and so made the token) for the first time.
+                let (host, pid) = m.this_process();
+                let (address, expires_ms) = share_at.unwrap_or((0, 0));
+                let told = HostMemoryRepr {
+                    host,
+                    pid,
+                    expires_ms,
+                    address,
+                    offer: m.offer(peer_addr, h.pid),
+                    echo: h.offer,
+                };
+                descriptor = vec![0u8; HostMemoryRepr::LEN];
+                told.emit(&mut descriptor);
             }
         }
         let completed = !was_complete && inb.complete();
@@ -807,7 +884,7 @@ impl Engine {
         let copied = recv
             .buffer
             .slice_at_mut(c.offset as usize, c.len as usize)
-            .is_some_and(|dst| m.read(c.origin, c.pid, c.address, dst));
+            .is_some_and(|dst| m.read(&c.claim, c.address, dst) == HostAccess::Done);
         if !copied {
             // The sender may be writing its share into the buffer: the
             // receive fails once it has answered or can no longer write.
@@ -950,16 +1027,9 @@ impl Engine {
 
     // ----- sender -----------------------------------------------------------------
 
-    /// A peer's pull of one of our rendezvous sends, from the datagram
-    /// source `from`; `descriptor`: its payload, where a receiver on this
-    /// host wants the bytes written.
-    pub(super) fn on_pull_request(
-        &mut self,
-        p: usize,
-        from: SocketAddr,
-        s: &SesRequestRepr,
-        descriptor: &[u8],
-    ) {
+    /// A peer's pull of one of our rendezvous sends; `descriptor`: its
+    /// payload, where a receiver on this host wants the bytes written.
+    pub(super) fn on_pull_request(&mut self, p: usize, s: &SesRequestRepr, descriptor: &[u8]) {
         let (key, addr, len, token) = (
             s.match_bits,
             s.buffer_offset,
@@ -996,16 +1066,27 @@ impl Engine {
             self.deny_access(p, s.message_id);
             return;
         }
-        // A pull with a descriptor of our host: the peer copies in place.
+        // A pull with a descriptor of our host: the peer is on it, and
+        // copied in place when it pulls nothing or hands us a share.
         let ours = self.rdv.host.as_deref().map(|m| m.this_process().0);
-        if HostMemoryRepr::parse(descriptor).is_ok_and(|d| Some(d.host) == ours) {
-            self.rdv.host_peers.insert(p, ());
+        let on_host = HostMemoryRepr::parse(descriptor)
+            .ok()
+            .filter(|d| Some(d.host) == ours);
+        if let Some(d) = on_host {
+            let token = HostToken {
+                pid: d.pid,
+                echo: d.offer,
+            };
+            self.rdv.host_tokens.insert(p, token);
+            if len == 0 || d.address != 0 {
+                self.rdv.host_peers.insert(p, ());
+            }
         }
         if len == 0 {
             self.settle_message(p, send_id);
             return;
         }
-        if self.write_on_host(p, from, s, descriptor) {
+        if on_host.is_some_and(|d| self.write_on_host(p, s, &d)) {
             return;
         }
         let peer = &mut self.peers[p];
@@ -1023,35 +1104,42 @@ impl Engine {
     }
 
     /// Answer pull `s` (accepted) by writing its bytes into the receive
-    /// buffer `descriptor` names, when the receiver is on this host and
-    /// the kernel lets us: then an SES response (return code 0) tells it,
-    /// and the send waits for the receiver's release. False when the data
-    /// must travel.
-    fn write_on_host(
-        &mut self,
-        p: usize,
-        from: SocketAddr,
-        s: &SesRequestRepr,
-        descriptor: &[u8],
-    ) -> bool {
-        let (Ok(d), Some(m)) = (HostMemoryRepr::parse(descriptor), self.rdv.host.as_deref()) else {
+    /// buffer descriptor `d` (of our host) names, when it names one and
+    /// the peer proves itself and the kernel lets us: then an SES response
+    /// (return code 0) tells it, and the send waits for the receiver's
+    /// release. False when the data must travel.
+    fn write_on_host(&mut self, p: usize, s: &SesRequestRepr, d: &HostMemoryRepr) -> bool {
+        let Some(m) = self.rdv.host.as_deref() else {
             return false;
         };
-        // Too late (the receiver may fail the receive soon): send instead.
+        // No share (the receiver pulls it all), or too late (the receiver
+        // may fail the receive soon): send instead.
         let left = d.expires_ms.wrapping_sub(m.clock_ms()) as i32;
-        if m.this_process().0 != d.host || left <= 0 {
+        if d.address == 0 || left <= 0 {
             return false;
         }
+        let claim = HostClaim {
+            peer: self.peers[p].addr,
+            pid: d.pid,
+            echo: d.echo,
+        };
         let (send_id, offset, len) = (s.match_bits as u16, s.buffer_offset, s.request_length);
         let peer = &mut self.peers[p];
         let written = peer
             .messages
             .get(&send_id)
             .and_then(|msg| msg.payload.slice_at(offset as usize, len as usize))
-            .is_some_and(|src| m.write(from, d.pid, d.address, src));
-        if !written {
-            self.stats.host_write_failures += 1;
-            return false;
+            .map_or(HostAccess::Failed, |src| m.write(&claim, d.address, src));
+        match written {
+            HostAccess::Done => {}
+            HostAccess::Unproven => {
+                self.stats.host_unproven += 1;
+                return false;
+            }
+            HostAccess::Failed => {
+                self.stats.host_write_failures += 1;
+                return false;
+            }
         }
         self.stats.host_writes += 1;
         self.stats.host_write_bytes += len as u64;
@@ -1109,6 +1197,7 @@ impl Engine {
     /// Peer `p`'s entry is freed: what is known of it goes too.
     pub(super) fn rdv_forget_peer(&mut self, p: usize) {
         self.rdv.host_peers.remove(&p);
+        self.rdv.host_tokens.remove(&p);
     }
 
     /// Watch peer `p` while this endpoint waits on it for a pull, a

@@ -292,12 +292,9 @@ impl Engine {
 
     /// Handle an RMA request packet (write, read request, read data). False
     /// when the packet is a message for the normal path.
-    /// `from`: the datagram's source (a rendezvous pull's descriptor must
-    /// name the process holding it).
     pub(super) fn on_rma_request(
         &mut self,
         p: usize,
-        from: SocketAddr,
         s: &SesRequestRepr,
         payload: PacketPayload,
     ) -> bool {
@@ -325,7 +322,7 @@ impl Engine {
         }
         match s.opcode() {
             Ok(SesOpcode::Write) => self.on_write(p, s, bytes),
-            Ok(SesOpcode::Read) => self.on_read_request(p, from, s, bytes),
+            Ok(SesOpcode::Read) => self.on_read_request(p, s, bytes),
             Ok(SesOpcode::ReadResponse) => self.on_read_data(p, s, payload),
             Ok(SesOpcode::Atomic) => self.on_atomic(p, s, bytes, false),
             Ok(SesOpcode::FetchingAtomic) => self.on_atomic(p, s, bytes, true),
@@ -418,11 +415,11 @@ impl Engine {
         self.retire_rma_inbound(p, id);
     }
 
-    fn on_read_request(&mut self, p: usize, from: SocketAddr, s: &SesRequestRepr, bytes: &[u8]) {
+    fn on_read_request(&mut self, p: usize, s: &SesRequestRepr, bytes: &[u8]) {
         if s.resource_index == super::RENDEZVOUS_RESOURCE {
             self.rma_inbound(p, s, 0, |_| None);
             self.retire_rma_inbound(p, s.message_id);
-            self.on_pull_request(p, from, s, bytes);
+            self.on_pull_request(p, s, bytes);
             return;
         }
         let (key, addr, len) = (s.match_bits, s.buffer_offset, s.request_length as u64);

@@ -8,22 +8,31 @@
 //! checks access itself (ptrace rules: same user, Yama's scope); a refused
 //! copy makes the receiver pull over the network instead.
 //!
-//! A peer may only name its own memory: the process must hold the UDP
-//! socket the description came from (its inode in `/proc/net/udp*` among
-//! the process's descriptors), so a peer cannot have a receiver with more
-//! privileges copy a third process's memory into a buffer it may echo back.
-//! Since a socket may send from any local address of its family
-//! (`IP_PKTINFO`), the process must hold every socket on that port that
-//! could, and one that lets others bind its port (SO_REUSEADDR,
-//! SO_REUSEPORT) or that another user created proves nothing
-//! ([`Proof::SoleSender`], [`Holding::new`]). The full check runs once per
-//! (socket, process); what it found (the holder's descriptor and the
-//! socket's inode) is confirmed again before a copy whenever a datagram has
-//! reached the engine since the last confirmation, since a socket that
-//! closes frees its port for anyone to bind ([`Holding`]). A socket bound
-//! to that port at another address after the full check is not seen: only
-//! proof that the sender receives at its address (a nonce returned) would
-//! tell, which the wire format does not carry (provider/README.md, 1.8).
+//! A peer may only name its own memory, so a peer cannot have a receiver
+//! with more privileges copy a third process's memory into a buffer it may
+//! echo back, or have a sender write into one. Two things prove a
+//! descriptor's claim ([`HostClaim`]: this peer address, this process):
+//!
+//! - The process holds the UDP socket bound to the peer's address (its
+//!   inode in `/proc/net/udp*` among the process's descriptors), alone
+//!   there (no other socket bound to that address, and a copy of its
+//!   descriptor without SO_REUSEADDR or SO_REUSEPORT: nobody else receives
+//!   what is sent to it), and the process's effective user made it (a
+//!   socket kept open across the exec of a set-user-ID program is still
+//!   its creator's): [`Proof::Created`], [`Holding::new`].
+//! - The descriptor returns the token we offer that holding
+//!   ([`HostMemory::offer`]): 64 random bits made when the holding is
+//!   found, which only our datagrams to the peer's address carry, so only a
+//!   process that receives there can know them. A process that merely
+//!   sends from the address (another socket on the port, `IP_PKTINFO`)
+//!   does not.
+//!
+//! The full check runs once per (address, process); what it found (the
+//! holder's descriptor and the socket's inode) is confirmed again before a
+//! copy whenever a datagram has reached the engine since the last
+//! confirmation, since a socket that closes frees its address for anyone
+//! to bind ([`Holding`]). Found afresh, a holding gets a new token: one
+//! handed to an earlier holder of the address proves nothing.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -31,13 +40,13 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
 
-use crate::engine::HostMemory;
+use crate::engine::{HostAccess, HostClaim, HostMemory};
 
 /// The driver's [`HostMemory`].
 pub struct ProcessMemory {
     host: u64,
     pid: u32,
-    /// (socket address, pid) pairs found to belong together, and how.
+    /// (peer address, pid) pairs found to belong together, and how.
     owners: RefCell<HashMap<(SocketAddr, u32), Holding>>,
     /// Datagrams that reached the engine ([`HostMemory::datagram_arrived`]).
     arrivals: std::cell::Cell<u64>,
@@ -47,9 +56,9 @@ pub struct ProcessMemory {
 /// socket are forgotten (each entry may keep a descriptor open).
 const OWNERS_MAX: usize = 1024;
 
-/// How a process holds the socket a peer's datagrams come from: which of
-/// its descriptors, and the socket's inode. While that descriptor still
-/// names that inode the socket has stayed open, so its port was never free
+/// How a process holds the socket bound to a peer's address: which of its
+/// descriptors, and the socket's inode. While that descriptor still names
+/// that inode the socket has stayed open, so its address was never free
 /// for another to bind (nor could it be shared: its options were checked
 /// when it was found, and only its holder, or one who may read its memory
 /// anyway, can change them). Confirming it costs one descriptor taken and
@@ -63,21 +72,23 @@ struct Holding {
     /// A pidfd of the holder, when the kernel hands us its descriptors; it
     /// also tells a pid reused by another process from the holder.
     process: Option<OwnedFd>,
+    /// What the peer's descriptors must return (never 0).
+    token: u64,
 }
 
 impl Holding {
     /// How process `pid` holds the socket, descriptor `fd` with `inode`,
-    /// that datagrams from `origin` came from (as read from `/proc`); `None`
+    /// bound to `peer` (as read from `/proc`), with a fresh token; `None`
     /// when a copy of that descriptor says otherwise (it names another
-    /// socket, one no longer bound where `origin` sends from, or one that
-    /// lets others bind its port too, so that another process may have
-    /// sent from it), and when that copy cannot be had for now (out of
-    /// descriptors or memory: asked again next time).
-    fn new(pid: u32, fd: u32, inode: u64, origin: SocketAddr, seen_at: u64) -> Option<Holding> {
+    /// socket, one no longer bound there, or one that lets others bind its
+    /// port too, so that another process may receive what is sent there),
+    /// and when that copy cannot be had for now (out of descriptors or
+    /// memory: asked again next time).
+    fn new(pid: u32, fd: u32, inode: u64, peer: SocketAddr, seen_at: u64) -> Option<Holding> {
         let copy = pidfd(pid).and_then(|p| Ok((DescriptorCopy::take(&p, fd)?, p)));
         let process = match copy {
             Ok((copy, process)) => {
-                let same = copy.inode() == Some(inode) && copy.sends_from(origin);
+                let same = copy.inode() == Some(inode) && copy.bound_to(peer);
                 if !same || copy.shares_port() {
                     return None;
                 }
@@ -102,6 +113,9 @@ impl Holding {
             inode,
             seen_at,
             process,
+            // The thread's generator: a cryptographic one, seeded by the
+            // kernel.
+            token: std::iter::repeat_with(rand::random::<u64>).find(|&t| t != 0)?,
         })
     }
 
@@ -171,14 +185,14 @@ impl DescriptorCopy {
         self.0.metadata().ok().map(|m| m.ino())
     }
 
-    /// Whether it is a socket bound where datagrams from `origin` leave
-    /// from.
-    fn sends_from(&self, origin: SocketAddr) -> bool {
+    /// Whether it is a socket bound to `addr` (or to the unspecified
+    /// address of its family and its port).
+    fn bound_to(&self, addr: SocketAddr) -> bool {
         let local = socket2::SockRef::from(&self.0).local_addr();
         local
             .ok()
             .and_then(|a| a.as_socket())
-            .is_some_and(|local| binds(local, origin))
+            .is_some_and(|local| binds(local, addr))
     }
 
     /// SO_REUSEADDR or SO_REUSEPORT: another socket may bind its port.
@@ -265,25 +279,24 @@ impl ProcessMemory {
         })
     }
 
-    /// `copy`, when process `pid` may be named by a peer whose datagram
-    /// came from `origin` (it holds that socket). Ownership found is
-    /// remembered and confirmed again before a copy once a datagram has
-    /// come since it was last confirmed; a failed copy forgets it
-    /// (the process may be gone, and its pid taken by another).
-    fn checked(&self, origin: SocketAddr, pid: u32, copy: impl FnOnce() -> bool) -> bool {
-        let key = (origin, pid);
+    /// `copy`, when the claim is proven (see the module's doc). What is
+    /// found is remembered and confirmed again before a copy once a
+    /// datagram has come since it was last confirmed; a failed copy
+    /// forgets it (the process may be gone, and its pid taken by another).
+    fn checked(&self, claim: &HostClaim, copy: impl FnOnce() -> bool) -> HostAccess {
+        let key = (claim.peer, claim.pid);
         let now = self.arrivals.get();
         let mut owners = self.owners.borrow_mut();
         let still = owners.get_mut(&key).is_some_and(|h| {
-            let still = h.seen_at == now || h.confirmed(pid);
+            let still = h.seen_at == now || h.confirmed(claim.pid);
             h.seen_at = now;
             still
         });
         if !still {
             owners.remove(&key);
-            let Some((fd, inode)) = udp_socket_holding(pid, origin, Proof::SoleSender).flatten()
-            else {
-                return false;
+            let found = udp_socket_holding(claim.pid, claim.peer, Proof::Created).flatten();
+            let Some((fd, inode)) = found else {
+                return HostAccess::Failed;
             };
             if owners.len() >= OWNERS_MAX {
                 owners.retain(|&(_, pid), h| h.confirmed(pid));
@@ -292,16 +305,19 @@ impl ProcessMemory {
                     owners.clear();
                 }
             }
-            let Some(holding) = Holding::new(pid, fd, inode, origin, now) else {
-                return false;
+            let Some(holding) = Holding::new(claim.pid, fd, inode, claim.peer, now) else {
+                return HostAccess::Failed;
             };
             owners.insert(key, holding);
         }
-        let copied = copy();
-        if !copied {
-            owners.remove(&key);
+        if owners.get(&key).map(|h| h.token) != Some(claim.echo) {
+            return HostAccess::Unproven;
         }
-        copied
+        if copy() {
+            return HostAccess::Done;
+        }
+        owners.remove(&key);
+        HostAccess::Failed
     }
 }
 
@@ -323,11 +339,11 @@ fn transfer(address: u64, len: usize, mut step: impl FnMut(usize, u64) -> isize)
     true
 }
 
-/// Whether process `pid` holds a UDP socket bound to `addr` (or to the
-/// unspecified address of its family and its port): what host rings ask of
-/// the processes of one user that share their mailboxes, to tell a live
-/// endpoint from a stale file or claim (a same-host copy asks more:
-/// [`Proof::SoleSender`]).
+/// Whether process `pid` holds the UDP socket bound to `addr` (or to the
+/// unspecified address of its family and its port), the only one bound
+/// there: what host rings ask of the processes of one user that share
+/// their mailboxes, to tell a live endpoint from a stale file or claim (a
+/// same-host copy asks more: [`Proof::Created`]).
 ///
 /// A socket that closes while the table is read can hide another's row
 /// (see [`read_table`]), so an address not found is looked for once more.
@@ -346,104 +362,63 @@ pub(super) fn udp_socket_holder(pid: u32, addr: SocketAddr) -> Option<bool> {
 /// What [`udp_socket_holding`] asks of a process.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Proof {
-    /// It holds a socket bound to the address.
+    /// It holds the socket bound to the address, and no other socket is
+    /// bound there (SO_REUSEADDR, SO_REUSEPORT, or one on the unspecified
+    /// address beside one on the address: either may receive, or have
+    /// sent, what the other did).
     Bound,
-    /// It holds that socket and every other one that could send from the
-    /// address, all made by its effective user. A socket on the same port
-    /// at another address of the family may send from `addr` all the same
-    /// (`IP_PKTINFO` names any local source), and a socket handed to a more
-    /// privileged program (kept open across an exec of a set-user-ID one)
-    /// is still its creator's.
-    SoleSender,
+    /// That, and its effective user made the socket: a socket handed to a
+    /// more privileged program (kept open across an exec of a set-user-ID
+    /// one) is still its creator's, who may read what it receives.
+    Created,
 }
 
-/// The descriptor of process `pid` that names a UDP socket bound to `addr`
-/// (of its own family, or the unspecified address of it: [`binds`]) and
-/// that socket's inode, if the process gives the `proof`; `None` when that
-/// could not be found out (see [`udp_socket_holder`]).
+/// The descriptor of process `pid` that names the UDP socket bound to
+/// `addr` (of its own family, or the unspecified address of it: [`binds`])
+/// and that socket's inode, if the process gives the `proof`; `None` when
+/// that could not be found out (see [`udp_socket_holder`]).
 fn udp_socket_holding(pid: u32, addr: SocketAddr, proof: Proof) -> Option<Option<(u32, u64)>> {
-    let ipv4 = addr.ip().to_canonical().is_ipv4();
-    // IPv6 sockets send from IPv4 addresses only when bound to a
-    // v4-mapped one or, dual-stack, to the unspecified one.
-    let may_send = |local: SocketAddr| {
-        let ip = local.ip().to_canonical();
-        let family = ip.is_ipv4() == ipv4 || (ipv4 && local.is_ipv6() && ip.is_unspecified());
-        local.port() == addr.port() && family
-    };
-    let wanted = |row: &UdpRow| match proof {
-        Proof::Bound => binds(row.local, addr),
-        Proof::SoleSender => may_send(row.local),
-    };
     let read_rows = || -> Option<Vec<UdpRow>> {
         Some(
             udp_sockets()?
                 .into_iter()
-                .filter(|row| wanted(row))
+                .filter(|row| binds(row.local, addr))
                 .collect(),
         )
     };
     let mut rows = read_rows()?;
-    // A row the first read skipped may be in the second; for a sole
-    // sender, one that is missing would pass it.
-    if proof == Proof::SoleSender || !rows.iter().any(|row| binds(row.local, addr)) {
-        rows.extend(read_rows()?);
+    // A socket closing during the read can hide a row: look once more.
+    if rows.is_empty() {
+        rows = read_rows()?;
     }
-    if !rows.iter().any(|row| binds(row.local, addr)) {
+    let Some(first) = rows.first() else {
+        return Some(None);
+    };
+    if rows.iter().any(|row| row.inode != first.inode) {
         return Some(None);
     }
-    // Two sockets sharing the address (SO_REUSEADDR, SO_REUSEPORT): either
-    // may have sent.
-    let first = rows.first().map(|row| row.inode);
-    if proof == Proof::Bound && rows.iter().any(|row| Some(row.inode) != first) {
-        return Some(None);
-    }
+    let (inode, creator) = (first.inode, first.uid);
     let gone_or_foreign = |e: &std::io::Error| {
         matches!(
             e.raw_os_error(),
             Some(libc::ENOENT | libc::ESRCH | libc::EACCES | libc::EPERM)
         )
     };
+    if proof == Proof::Created {
+        match effective_uid(pid) {
+            Ok(user) if creator == Some(user) => {}
+            Ok(_) => return Some(None),
+            Err(e) => return gone_or_foreign(&e).then_some(None),
+        }
+    }
     let fds = match std::fs::read_dir(format!("/proc/{pid}/fd")) {
         Ok(fds) => fds,
         Err(e) => return gone_or_foreign(&e).then_some(None),
     };
-    // The rows' sockets the process holds, each with a descriptor naming
-    // it; the descriptors are read until all are found (or, for a bound
-    // socket, one).
-    let inodes: std::collections::HashSet<u64> = rows.iter().map(|row| row.inode).collect();
-    let mut held: HashMap<u64, u32> = HashMap::new();
-    for entry in fds.flatten() {
-        let Some(fd) = entry
-            .file_name()
-            .to_str()
-            .and_then(|n| n.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        let Some(inode) = socket_inode_at(pid, fd).filter(|inode| inodes.contains(inode)) else {
-            continue;
-        };
-        held.insert(inode, fd);
-        if held.len() == inodes.len() || proof == Proof::Bound {
-            break;
-        }
-    }
-    if proof == Proof::SoleSender {
-        let user = match effective_uid(pid) {
-            Ok(user) => user,
-            Err(e) => return gone_or_foreign(&e).then_some(None),
-        };
-        let sole = rows
-            .iter()
-            .all(|row| held.contains_key(&row.inode) && row.uid == Some(user));
-        if !sole {
-            return Some(None);
-        }
-    }
-    let found = rows
-        .iter()
-        .filter(|row| binds(row.local, addr))
-        .find_map(|row| Some((*held.get(&row.inode)?, row.inode)));
+    let found = fds.flatten().find_map(|entry| {
+        let fd = entry.file_name().to_str()?.parse::<u32>().ok()?;
+        (socket_inode_at(pid, fd)? == inode).then_some((fd, inode))
+    });
     Some(found)
 }
 
@@ -575,12 +550,19 @@ impl HostMemory for ProcessMemory {
         (self.host, self.pid)
     }
 
-    fn read(&self, origin: SocketAddr, pid: u32, address: u64, dst: &mut [u8]) -> bool {
-        self.checked(origin, pid, || self.copy(pid, address, dst))
+    fn offer(&self, peer: SocketAddr, pid: u32) -> u64 {
+        self.owners
+            .borrow()
+            .get(&(peer, pid))
+            .map_or(0, |h| h.token)
     }
 
-    fn write(&self, origin: SocketAddr, pid: u32, address: u64, src: &[u8]) -> bool {
-        self.checked(origin, pid, || self.copy_to(pid, address, src))
+    fn read(&self, claim: &HostClaim, address: u64, dst: &mut [u8]) -> HostAccess {
+        self.checked(claim, || self.copy(claim.pid, address, dst))
+    }
+
+    fn write(&self, claim: &HostClaim, address: u64, src: &[u8]) -> HostAccess {
+        self.checked(claim, || self.copy_to(claim.pid, address, src))
     }
 
     fn clock_ms(&self) -> u32 {
@@ -618,26 +600,52 @@ mod tests {
             }
         }
 
-        /// `src` into `dst`, as process `pid` named by a peer at `origin`.
-        fn read_as(&mut self, origin: SocketAddr, pid: u32) -> bool {
+        /// `src` into `dst`, as process `pid` named by a peer at `peer`
+        /// that returned `echo`.
+        fn read_echoing(&mut self, peer: SocketAddr, pid: u32, echo: u64) -> HostAccess {
             self.dst.fill(0);
             let at = self.src.as_ptr() as u64;
-            let read = self.m.read(origin, pid, at, &mut self.dst);
-            assert_eq!(read, self.dst == self.src, "all or nothing");
+            let claim = HostClaim { peer, pid, echo };
+            let read = self.m.read(&claim, at, &mut self.dst);
+            assert_eq!(
+                read == HostAccess::Done,
+                self.dst == self.src,
+                "all or nothing"
+            );
             read
         }
 
-        fn read(&mut self, origin: SocketAddr) -> bool {
-            self.read_as(origin, self.pid)
+        /// [`Self::read_echoing`] by a peer that returns what it was
+        /// offered, once more if it was offered nothing yet (as a peer's
+        /// second message would).
+        fn read_as(&mut self, peer: SocketAddr, pid: u32) -> bool {
+            let mut read = self.read_echoing(peer, pid, self.m.offer(peer, pid));
+            if read == HostAccess::Unproven {
+                read = self.read_echoing(peer, pid, self.m.offer(peer, pid));
+            }
+            read == HostAccess::Done
         }
 
-        /// `src` into `dst` the other way, by `HostMemory::write`.
-        fn write_as(&mut self, origin: SocketAddr, pid: u32) -> bool {
-            self.dst.fill(0);
-            let at = self.dst.as_mut_ptr() as u64;
-            let written = self.m.write(origin, pid, at, &self.src);
-            assert_eq!(written, self.dst == self.src, "all or nothing");
-            written
+        fn read(&mut self, peer: SocketAddr) -> bool {
+            self.read_as(peer, self.pid)
+        }
+
+        /// `src` into `dst` the other way, by `HostMemory::write`, by a
+        /// peer that returns what it was offered (once more if nothing).
+        fn write_as(&mut self, peer: SocketAddr, pid: u32) -> bool {
+            let mut write = || {
+                self.dst.fill(0);
+                let at = self.dst.as_mut_ptr() as u64;
+                let echo = self.m.offer(peer, pid);
+                let written = self.m.write(&HostClaim { peer, pid, echo }, at, &self.src);
+                assert_eq!(written == HostAccess::Done, self.dst == self.src);
+                written
+            };
+            let mut written = write();
+            if written == HostAccess::Unproven {
+                written = write();
+            }
+            written == HostAccess::Done
         }
     }
 
@@ -704,6 +712,39 @@ mod tests {
     }
 
     #[test]
+    fn a_copy_needs_the_token_offered_for_the_holding() {
+        let mut c = Copies::new(8);
+        let pid = c.pid;
+        let socket = std::net::UdpSocket::bind("127.0.0.83:0").unwrap();
+        let peer = socket.local_addr().unwrap();
+        // Nothing is offered before the holder is found, so nothing that
+        // came before can return it.
+        assert_eq!(c.m.offer(peer, pid), 0);
+        assert_eq!(c.read_echoing(peer, pid, 0), HostAccess::Unproven);
+        let token = c.m.offer(peer, pid);
+        assert_ne!(token, 0);
+        assert_eq!(c.read_echoing(peer, pid, token ^ 1), HostAccess::Unproven);
+        assert_eq!(c.read_echoing(peer, pid, token), HostAccess::Done);
+        assert_eq!(c.m.offer(peer, pid), token, "kept while held");
+        // Another process named from the same address is another holding:
+        // it is not ours to claim, token or not.
+        let parent = std::os::unix::process::parent_id();
+        assert_eq!(c.read_echoing(peer, parent, token), HostAccess::Failed);
+        // The address changes hands: a new socket there, a new token. One
+        // handed to the earlier holder proves nothing.
+        drop(socket);
+        let Ok(again) = std::net::UdpSocket::bind(peer) else {
+            return; // the port was taken meanwhile
+        };
+        c.m.datagram_arrived();
+        assert_eq!(c.read_echoing(peer, pid, token), HostAccess::Unproven);
+        let fresh = c.m.offer(peer, pid);
+        assert_ne!(fresh, token);
+        assert_eq!(c.read_echoing(peer, pid, fresh), HostAccess::Done);
+        drop(again);
+    }
+
+    #[test]
     fn a_closed_socket_is_not_trusted_from_memory() {
         let mut c = Copies::new(9);
         let pid = c.pid;
@@ -761,6 +802,9 @@ mod tests {
         let (fd, inode) = descriptor_of(&socket);
         assert_eq!(socket_inode_at(pid, fd), Some(inode));
         let with = Holding::new(pid, fd, inode, origin, 0).unwrap();
+        assert_ne!(with.token, 0);
+        let twin = Holding::new(pid, fd, inode, origin, 0).unwrap();
+        assert_ne!(twin.token, with.token, "each holding found has its own");
         let without = Holding {
             process: None,
             ..Holding::new(pid, fd, inode, origin, 0).unwrap()
@@ -821,8 +865,8 @@ mod tests {
     }
 
     /// Whether process `pid` may be named from `addr` by a copy.
-    fn sole_sender(pid: u32, addr: SocketAddr) -> Option<bool> {
-        udp_socket_holding(pid, addr, Proof::SoleSender).map(|h| h.is_some())
+    fn created(pid: u32, addr: SocketAddr) -> Option<bool> {
+        udp_socket_holding(pid, addr, Proof::Created).map(|h| h.is_some())
     }
 
     /// Killed when dropped.
@@ -838,49 +882,42 @@ mod tests {
     #[test]
     fn a_port_others_may_bind_too_is_not_trusted() {
         let mut c = Copies::new(5);
-        // Two sockets of ours on one port: either may have sent, and each
-        // lets others bind it too, which only a copy of its descriptor
-        // shows.
+        // Two sockets of ours on one address: either may receive what is
+        // sent there.
         let first = sharing_socket("127.0.0.1:0".parse().unwrap());
         let origin = first.local_addr().unwrap().as_socket().unwrap();
         let second = sharing_socket(origin);
-        assert_eq!(sole_sender(c.pid, origin), Some(true), "both ours");
+        assert_eq!(created(c.pid, origin), Some(false), "two");
         assert_eq!(udp_socket_holder(c.pid, origin), Some(false), "rings: two");
+        assert!(!c.read(origin));
+        // One alone, that lets others bind its address too: only a copy of
+        // its descriptor shows it.
+        drop(second);
+        assert_eq!(created(c.pid, origin), Some(true));
         assert_eq!(c.read(origin), !descriptors_from_a_pidfd());
-        drop((first, second));
+        drop(first);
         let alone = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
         assert!(c.read(alone.local_addr().unwrap()));
     }
 
     #[test]
-    fn a_port_another_process_holds_at_another_address_is_not_trusted() {
+    fn a_port_another_process_holds_at_another_address_does_not_matter() {
         let mut c = Copies::new(6);
         let pid = c.pid;
-        // The other socket may send from ours with IP_PKTINFO.
+        // The other socket may send from ours with IP_PKTINFO, but it does
+        // not receive what is sent to ours, so it cannot return our token.
         let theirs = std::net::UdpSocket::bind("127.0.0.79:0").unwrap();
         let port = theirs.local_addr().unwrap().port();
         let Ok(ours) = std::net::UdpSocket::bind(("127.0.0.80", port)) else {
             return; // the port was taken there meanwhile
         };
-        let origin = ours.local_addr().unwrap();
-        assert!(c.read(origin), "both ours");
+        let peer = ours.local_addr().unwrap();
         let Some(child) = handed_to_a_child(theirs, None) else {
             panic!("cannot start sleep(1)");
         };
-        // Seen when the holder is looked for afresh (not by confirmations:
-        // see the module's doc).
-        assert!(c.m.owners.borrow_mut().remove(&(origin, pid)).is_some());
-        assert_eq!(sole_sender(pid, origin), Some(false));
-        assert!(!c.read(origin));
-        // Host rings ask only for the socket bound there.
-        assert_eq!(udp_socket_holder(pid, origin), Some(true));
-        // Another family's socket on the port sends only from its own.
-        let v6 = std::net::UdpSocket::bind(("::1", port));
-        drop(child);
-        if let Ok(v6) = v6.map(|s| handed_to_a_child(s, None)) {
-            assert!(v6.is_some());
-            assert_eq!(sole_sender(pid, origin), Some(true));
-        }
+        assert_eq!(created(pid, peer), Some(true));
+        assert!(c.read(peer));
+        assert_eq!(created(child.0.id(), peer), Some(false), "not its own");
     }
 
     #[test]
@@ -895,13 +932,13 @@ mod tests {
             return; // no such user here
         };
         let holder = child.0.id();
-        assert_eq!(sole_sender(holder, origin), Some(false));
+        assert_eq!(created(holder, origin), Some(false));
         assert_eq!(udp_socket_holder(holder, origin), Some(true), "held");
         // Theirs, as they made it.
         let socket = std::net::UdpSocket::bind("127.0.0.81:0").unwrap();
         let origin = socket.local_addr().unwrap();
         let child = handed_to_a_child(socket, None).unwrap();
-        assert_eq!(sole_sender(child.0.id(), origin), Some(true));
+        assert_eq!(created(child.0.id(), origin), Some(true));
     }
 
     #[test]

@@ -1615,39 +1615,54 @@ fn host_copies_on_loopback_never_through_a_relay() {
         };
         let (mut a, mut b) = pair(&cfg);
         let len = 1 << 20;
-        // A receive buffer in one piece, so the copy can land in it.
-        b.recv(RecvOp {
-            src: None,
-            tagged: false,
-            tag: 0,
-            ignore: 0,
-            buffer: Box::new(vec![0u8; len]),
-            context: 1,
-            signal: true,
-            probe: Default::default(),
-        })
-        .unwrap();
-        a.send(send_op(b.local_addr(), pattern(1, len), 2)).unwrap();
-        let (mut sent, mut received) = (false, false);
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while !(sent && received) {
-            assert!(Instant::now() < deadline, "hung");
-            a.progress();
-            b.progress();
-            while let Some(c) = a.poll_completion() {
-                assert_eq!(c.error, None);
-                sent = true;
+        let mut copied = Vec::new();
+        for context in 1..=3u64 {
+            let before = b.engine_stats().host_read_bytes + a.engine_stats().host_write_bytes;
+            // A receive buffer in one piece, so the copy can land in it.
+            b.recv(RecvOp {
+                src: None,
+                tagged: false,
+                tag: 0,
+                ignore: 0,
+                buffer: Box::new(vec![0u8; len]),
+                context,
+                signal: true,
+                probe: Default::default(),
+            })
+            .unwrap();
+            a.send(send_op(b.local_addr(), pattern(context, len), 10 + context))
+                .unwrap();
+            let (mut sent, mut received) = (false, false);
+            let deadline = Instant::now() + Duration::from_secs(60);
+            while !(sent && received) {
+                assert!(Instant::now() < deadline, "hung");
+                a.progress();
+                b.progress();
+                while let Some(c) = a.poll_completion() {
+                    assert_eq!(c.error, None);
+                    sent = true;
+                }
+                while let Some(c) = b.poll_completion() {
+                    assert_eq!((c.error, c.len), (None, len));
+                    received = true;
+                }
             }
-            while let Some(c) = b.poll_completion() {
-                assert_eq!((c.error, c.len), (None, len));
-                received = true;
-            }
+            let after = b.engine_stats().host_read_bytes + a.engine_stats().host_write_bytes;
+            copied.push(after - before);
         }
-        let copied = b.engine_stats().host_read_bytes + a.engine_stats().host_write_bytes;
         if through_relay {
-            assert_eq!(copied, 0, "copied past the relay");
+            assert_eq!(copied, [0, 0, 0], "copied past the relay");
         } else {
-            assert_eq!(copied, (len - (16 << 10)) as u64);
+            // The first message proves the sender to the receiver (its
+            // pull offers a token the next descriptor returns), the
+            // receiver's share of the second proves the receiver to the
+            // sender, which then writes its share of the third.
+            let (b_stats, a_stats) = (b.engine_stats(), a.engine_stats());
+            let rest = (len - (16 << 10)) as u64;
+            assert_eq!(copied[0], 0);
+            assert!(copied[1] > 0 && copied[1] < rest, "{copied:?}");
+            assert_eq!(copied[2], rest);
+            assert_eq!((b_stats.host_unproven, a_stats.host_unproven), (1, 1));
         }
     }
 }

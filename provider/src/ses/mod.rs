@@ -303,15 +303,14 @@ pub struct Inbound {
 }
 
 impl RendezvousRx {
-    /// From the extension header of a packet that came from `origin`.
-    pub fn new(r: &crate::wire::RendezvousRepr, origin: std::net::SocketAddr) -> Self {
+    /// From the extension header of a packet.
+    pub fn new(r: &crate::wire::RendezvousRepr) -> Self {
         RendezvousRx {
             key: r.read_key,
             addr: r.read_address,
             eager: r.eager_length as u64,
             requested: false,
             host_read: r.host_read,
-            origin,
         }
     }
 }
@@ -329,10 +328,6 @@ pub struct RendezvousRx {
     /// Where the remainder lies in the memory of a process on the sender's
     /// host.
     pub host_read: Option<crate::wire::HostMemoryRepr>,
-    /// The source address of the datagram that carried the header (not
-    /// the canonical one: the socket it really left from, which the
-    /// process named by `host_read` must hold).
-    pub origin: std::net::SocketAddr,
 }
 
 impl Inbound {

@@ -19,7 +19,7 @@
 //! at message offset `eager_length`; `eager_length + read_length` is the SES
 //! request length. All fields big-endian.
 //!
-//! When the resource index is [`HOST_MEMORY_RESOURCE`], a 24-byte host read
+//! When the resource index is [`HOST_MEMORY_RESOURCE`], a 40-byte host read
 //! descriptor ([`HostMemoryRepr`]) follows: the remainder also lies, in one
 //! piece, in the memory of a process of the initiator's host, so a target
 //! on that host may copy it in place instead of pulling it over the network.
@@ -31,7 +31,13 @@
 //!    CLOCK_MONOTONIC millisecond (wrapping) from which it may no longer
 //!    be written
 //! 16 address (u64): virtual address of the remainder's first byte
+//! 24 offer (u64): a token the peer is to return in its own descriptors to
+//!    this one; 0: none yet
+//! 32 echo (u64): the latest token this peer offered the one that sends
+//!    the descriptor; 0: none yet
 //! ```
+//! The tokens prove that whoever sent a descriptor receives what is sent to
+//! its address (see `io/host_memory.rs`): only one that does can echo.
 
 use super::{be32, be64, packet_view, put32, put64, WireError};
 
@@ -118,10 +124,14 @@ pub struct HostMemoryRepr {
     /// (wrapping) from which the memory may no longer be written.
     pub expires_ms: u32,
     pub address: u64,
+    /// A token for the peer to return in its descriptors to this side.
+    pub offer: u64,
+    /// The latest token the peer offered this side (0: none yet).
+    pub echo: u64,
 }
 
 impl HostMemoryRepr {
-    pub const LEN: usize = 24;
+    pub const LEN: usize = 40;
 
     /// Parse the first `LEN` bytes of `b`. Never panics.
     pub fn parse(b: &[u8]) -> Result<Self, WireError> {
@@ -131,6 +141,8 @@ impl HostMemoryRepr {
             pid: be32(b, 8),
             expires_ms: be32(b, 12),
             address: be64(b, 16),
+            offer: be64(b, 24),
+            echo: be64(b, 32),
         })
     }
 
@@ -140,6 +152,8 @@ impl HostMemoryRepr {
         put32(b, 8, self.pid);
         put32(b, 12, self.expires_ms);
         put64(b, 16, self.address);
+        put64(b, 24, self.offer);
+        put64(b, 32, self.echo);
     }
 }
 
@@ -257,18 +271,22 @@ mod tests {
                 pid: 4242,
                 expires_ms: 0,
                 address: 0x7f12_3456_7000,
+                offer: 0x1111_2222_3333_4444,
+                echo: 0x5555_6666_7777_8888,
             }),
             ..RendezvousRepr::default()
         };
-        assert_eq!(r.wire_len(), 52);
-        let mut b = [0xaau8; 52];
+        assert_eq!(r.wire_len(), 68);
+        let mut b = [0xaau8; 68];
         r.emit(&mut b);
         assert_eq!(&b[5..8], &[0, 0x0f, 0xfe]);
         assert_eq!(&b[28..36], &[1, 2, 3, 4, 5, 6, 7, 8]);
         assert_eq!(&b[36..44], &[0, 0, 0x10, 0x92, 0, 0, 0, 0]);
+        assert_eq!(&b[52..54], &[0x11, 0x11]);
+        assert_eq!(&b[60..62], &[0x55, 0x55]);
         assert_eq!(RendezvousRepr::parse(&b), Ok(r));
         assert_eq!(
-            RendezvousRepr::parse(&b[..51]),
+            RendezvousRepr::parse(&b[..67]),
             Err(WireError::Truncated),
             "a descriptor cut short"
         );
@@ -292,14 +310,20 @@ mod tests {
 
     pub(crate) fn any_rendezvous() -> impl Strategy<Value = RendezvousRepr> {
         let host_read = proptest::option::of(
-            (any::<u64>(), any::<u32>(), any::<u32>(), any::<u64>()).prop_map(
-                |(host, pid, expires_ms, address)| HostMemoryRepr {
-                    host,
-                    pid,
-                    expires_ms,
-                    address,
-                },
-            ),
+            (
+                (any::<u64>(), any::<u32>(), any::<u32>(), any::<u64>()),
+                (any::<u64>(), any::<u64>()),
+            )
+                .prop_map(|((host, pid, expires_ms, address), (offer, echo))| {
+                    HostMemoryRepr {
+                        host,
+                        pid,
+                        expires_ms,
+                        address,
+                        offer,
+                        echo,
+                    }
+                }),
         );
         (
             (any::<u32>(), any::<u8>(), 0u16..1 << 12, 0u16..1 << 12),
@@ -340,7 +364,7 @@ mod tests {
         }
 
         #[test]
-        fn parse_arbitrary_bytes(b in proptest::collection::vec(any::<u8>(), 0..64)) {
+        fn parse_arbitrary_bytes(b in proptest::collection::vec(any::<u8>(), 0..80)) {
             if let Ok(r) = RendezvousRepr::parse(&b) {
                 let mut out = [0u8; RendezvousRepr::LEN + HostMemoryRepr::LEN];
                 r.emit(&mut out);
