@@ -207,7 +207,7 @@ struct HostStart {
 }
 
 /// Begin copying `want` bytes of a rendezvous remainder, described by `h`
-/// in a datagram from `origin`, into `buffer` at message offset `eager`:
+/// (from the process `claim` names), into `buffer` at message offset `eager`:
 /// all of it at once when short, or when the sender is not to share
 /// (`share` false: it went silent, see `Peer::given_up`); otherwise its
 /// first page (proof that the kernel lets us), keeping the

@@ -52,8 +52,9 @@ pub struct ProcessMemory {
     arrivals: std::cell::Cell<u64>,
 }
 
-/// Owners remembered at most; past this, those no longer holding their
-/// socket are forgotten (each entry may keep a descriptor open).
+/// Owners remembered at most (each entry may keep a descriptor open); past
+/// this, those no longer holding their socket are forgotten, and while all
+/// do, new ones are refused.
 const OWNERS_MAX: usize = 1024;
 
 /// How a process holds the socket bound to a peer's address: which of its
@@ -63,7 +64,8 @@ const OWNERS_MAX: usize = 1024;
 /// when it was found, and only its holder, or one who may read its memory
 /// anyway, can change them). Confirming it costs one descriptor taken and
 /// dropped (`pidfd_getfd(2)`, Linux 5.6) or, where that is refused, a
-/// `readlink` of `/proc/<pid>/fd/<fd>` (several microseconds).
+/// `readlink` of `/proc/<pid>/fd/<fd>` (several microseconds) and a read
+/// of the socket tables (its options unseen, it may have been joined).
 struct Holding {
     fd: u32,
     inode: u64,
@@ -119,14 +121,18 @@ impl Holding {
         })
     }
 
-    /// Whether process `pid` still holds the socket by the same descriptor.
-    /// Where it is bound is not asked again: that measured about 1 us more
-    /// per 64 KiB message, and only a socket the kernel gave a port that
-    /// then disconnects gives its port up while it stays open (uet's never
-    /// do).
-    fn confirmed(&self, pid: u32) -> bool {
+    /// Whether process `pid` still holds the socket bound to `peer` by the
+    /// same descriptor. Where it is bound is not asked again: that measured
+    /// about 1 us more per 64 KiB message, and only a socket the kernel
+    /// gave a port that then disconnects gives its port up while it stays
+    /// open (uet's never do). Without a descriptor copy its options were
+    /// never seen, so a socket that allows sharing its port may have been
+    /// joined since by another (which would receive our tokens): the
+    /// socket tables are read again to show it still alone there.
+    fn confirmed(&self, pid: u32, peer: SocketAddr) -> bool {
         let Some(process) = &self.process else {
-            return socket_inode_at(pid, self.fd) == Some(self.inode);
+            return socket_inode_at(pid, self.fd) == Some(self.inode)
+                && sole_socket_at(peer).flatten().map(|(inode, _)| inode) == Some(self.inode);
         };
         match DescriptorCopy::take(process, self.fd) {
             Ok(copy) => copy.inode() == Some(self.inode),
@@ -288,7 +294,7 @@ impl ProcessMemory {
         let now = self.arrivals.get();
         let mut owners = self.owners.borrow_mut();
         let still = owners.get_mut(&key).is_some_and(|h| {
-            let still = h.seen_at == now || h.confirmed(claim.pid);
+            let still = h.seen_at == now || h.confirmed(claim.pid, claim.peer);
             h.seen_at = now;
             still
         });
@@ -299,10 +305,12 @@ impl ProcessMemory {
                 return HostAccess::Failed;
             };
             if owners.len() >= OWNERS_MAX {
-                owners.retain(|&(_, pid), h| h.confirmed(pid));
-                // Still full: all are checked afresh when next used.
-                if owners.len() >= OWNERS_MAX / 2 {
-                    owners.clear();
+                owners.retain(|&(peer, pid), h| h.confirmed(pid, peer));
+                // Still full of live holdings: this one is refused (pulled
+                // over the network) rather than any of theirs forgotten,
+                // which would change its token under a copy in flight.
+                if owners.len() >= OWNERS_MAX {
+                    return HostAccess::Failed;
                 }
             }
             let Some(holding) = Holding::new(claim.pid, fd, inode, claim.peer, now) else {
@@ -378,26 +386,9 @@ enum Proof {
 /// and that socket's inode, if the process gives the `proof`; `None` when
 /// that could not be found out (see [`udp_socket_holder`]).
 fn udp_socket_holding(pid: u32, addr: SocketAddr, proof: Proof) -> Option<Option<(u32, u64)>> {
-    let read_rows = || -> Option<Vec<UdpRow>> {
-        Some(
-            udp_sockets()?
-                .into_iter()
-                .filter(|row| binds(row.local, addr))
-                .collect(),
-        )
-    };
-    let mut rows = read_rows()?;
-    // A socket closing during the read can hide a row: look once more.
-    if rows.is_empty() {
-        rows = read_rows()?;
-    }
-    let Some(first) = rows.first() else {
+    let Some((inode, creator)) = sole_socket_at(addr)? else {
         return Some(None);
     };
-    if rows.iter().any(|row| row.inode != first.inode) {
-        return Some(None);
-    }
-    let (inode, creator) = (first.inode, first.uid);
     let gone_or_foreign = |e: &std::io::Error| {
         matches!(
             e.raw_os_error(),
@@ -420,6 +411,30 @@ fn udp_socket_holding(pid: u32, addr: SocketAddr, proof: Proof) -> Option<Option
         (socket_inode_at(pid, fd)? == inode).then_some((fd, inode))
     });
     Some(found)
+}
+
+/// The inode and creator of the one UDP socket bound to `addr` ([`binds`]);
+/// `Some(None)` when none is, or several are; `None` when the tables
+/// cannot be read.
+fn sole_socket_at(addr: SocketAddr) -> Option<Option<(u64, Option<u32>)>> {
+    let read_rows = || -> Option<Vec<UdpRow>> {
+        Some(
+            udp_sockets()?
+                .into_iter()
+                .filter(|row| binds(row.local, addr))
+                .collect(),
+        )
+    };
+    let mut rows = read_rows()?;
+    // A socket closing during the read can hide a row: look once more.
+    if rows.is_empty() {
+        rows = read_rows()?;
+    }
+    let Some(first) = rows.first() else {
+        return Some(None);
+    };
+    let sole = rows.iter().all(|row| row.inode == first.inode);
+    Some(sole.then_some((first.inode, first.uid)))
 }
 
 /// The effective user ID of process `pid` (`Uid:` in its status, as this
@@ -810,7 +825,7 @@ mod tests {
             ..Holding::new(pid, fd, inode, origin, 0).unwrap()
         };
         assert_eq!(with.process.is_some(), descriptors_from_a_pidfd());
-        assert!(with.confirmed(pid) && without.confirmed(pid));
+        assert!(with.confirmed(pid, origin) && without.confirmed(pid, origin));
         if with.process.is_some() {
             assert!(Holding::new(pid, fd, inode + 1, origin, 0).is_none());
             let elsewhere = SocketAddr::new(origin.ip(), origin.port() ^ 1);
@@ -820,13 +835,13 @@ mod tests {
             inode: inode + 1,
             ..Holding::new(pid, fd, inode, origin, 0).unwrap()
         };
-        assert!(!other.confirmed(pid), "another inode");
+        assert!(!other.confirmed(pid, origin), "another inode");
         // The descriptor closed, then given to another socket.
         drop(socket);
         let next = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
-        assert!(!with.confirmed(pid) && !without.confirmed(pid));
+        assert!(!with.confirmed(pid, origin) && !without.confirmed(pid, origin));
         drop(next);
-        assert!(!with.confirmed(pid) && !without.confirmed(pid));
+        assert!(!with.confirmed(pid, origin) && !without.confirmed(pid, origin));
     }
 
     /// A UDP socket on `addr` with SO_REUSEADDR set before binding.
@@ -836,6 +851,30 @@ mod tests {
         socket.set_reuse_address(true).unwrap();
         socket.bind(&addr.into()).unwrap();
         socket
+    }
+
+    #[test]
+    fn a_holding_whose_options_went_unseen_is_not_confirmed_once_shared() {
+        let pid = std::process::id();
+        let first = sharing_socket("127.0.0.1:0".parse().unwrap());
+        let origin = first.local_addr().unwrap().as_socket().unwrap();
+        let (fd, inode) = descriptor_of(&first);
+        // As found where descriptors cannot be taken: SO_REUSEADDR unseen.
+        let unseen = Holding {
+            fd,
+            inode,
+            seen_at: 0,
+            process: None,
+            token: 1,
+        };
+        assert!(unseen.confirmed(pid, origin), "alone on its address");
+        let joined = sharing_socket(origin);
+        assert!(
+            !unseen.confirmed(pid, origin),
+            "another socket receives there now"
+        );
+        drop(joined);
+        assert!(unseen.confirmed(pid, origin));
     }
 
     /// A `sleep` that holds `socket` (ours closed), as user `uid` if given;
