@@ -561,11 +561,7 @@ impl Endpoint {
         // Through a relay every datagram goes to one address, and the
         // relay keys hosts by source port. Ordered delivery keeps one path
         // for a context's data and SES responses, which leave from socket 0.
-        // Same-host copies are checked against the socket the naming
-        // datagram came from (io/host_memory.rs): these ports are given up
-        // and reused, which turns copies into pulls, and each would cost a
-        // check of its own.
-        let connected_peers = if fabric.is_none() && !engine.ordered() && !config.host_read {
+        let connected_peers = if fabric.is_none() && !engine.ordered() {
             config.connected_peers
         } else {
             0

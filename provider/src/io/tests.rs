@@ -266,24 +266,31 @@ fn connected_sockets_serve_ipv6_peers() {
     assert!(local.is_ipv6() && local.port() != a.local_addr().port());
 }
 
-/// Ordered delivery keeps a context's data and SES responses on one path,
-/// and same-host copies trust source ports: neither uses connected sockets.
+/// Ordered delivery keeps a context's data and SES responses on one path:
+/// it uses no connected sockets. Same-host copies trust the peer's address
+/// and token, not the port a datagram left from: they do.
 #[test]
-fn ordered_delivery_and_host_copies_send_from_socket_0() {
-    for cfg in [
-        Config {
-            ordered: true,
-            ..Config::default()
-        },
-        Config {
-            host_read: true,
-            ..Config::default()
-        },
+fn ordered_delivery_sends_from_socket_0_and_host_copies_need_not() {
+    for (cfg, connected) in [
+        (
+            Config {
+                ordered: true,
+                ..Config::default()
+            },
+            false,
+        ),
+        (
+            Config {
+                host_read: true,
+                ..Config::default()
+            },
+            true,
+        ),
     ] {
         let (mut a, mut b) = pair(&cfg);
         exchange(&mut a, &mut b, &[10, 100_000]);
-        assert_eq!(a.connected.len(), 0);
-        assert_eq!(a.stats().connected_sends, 0);
+        assert_eq!(a.connected.len(), usize::from(connected));
+        assert_eq!(a.stats().connected_sends > 0, connected);
     }
 }
 
@@ -1663,6 +1670,9 @@ fn host_copies_on_loopback_never_through_a_relay() {
             assert!(copied[1] > 0 && copied[1] < rest, "{copied:?}");
             assert_eq!(copied[2], rest);
             assert_eq!((b_stats.host_unproven, a_stats.host_unproven), (1, 1));
+            // The descriptors left from the sender's connected socket, not
+            // its endpoint's: the claim is the peer's address, not a port.
+            assert!(a.stats().connected_sends > 0);
         }
     }
 }
