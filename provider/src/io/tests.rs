@@ -47,17 +47,21 @@ fn send_op(dest: SocketAddr, data: Vec<u8>, context: u64) -> SendOp {
 
 fn recv_op(len: usize, context: u64) -> (RecvOp, Shared) {
     let buf = Shared(Arc::new(Mutex::new(vec![0u8; len])));
-    let op = RecvOp {
+    (recv_into(Box::new(buf.clone()), context), buf)
+}
+
+/// An untagged receive from anyone into `buffer`.
+fn recv_into(buffer: Box<dyn MsgBuffer>, context: u64) -> RecvOp {
+    RecvOp {
         src: None,
         tagged: false,
         tag: 0,
         ignore: 0,
-        buffer: Box::new(buf.clone()),
+        buffer,
         context,
         signal: true,
         probe: ProbeFlags::default(),
-    };
-    (op, buf)
+    }
 }
 
 /// Two endpoints on loopback with `cfg`.
@@ -1626,17 +1630,8 @@ fn host_copies_on_loopback_never_through_a_relay() {
         for context in 1..=3u64 {
             let before = b.engine_stats().host_read_bytes + a.engine_stats().host_write_bytes;
             // A receive buffer in one piece, so the copy can land in it.
-            b.recv(RecvOp {
-                src: None,
-                tagged: false,
-                tag: 0,
-                ignore: 0,
-                buffer: Box::new(vec![0u8; len]),
-                context,
-                signal: true,
-                probe: Default::default(),
-            })
-            .unwrap();
+            b.recv(recv_into(Box::new(vec![0u8; len]), context))
+                .unwrap();
             a.send(send_op(b.local_addr(), pattern(context, len), 10 + context))
                 .unwrap();
             let (mut sent, mut received) = (false, false);
