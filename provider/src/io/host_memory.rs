@@ -354,7 +354,7 @@ fn transfer(address: u64, len: usize, mut step: impl FnMut(usize, u64) -> isize)
 /// same-host copy asks more: [`Proof::Created`]).
 ///
 /// A socket that closes while the table is read can hide another's row
-/// (see [`read_table`]), so an address not found is looked for once more.
+/// (see [`read_table`]), so the tables are read twice ([`sole_socket_at`]).
 pub(super) fn holds_udp_socket(pid: u32, addr: SocketAddr) -> bool {
     udp_socket_holder(pid, addr).unwrap_or(false)
 }
@@ -415,7 +415,9 @@ fn udp_socket_holding(pid: u32, addr: SocketAddr, proof: Proof) -> Option<Option
 
 /// The inode and creator of the one UDP socket bound to `addr` ([`binds`]);
 /// `Some(None)` when none is, or several are; `None` when the tables
-/// cannot be read.
+/// cannot be read. They are read twice and what either shows counts: a
+/// socket closing during one read can hide another's row there, such as
+/// a second socket on the address.
 fn sole_socket_at(addr: SocketAddr) -> Option<Option<(u64, Option<u32>)>> {
     let read_rows = || -> Option<Vec<UdpRow>> {
         Some(
@@ -426,10 +428,7 @@ fn sole_socket_at(addr: SocketAddr) -> Option<Option<(u64, Option<u32>)>> {
         )
     };
     let mut rows = read_rows()?;
-    // A socket closing during the read can hide a row: look once more.
-    if rows.is_empty() {
-        rows = read_rows()?;
-    }
+    rows.extend(read_rows()?);
     let Some(first) = rows.first() else {
         return Some(None);
     };
