@@ -6,10 +6,9 @@
  * opens its own fabric, so each reads the mode from its environment); they
  * exchange endpoint names over pipes. The sender sends messages past the
  * rendezvous threshold with 4 KiB packets:
- *   - two of 1 MiB first, which prove each side to the other (a copy is
+ *   - one of 1 MiB first, which proves each side to the other (a copy is
  *     made only for a descriptor that returns a token the copier sent to
- *     the peer's address: the first is pulled over the network, and the
- *     sender's half of the second is sent, not written); they are not
+ *     the peer's address: the first is pulled over the network); it is not
  *     counted below,
  *   - one that arrives before its receive is posted (unexpected),
  *   - expected ones of 4 MiB and of odd lengths,
@@ -40,10 +39,9 @@
 #define MTU 4096
 /* The first WARMUP messages prove the two sides to each other; the last
  * goes into two iovecs. */
-static const size_t sizes[] = {1 << 20,          1 << 20, 3 << 20, 4 << 20,
-			       (1 << 20) + 123, 300000,  2 << 20};
+static const size_t sizes[] = {1 << 20, 3 << 20, 4 << 20, (1 << 20) + 123, 300000, 2 << 20};
 #define NMSG (sizeof(sizes) / sizeof(sizes[0]))
-#define WARMUP 2
+#define WARMUP 1
 #define SPLIT_MSG (NMSG - 1)
 
 static const char *prov = "uet";

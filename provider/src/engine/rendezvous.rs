@@ -101,6 +101,11 @@ pub trait HostMemory: Send {
     /// process `pid`: one of its descriptors is copied for only when it
     /// returns the token. 0 while there is none (nothing will be copied).
     fn offer(&self, peer: SocketAddr, pid: u32) -> u64;
+    /// The peer at `peer` named process `pid` in a descriptor: find out now
+    /// whether that process holds the peer's socket (a look through the
+    /// process's descriptors, once), so that our descriptors to it offer a
+    /// token before our first copy for it is asked. A copy finds it out too.
+    fn meet(&self, _peer: SocketAddr, _pid: u32) {}
     /// Fill `dst` with the bytes at `address` of the process the claim
     /// names, which must hold the socket bound to its peer address and
     /// have returned our token; `Done` only when every byte was copied.
@@ -1078,6 +1083,9 @@ impl Engine {
                 echo: d.offer,
             };
             self.rdv.host_tokens.insert(p, token);
+            if let Some(m) = self.rdv.host.as_deref() {
+                m.meet(self.peers[p].addr, d.pid);
+            }
             if len == 0 || d.address != 0 {
                 self.rdv.host_peers.insert(p, ());
             }

@@ -285,47 +285,51 @@ impl ProcessMemory {
         })
     }
 
-    /// `copy`, when the claim is proven (see the module's doc). What is
-    /// found is remembered and confirmed again before a copy once a
-    /// datagram has come since it was last confirmed; a failed copy
-    /// forgets it (the process may be gone, and its pid taken by another).
+    /// `copy`, when the claim is proven (see the module's doc); a failed
+    /// copy forgets the holding (the process may be gone, and its pid taken
+    /// by another).
     fn checked(&self, claim: &HostClaim, copy: impl FnOnce() -> bool) -> HostAccess {
-        let key = (claim.peer, claim.pid);
+        match self.holding_token(claim.peer, claim.pid) {
+            None => HostAccess::Failed,
+            Some(token) if token != claim.echo => HostAccess::Unproven,
+            Some(_) if copy() => HostAccess::Done,
+            Some(_) => {
+                self.owners.borrow_mut().remove(&(claim.peer, claim.pid));
+                HostAccess::Failed
+            }
+        }
+    }
+
+    /// The token of process `pid`'s holding of the socket bound to `peer`;
+    /// `None` when it holds none (or is refused one, the table being full).
+    /// What is found is remembered and confirmed again once a datagram has
+    /// come since it was last confirmed.
+    fn holding_token(&self, peer: SocketAddr, pid: u32) -> Option<u64> {
+        let key = (peer, pid);
         let now = self.arrivals.get();
         let mut owners = self.owners.borrow_mut();
-        let still = owners.get_mut(&key).is_some_and(|h| {
-            let still = h.seen_at == now || h.confirmed(claim.pid, claim.peer);
+        if let Some(h) = owners.get_mut(&key) {
+            let still = h.seen_at == now || h.confirmed(pid, peer);
             h.seen_at = now;
-            still
-        });
-        if !still {
-            owners.remove(&key);
-            let found = udp_socket_holding(claim.pid, claim.peer, Proof::Created).flatten();
-            let Some((fd, inode)) = found else {
-                return HostAccess::Failed;
-            };
-            if owners.len() >= OWNERS_MAX {
-                owners.retain(|&(peer, pid), h| h.confirmed(pid, peer));
-                // Still full of live holdings: this one is refused (pulled
-                // over the network) rather than any of theirs forgotten,
-                // which would change its token under a copy in flight.
-                if owners.len() >= OWNERS_MAX {
-                    return HostAccess::Failed;
-                }
+            if still {
+                return Some(h.token);
             }
-            let Some(holding) = Holding::new(claim.pid, fd, inode, claim.peer, now) else {
-                return HostAccess::Failed;
-            };
-            owners.insert(key, holding);
+            owners.remove(&key);
         }
-        if owners.get(&key).map(|h| h.token) != Some(claim.echo) {
-            return HostAccess::Unproven;
+        let (fd, inode) = udp_socket_holding(pid, peer, Proof::Created).flatten()?;
+        if owners.len() >= OWNERS_MAX {
+            owners.retain(|&(peer, pid), h| h.confirmed(pid, peer));
+            // Still full of live holdings: this one is refused (pulled over
+            // the network) rather than any of theirs forgotten, which would
+            // change its token under a copy in flight.
+            if owners.len() >= OWNERS_MAX {
+                return None;
+            }
         }
-        if copy() {
-            return HostAccess::Done;
-        }
-        owners.remove(&key);
-        HostAccess::Failed
+        let holding = Holding::new(pid, fd, inode, peer, now)?;
+        let token = holding.token;
+        owners.insert(key, holding);
+        Some(token)
     }
 }
 
@@ -571,6 +575,12 @@ impl HostMemory for ProcessMemory {
             .map_or(0, |h| h.token)
     }
 
+    fn meet(&self, peer: SocketAddr, pid: u32) {
+        if !self.owners.borrow().contains_key(&(peer, pid)) {
+            self.holding_token(peer, pid);
+        }
+    }
+
     fn read(&self, claim: &HostClaim, address: u64, dst: &mut [u8]) -> HostAccess {
         self.checked(claim, || self.copy(claim.pid, address, dst))
     }
@@ -587,6 +597,13 @@ impl HostMemory for ProcessMemory {
         self.arrivals.set(self.arrivals.get().wrapping_add(1));
     }
 }
+
+/// Held (shared) by tests while they start a process, and (alone) by tests
+/// that close one of two sockets on an address and then look for the other
+/// alone there: a child holds a copy of every descriptor of the test
+/// process from its fork until its exec, the closed socket's too.
+#[cfg(test)]
+pub(super) static SPAWNING: std::sync::RwLock<()> = std::sync::RwLock::new(());
 
 #[cfg(test)]
 mod tests {
@@ -759,6 +776,23 @@ mod tests {
     }
 
     #[test]
+    fn meeting_a_peer_makes_the_offer_only_for_its_holder() {
+        let c = Copies::new(10);
+        let pid = c.pid;
+        let socket = std::net::UdpSocket::bind("127.0.0.84:0").unwrap();
+        let peer = socket.local_addr().unwrap();
+        let parent = std::os::unix::process::parent_id();
+        c.m.meet(peer, parent);
+        assert_eq!(c.m.offer(peer, parent), 0, "not the holder");
+        c.m.meet(peer, pid);
+        let token = c.m.offer(peer, pid);
+        assert_ne!(token, 0);
+        c.m.meet(peer, pid);
+        assert_eq!(c.m.offer(peer, pid), token, "met once");
+        drop(socket);
+    }
+
+    #[test]
     fn a_closed_socket_is_not_trusted_from_memory() {
         let mut c = Copies::new(9);
         let pid = c.pid;
@@ -855,7 +889,7 @@ mod tests {
     #[test]
     fn a_holding_whose_options_went_unseen_is_not_confirmed_once_shared() {
         let pid = std::process::id();
-        let first = sharing_socket("127.0.0.1:0".parse().unwrap());
+        let first = sharing_socket("127.0.0.85:0".parse().unwrap());
         let origin = first.local_addr().unwrap().as_socket().unwrap();
         let (fd, inode) = descriptor_of(&first);
         // As found where descriptors cannot be taken: SO_REUSEADDR unseen.
@@ -867,6 +901,7 @@ mod tests {
             token: 1,
         };
         assert!(unseen.confirmed(pid, origin), "alone on its address");
+        let _alone = SPAWNING.write().unwrap_or_else(|e| e.into_inner());
         let joined = sharing_socket(origin);
         assert!(
             !unseen.confirmed(pid, origin),
@@ -897,7 +932,10 @@ mod tests {
                 _ => Ok(()),
             });
         }
-        let child = sleep.spawn().ok().map(Child);
+        let child = {
+            let _spawning = SPAWNING.read().unwrap_or_else(|e| e.into_inner());
+            sleep.spawn().ok().map(Child)
+        };
         drop(socket);
         child
     }
@@ -922,8 +960,9 @@ mod tests {
         let mut c = Copies::new(5);
         // Two sockets of ours on one address: either may receive what is
         // sent there.
-        let first = sharing_socket("127.0.0.1:0".parse().unwrap());
+        let first = sharing_socket("127.0.0.86:0".parse().unwrap());
         let origin = first.local_addr().unwrap().as_socket().unwrap();
+        let _alone = SPAWNING.write().unwrap_or_else(|e| e.into_inner());
         let second = sharing_socket(origin);
         assert_eq!(created(c.pid, origin), Some(false), "two");
         assert_eq!(udp_socket_holder(c.pid, origin), Some(false), "rings: two");

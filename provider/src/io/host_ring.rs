@@ -1062,7 +1062,12 @@ mod tests {
 
     /// The pid of a process that has exited.
     fn dead_pid() -> u32 {
-        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let mut child = {
+            let _spawning = super::host_memory::SPAWNING
+                .read()
+                .unwrap_or_else(|e| e.into_inner());
+            std::process::Command::new("true").spawn().unwrap()
+        };
         child.wait().unwrap();
         child.id()
     }
