@@ -134,6 +134,17 @@ pub struct HostClaim {
     pub echo: u64,
 }
 
+impl HostClaim {
+    /// What descriptor `d` from the peer at `peer` claims.
+    fn of(peer: SocketAddr, d: &HostMemoryRepr) -> HostClaim {
+        HostClaim {
+            peer,
+            pid: d.pid,
+            echo: d.echo,
+        }
+    }
+}
+
 /// What became of a same-host copy.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum HostAccess {
@@ -154,6 +165,16 @@ struct HostToken {
     pid: u32,
     /// The token it offered, returned in our descriptors to it.
     echo: u64,
+}
+
+impl HostToken {
+    /// What descriptor `d` names and offers.
+    fn of(d: &HostMemoryRepr) -> HostToken {
+        HostToken {
+            pid: d.pid,
+            echo: d.offer,
+        }
+    }
 }
 
 /// Rendezvous bookkeeping of an endpoint.
@@ -614,18 +635,8 @@ impl Engine {
             (host_read, self.rdv.host.as_deref(), &mut inb.state)
         {
             if want > 0 && m.this_process().0 == h.host {
-                self.rdv.host_tokens.insert(
-                    p,
-                    HostToken {
-                        pid: h.pid,
-                        echo: h.offer,
-                    },
-                );
-                let claim = HostClaim {
-                    peer: peer_addr,
-                    pid: h.pid,
-                    echo: h.echo,
-                };
+                self.rdv.host_tokens.insert(p, HostToken::of(&h));
+                let claim = HostClaim::of(peer_addr, &h);
                 let buffer = recv.buffer.as_mut();
                 let mut share_at = None;
                 match start_host_copy(m, &h, &claim, buffer, (eager, want), share) {
@@ -1078,11 +1089,7 @@ impl Engine {
             .ok()
             .filter(|d| Some(d.host) == ours);
         if let Some(d) = on_host {
-            let token = HostToken {
-                pid: d.pid,
-                echo: d.offer,
-            };
-            self.rdv.host_tokens.insert(p, token);
+            self.rdv.host_tokens.insert(p, HostToken::of(&d));
             if let Some(m) = self.rdv.host.as_deref() {
                 m.meet(self.peers[p].addr, d.pid);
             }
@@ -1126,11 +1133,7 @@ impl Engine {
         if d.address == 0 || left <= 0 {
             return false;
         }
-        let claim = HostClaim {
-            peer: self.peers[p].addr,
-            pid: d.pid,
-            echo: d.echo,
-        };
+        let claim = HostClaim::of(self.peers[p].addr, d);
         let (send_id, offset, len) = (s.match_bits as u16, s.buffer_offset, s.request_length);
         let peer = &mut self.peers[p];
         let written = peer

@@ -609,6 +609,16 @@ pub(super) static SPAWNING: std::sync::RwLock<()> = std::sync::RwLock::new(());
 mod tests {
     use super::*;
 
+    /// Whether `access` copied, asked once more when it was unproven (as a
+    /// peer's second message would return what the first was offered).
+    fn proven(mut access: impl FnMut() -> HostAccess) -> bool {
+        let mut got = access();
+        if got == HostAccess::Unproven {
+            got = access();
+        }
+        got == HostAccess::Done
+    }
+
     /// This process's memory, a buffer to copy out of it and one to copy
     /// into, as copies named by a peer would.
     struct Copies {
@@ -650,11 +660,7 @@ mod tests {
         /// offered, once more if it was offered nothing yet (as a peer's
         /// second message would).
         fn read_as(&mut self, peer: SocketAddr, pid: u32) -> bool {
-            let mut read = self.read_echoing(peer, pid, self.m.offer(peer, pid));
-            if read == HostAccess::Unproven {
-                read = self.read_echoing(peer, pid, self.m.offer(peer, pid));
-            }
-            read == HostAccess::Done
+            proven(|| self.read_echoing(peer, pid, self.m.offer(peer, pid)))
         }
 
         fn read(&mut self, peer: SocketAddr) -> bool {
@@ -664,19 +670,14 @@ mod tests {
         /// `src` into `dst` the other way, by `HostMemory::write`, by a
         /// peer that returns what it was offered (once more if nothing).
         fn write_as(&mut self, peer: SocketAddr, pid: u32) -> bool {
-            let mut write = || {
+            proven(|| {
                 self.dst.fill(0);
                 let at = self.dst.as_mut_ptr() as u64;
                 let echo = self.m.offer(peer, pid);
                 let written = self.m.write(&HostClaim { peer, pid, echo }, at, &self.src);
                 assert_eq!(written == HostAccess::Done, self.dst == self.src);
                 written
-            };
-            let mut written = write();
-            if written == HostAccess::Unproven {
-                written = write();
-            }
-            written == HostAccess::Done
+            })
         }
     }
 
