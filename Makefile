@@ -79,9 +79,13 @@ BENCH_BIN := $(patsubst fabtests/bench/%.c,$(BUILD)/bin/%,$(BENCH_SRC))
 # What selects the freshly installed provider in the test stages.
 RUN_ENV   := FI_PROVIDER_PATH=$(LIBDIR) FI_PROVIDER=uet
 # What an endpoint on a real network does by default (the auto load
-# balancer sprays over the entropy pool, the auto MTU is one Ethernet
-# frame), forced on loopback: completions then come out of order.
+# balancer sprays over the entropy pool in 64 KiB units, the auto MTU is
+# one Ethernet frame), forced on loopback: completions then come out of
+# order.
 SPRAYED   := FI_UET_LB=reps FI_UET_MTU=1472
+# Spraying as the papers do (and as through emu-net): a pick per packet,
+# so the packets of one message arrive out of order too.
+PER_PACKET := FI_UET_SPRAY_BYTES=1
 # Injected faults on transmit: 2% loss plus 10% reordering.
 LOSSY     := FI_UET_FAULT_DROP=20 FI_UET_FAULT_REORDER=100
 # --keep-debuginfo: the provider is dlclose'd before the leak check; its
@@ -267,11 +271,11 @@ test-functional:
 	$(RUN_ENV) FI_UET_HOST_READ=1 FI_UET_RENDEZVOUS_BYTES=16384 timeout $(T_FUNC) $(PREFIX)/bin/uet_functional -p uet
 	@echo "-- uet_functional again with same-host rings (FI_UET_HOST_RING=1)"
 	$(RUN_ENV) FI_UET_HOST_RING=1 timeout $(T_FUNC) $(PREFIX)/bin/uet_functional -p uet
-	@echo "-- as off loopback: packets sprayed over 16 source ports (FI_UET_LB=reps), 1472-byte packets; then with 2% loss and 10% reordering"
+	@echo "-- as off loopback: packets sprayed over 16 source ports (FI_UET_LB=reps), 1472-byte packets; then a pick per packet (FI_UET_SPRAY_BYTES=1) with 2% loss and 10% reordering"
 	$(RUN_ENV) $(SPRAYED) timeout $(T_FUNC) $(PREFIX)/bin/uet_functional -p uet
 	$(RUN_ENV) $(SPRAYED) timeout $(T_FUNC) $(PREFIX)/bin/uet_surface -p uet
-	$(RUN_ENV) $(SPRAYED) $(LOSSY) timeout $(T_FUNC) $(PREFIX)/bin/uet_functional -p uet
-	$(RUN_ENV) $(SPRAYED) $(LOSSY) timeout $(T_FUNC) $(PREFIX)/bin/uet_surface -p uet
+	$(RUN_ENV) $(SPRAYED) $(PER_PACKET) $(LOSSY) timeout $(T_FUNC) $(PREFIX)/bin/uet_functional -p uet
+	$(RUN_ENV) $(SPRAYED) $(PER_PACKET) $(LOSSY) timeout $(T_FUNC) $(PREFIX)/bin/uet_surface -p uet
 	@echo "-- under valgrind (memory errors, definite leaks): uet_surface, uet_functional close_order"
 	$(RUN_ENV) timeout $(T_FUNC) $(VALGRIND) $(PREFIX)/bin/uet_surface -p uet
 	$(RUN_ENV) timeout $(T_FUNC) $(VALGRIND) $(PREFIX)/bin/uet_functional -p uet -t close_order
@@ -300,9 +304,9 @@ test-mpi:
 	@echo "-- halo exchanges between computing ranks (data checked): 2 ranks in pairs, 4 in a ring"
 	timeout $(T_MPI) fabtests/scripts/mpi.sh $(PREFIX) 2 $(PREFIX)/bin/mpi_halo 8192 50 300
 	timeout $(T_MPI) fabtests/scripts/mpi.sh $(PREFIX) 4 $(PREFIX)/bin/mpi_halo 4096 50 200 ring
-	@echo "-- 4 ranks as off loopback: sprayed over 16 source ports, 1472-byte packets; then with 2% loss and 10% reordering"
+	@echo "-- 4 ranks as off loopback: sprayed over 16 source ports, 1472-byte packets; then a pick per packet with 2% loss and 10% reordering"
 	$(SPRAYED) timeout $(T_MPI) fabtests/scripts/mpi.sh $(PREFIX) 4 $(PREFIX)/bin/mpi_check
-	$(SPRAYED) $(LOSSY) timeout $(T_MPI) \
+	$(SPRAYED) $(PER_PACKET) $(LOSSY) timeout $(T_MPI) \
 	  fabtests/scripts/mpi.sh $(PREFIX) 4 $(PREFIX)/bin/mpi_check
 	@echo "-- 4 ranks over same-host rings (FI_UET_HOST_RING=1)"
 	FI_UET_HOST_RING=1 timeout $(T_MPI) fabtests/scripts/mpi.sh $(PREFIX) 4 $(PREFIX)/bin/mpi_check
@@ -317,7 +321,7 @@ else
 	$(MAKE) --no-print-directory $(MPICH_PROGS)
 	timeout $(T_MPI) fabtests/scripts/mpich.sh $(MPICH_HOME) $(PREFIX) 2 $(BUILD)/mpich-bin/mpi_check
 	timeout $(T_MPI) fabtests/scripts/mpich.sh $(MPICH_HOME) $(PREFIX) 4 $(BUILD)/mpich-bin/mpi_check
-	$(SPRAYED) $(LOSSY) timeout $(T_MPI) \
+	$(SPRAYED) $(PER_PACKET) $(LOSSY) timeout $(T_MPI) \
 	  fabtests/scripts/mpich.sh $(MPICH_HOME) $(PREFIX) 4 $(BUILD)/mpich-bin/mpi_check
 	timeout $(T_MPI) fabtests/scripts/mpich.sh $(MPICH_HOME) $(PREFIX) 4 $(BUILD)/mpich-bin/mpi_halo 4096 50 200 ring
 	MPIR_CVAR_CH4_NUM_VCIS=4 timeout $(T_MPI) \

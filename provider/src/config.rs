@@ -230,6 +230,11 @@ pub const PARAMS: &[ParamSpec] = &[
         help: "Whether NSCC's QuickAdapt fires on extreme delay (above 4 target delays) only after a window in which the sender used its window: the window held data back, or at least half of it was in flight (on, default). A sender that left most of its window unused measured its application, not the network, and its delay may be the receiving host's. Off: the reference simulator's rule, any sender. NACKs fire QuickAdapt either way.",
     },
     ParamSpec {
+        name: "spray_bytes",
+        kind: ParamKind::Int,
+        help: "Spray unit of the load balancer: after it picks an entropy (UDP source port) for a data packet, the packets to the same peer after it keep that entropy while they fit in this many wire bytes, and bad news about it (an ECN mark, a trim in the fabric, a timeout) ends the unit at once. A host gives the kernel one segmented send (FI_UET_GSO) per source port, so per-packet spraying over 16 ports cut a run of 44 standard-frame packets into runs of two or three (1 MiB fi_pingpong over a veth pair between two network namespaces: 1.05 GB/s against 2.6 with 65536). 0 = auto (default): 65536, one segmented send's worth, when datagrams go straight to the network with FI_UET_GSO; 1 (every packet picks, as the papers spray) through FI_UET_FABRIC or without GSO, where nothing batches them. 1 also restores per-packet spraying for experiments on a real fabric; 0..16777216. No effect with the single load balancer or FI_UET_DELIVERY=rod.",
+    },
+    ParamSpec {
         name: "entropies",
         kind: ParamKind::Int,
         help: "UDP sockets per endpoint, bound to consecutive ports; the source port carries a packet's entropy (path choice). Socket 0 is the endpoint's address (default 16; 1..256). With the single load balancer only socket 0 is bound.",
@@ -355,6 +360,9 @@ pub struct Config {
     pub nscc_min_maxwnd_packets: u32,
     pub nscc_qa_idle_restart: bool,
     pub nscc_qa_window_limited: bool,
+    /// `FI_UET_SPRAY_BYTES`: wire bytes that keep one entropy pick; 0 =
+    /// auto (see [`Config::effective_spray_bytes`]).
+    pub spray_bytes: u32,
     /// Sockets (source ports) per endpoint; socket 0 is its address.
     pub entropies: u16,
     /// UDP GSO on transmit and GRO on receive.
@@ -417,6 +425,7 @@ impl Default for Config {
             nscc_min_maxwnd_packets: 16,
             nscc_qa_idle_restart: true,
             nscc_qa_window_limited: true,
+            spray_bytes: 0,
             entropies: 16,
             gso: true,
             send_burst_us: 20,
@@ -494,6 +503,23 @@ impl Config {
         }
     }
 
+    /// Largest spray unit auto picks: what one segmented send carries.
+    pub const GSO_SPRAY_BYTES: u32 = 65536;
+
+    /// The spray unit ([`crate::cms::lb::LbConfig::spray_bytes`]) of an
+    /// endpoint sending through an emu-net relay or not. Where datagrams go
+    /// straight to the kernel in segmented sends, one per source port,
+    /// a unit of one such send keeps the runs whole; through a relay, or
+    /// without GSO, every datagram is a system call of its own anyway, and
+    /// every packet picks, as the papers spray.
+    pub fn effective_spray_bytes(&self, relayed: bool) -> u32 {
+        match self.spray_bytes {
+            0 if relayed || !self.gso => 1,
+            0 => Self::GSO_SPRAY_BYTES,
+            n => n,
+        }
+    }
+
     /// The current value of a parameter, by its `PARAMS` name.
     pub fn get(&self, name: &str) -> Option<ParamValue> {
         match name {
@@ -548,6 +574,7 @@ impl Config {
             "nscc_fast_increase_mtus" => self.nscc_fast_increase_mtus as i64,
             "nscc_min_maxwnd_packets" => self.nscc_min_maxwnd_packets as i64,
             "entropies" => self.entropies as i64,
+            "spray_bytes" => self.spray_bytes as i64,
             "fault_drop" => self.fault_drop as i64,
             "fault_dup" => self.fault_dup as i64,
             "fault_reorder" => self.fault_reorder as i64,
@@ -669,6 +696,7 @@ impl Config {
             "nscc_fast_increase_mtus" => self.nscc_fast_increase_mtus = int(1, 64)? as u32,
             "nscc_min_maxwnd_packets" => self.nscc_min_maxwnd_packets = int(0, 65536)? as u32,
             "entropies" => self.entropies = int(1, 256)? as u16,
+            "spray_bytes" => self.spray_bytes = int(0, 1 << 24)? as u32,
             "send_burst_us" => self.send_burst_us = int(0, 1_000_000)? as u32,
             "gso" => self.gso = boolean()?,
             "fabric" => match value {
@@ -830,6 +858,16 @@ mod tests {
         assert_eq!(c.effective_lb(v6lo, false), LbAlgorithm::Single);
         assert_eq!(c.effective_lb(lo, true), LbAlgorithm::Reps);
         assert_eq!(c.effective_lb(lan, false), LbAlgorithm::Reps);
+        // Spray units: one segmented send's worth where GSO batches, else
+        // every packet picks; a value set is kept.
+        assert_eq!(c.effective_spray_bytes(false), 65536);
+        assert_eq!(c.effective_spray_bytes(true), 1);
+        c.set("gso", ParamValue::Bool(false)).unwrap();
+        assert_eq!(c.effective_spray_bytes(false), 1);
+        c.set("spray_bytes", ParamValue::Int(8192)).unwrap();
+        assert_eq!(c.effective_spray_bytes(true), 8192);
+        assert!(c.set("spray_bytes", ParamValue::Int(-1)).is_err());
+        c.set("gso", ParamValue::Bool(true)).unwrap();
         c.set("nscc_variant", ParamValue::Str("wtd,qa_scaling".into()))
             .unwrap();
         assert!(

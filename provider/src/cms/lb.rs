@@ -5,6 +5,12 @@
 //! (port base + index). Feedback arrives for the entropy of the packet that
 //! caused it. A trim at the last hop (the receiver's downlink) is not the
 //! path's fault and never penalises it; a trim inside the fabric does.
+//!
+//! A pick may hold for a spray unit ([`LbConfig::spray_bytes`]): the
+//! packets after it keep its entropy while they fit in the unit's bytes, so
+//! a host that hands the kernel one segmented send per source port sends
+//! units, not single packets, per system call. Bad news about the unit's
+//! entropy (a mark, a trim in the fabric, a timeout) ends it at once.
 
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -75,6 +81,11 @@ pub struct LbConfig {
     pub freeze_ns: u64,
     /// REPS (paper): packets of round-robin exploration (about one BDP).
     pub explore_packets: u64,
+    /// Wire bytes of data packets that keep one pick's entropy (the spray
+    /// unit): a packet keeps it while it fits in what is left of the unit.
+    /// 1 (or any size at most a packet's) picks for every packet, as the
+    /// papers spray.
+    pub spray_bytes: u32,
 }
 
 impl LbConfig {
@@ -95,6 +106,9 @@ impl LbConfig {
             entropies: cfg.entropies,
             freeze_ns: cfg.rto_min_us.saturating_mul(1000),
             explore_packets: (bdp / mtu.max(1) as f64).ceil() as u64,
+            // Unresolved auto (see `Config::effective_spray_bytes`): every
+            // packet picks, as in a fabric without host batching.
+            spray_bytes: cfg.spray_bytes.max(1),
         }
     }
 }
@@ -126,31 +140,35 @@ struct RepsSim {
     entries: [u16; REPS_BUFFER],
     /// Bit i: entry i not yet reused.
     fresh: u8,
-    /// Next slot to write.
-    head: usize,
-    len: usize,
+    /// Next slot to write, and slots in use (both below `REPS_BUFFER`, so
+    /// a byte each: per-peer state stays small).
+    head: u8,
+    len: u8,
     /// While frozen (now < frozen_until) the buffer is replayed round robin.
     frozen_until: u64,
     frozen: bool,
-    replay: usize,
+    /// Entries replayed since the freeze (wrapping: only its remainder
+    /// modulo `len` counts).
+    replay: u32,
     explore_left: u8,
 }
 
 impl RepsSim {
     fn push(&mut self, ev: u16) {
-        self.entries[self.head] = ev;
-        self.fresh |= 1 << self.head;
-        self.head = (self.head + 1) % REPS_BUFFER;
-        self.len = (self.len + 1).min(REPS_BUFFER);
+        let head = self.head as usize;
+        self.entries[head] = ev;
+        self.fresh |= 1 << head;
+        self.head = ((head + 1) % REPS_BUFFER) as u8;
+        self.len = (self.len as usize + 1).min(REPS_BUFFER) as u8;
     }
 
     fn oldest(&self) -> usize {
-        (self.head + REPS_BUFFER - self.len) % REPS_BUFFER
+        (self.head as usize + REPS_BUFFER - self.len as usize) % REPS_BUFFER
     }
 
     fn take_fresh(&mut self) -> Option<u16> {
         let first = self.oldest();
-        (0..self.len)
+        (0..self.len as usize)
             .map(|i| (first + i) % REPS_BUFFER)
             .find(|&i| self.fresh & (1 << i) != 0)
             .map(|i| {
@@ -179,6 +197,14 @@ enum Kind {
     Single,
 }
 
+/// The pick that later packets keep ([`LbConfig::spray_bytes`]).
+#[derive(Clone, Copy, Debug)]
+struct SprayUnit {
+    entropy: u16,
+    /// Bytes of the unit not yet taken.
+    left: u32,
+}
+
 /// The load balancer of one peer.
 #[derive(Clone, Debug)]
 pub struct LoadBalancer {
@@ -186,6 +212,7 @@ pub struct LoadBalancer {
     kind: Kind,
     rng: SmallRng,
     stats: Vec<EntropyStats>,
+    unit: Option<SprayUnit>,
 }
 
 impl LoadBalancer {
@@ -210,6 +237,7 @@ impl LoadBalancer {
             kind,
             rng: SmallRng::seed_from_u64(seed),
             stats: vec![EntropyStats::default(); cfg.entropies as usize],
+            unit: None,
             cfg,
         }
     }
@@ -233,10 +261,35 @@ impl LoadBalancer {
         ev
     }
 
-    /// The entropy for the next data packet.
-    pub fn next_entropy(&mut self, now: u64) -> u16 {
+    /// The entropy for the next data packet, `bytes` long on the wire:
+    /// that of the current spray unit if the packet fits in what is left of
+    /// it, else a new pick, which starts a unit.
+    pub fn next_entropy(&mut self, now: u64, bytes: u64) -> u16 {
+        let bytes = u32::try_from(bytes).unwrap_or(u32::MAX);
+        if let Some(unit) = self.unit.as_mut().filter(|u| u.left >= bytes) {
+            unit.left -= bytes;
+            let ev = unit.entropy;
+            return self.count_sent(ev);
+        }
+        let ev = self.pick(now);
+        self.unit = (self.cfg.spray_bytes > bytes).then(|| SprayUnit {
+            entropy: ev,
+            left: self.cfg.spray_bytes - bytes,
+        });
+        self.count_sent(ev)
+    }
+
+    /// The entropy for a resend: a pick of its own, which neither takes
+    /// from the current spray unit nor starts one.
+    pub fn resend_entropy(&mut self, now: u64) -> u16 {
+        let ev = self.pick(now);
+        self.count_sent(ev)
+    }
+
+    /// A new choice of entropy, by the algorithm.
+    fn pick(&mut self, now: u64) -> u16 {
         let n = self.cfg.entropies;
-        let ev = match &mut self.kind {
+        match &mut self.kind {
             Kind::Oblivious { i, x } => {
                 if *i == 0 {
                     *x = self.rng.gen_range(0..n);
@@ -254,8 +307,8 @@ impl LoadBalancer {
                     };
                 }
                 if r.frozen && r.len > 0 {
-                    let idx = (r.oldest() + r.replay % r.len) % REPS_BUFFER;
-                    r.replay += 1;
+                    let idx = (r.oldest() + r.replay as usize % r.len as usize) % REPS_BUFFER;
+                    r.replay = r.replay.wrapping_add(1);
                     r.entries[idx]
                 } else if r.explore_left > 0 {
                     r.explore_left -= 1;
@@ -307,8 +360,7 @@ impl LoadBalancer {
                 e
             }
             Kind::Single => 0,
-        };
-        self.count_sent(ev)
+        }
     }
 
     /// Feedback for a packet that was sent on `entropy`.
@@ -329,6 +381,10 @@ impl LoadBalancer {
             fb,
             PathFeedback::Good | PathFeedback::Nack { last_hop: true }
         );
+        if !path_ok && self.unit.is_some_and(|u| u.entropy == entropy) {
+            // The next packet is the algorithm's to place.
+            self.unit = None;
+        }
         match &mut self.kind {
             Kind::Oblivious { .. } | Kind::Single => {}
             Kind::Reps(r) => {
@@ -385,13 +441,17 @@ mod tests {
                 entropies,
                 freeze_ns: 1_000,
                 explore_packets: 4,
+                spray_bytes: 1,
             },
             7,
         )
     }
 
+    /// Packets of this many wire bytes, in the tests.
+    const PACKET: u32 = 1000;
+
     fn send(l: &mut LoadBalancer, now: u64, n: usize) -> Vec<u16> {
-        (0..n).map(|_| l.next_entropy(now)).collect()
+        (0..n).map(|_| l.next_entropy(now, PACKET.into())).collect()
     }
 
     #[test]
@@ -427,7 +487,7 @@ mod tests {
         assert_eq!(send(&mut l, 0, 3), vec![3, 5, 11]);
         // Each recycled entropy is used once; then random ones.
         l.on_feedback(0, 3, PathFeedback::Good);
-        assert_eq!(l.next_entropy(0), 3);
+        assert_eq!(l.next_entropy(0, PACKET.into()), 3);
         let r = send(&mut l, 0, 64);
         assert!(r.iter().collect::<std::collections::HashSet<_>>().len() > 32);
     }
@@ -455,10 +515,10 @@ mod tests {
         // After the freeze (1000 ns): buffer reset, 16 random explorations
         // before recycled entropies are used again.
         assert!(!l.is_frozen(1_010));
-        l.next_entropy(1_010);
+        l.next_entropy(1_010, PACKET.into());
         l.on_feedback(1_010, 42, PathFeedback::Good);
         send(&mut l, 1_010, 15);
-        assert_eq!(l.next_entropy(1_010), 42);
+        assert_eq!(l.next_entropy(1_010, PACKET.into()), 42);
     }
 
     #[test]
@@ -468,17 +528,17 @@ mod tests {
         assert_eq!(send(&mut l, 0, 4), vec![0, 1, 2, 3]);
         assert_eq!(send(&mut l, 0, 2), vec![0, 0]);
         l.on_feedback(0, 2, PathFeedback::Good);
-        assert_eq!(l.next_entropy(0), 2);
+        assert_eq!(l.next_entropy(0, PACKET.into()), 2);
         // A mark moves on to the next unexplored entropy.
         l.on_feedback(0, 2, PathFeedback::Ecn);
         assert_eq!(send(&mut l, 0, 2), vec![4, 4]);
         l.on_feedback(0, 4, PathFeedback::Nack { last_hop: false });
-        assert_eq!(l.next_entropy(0), 5);
+        assert_eq!(l.next_entropy(0, PACKET.into()), 5);
         l.on_feedback(0, 5, PathFeedback::Timeout);
-        assert_eq!(l.next_entropy(0), 6);
+        assert_eq!(l.next_entropy(0, PACKET.into()), 6);
         // A last-hop trim keeps (caches) the path.
         l.on_feedback(0, 1, PathFeedback::Nack { last_hop: true });
-        assert_eq!(l.next_entropy(0), 1);
+        assert_eq!(l.next_entropy(0, PACKET.into()), 1);
         // Exploration stops once every entropy was tried.
         let mut l = LoadBalancer::new(
             LbConfig {
@@ -486,6 +546,7 @@ mod tests {
                 entropies: 3,
                 freeze_ns: 0,
                 explore_packets: 100,
+                spray_bytes: 1,
             },
             1,
         );
@@ -509,7 +570,7 @@ mod tests {
             "last-hop trims do not penalise"
         );
         // From cursor 2: only the first skipped entropy (2) is decremented.
-        assert_eq!(l.next_entropy(0), 0);
+        assert_eq!(l.next_entropy(0, PACKET.into()), 0);
         let p: Vec<u8> = l.entropy_stats().iter().map(|s| s.penalty).collect();
         assert_eq!(p, vec![0, 0, PENALTY_NACK - 1, PENALTY_NACK]);
         l.on_feedback(0, 1, PathFeedback::Timeout);
@@ -522,7 +583,7 @@ mod tests {
         let mut l = lb(LbAlgorithm::Bitmap, 2);
         l.on_feedback(0, 0, PathFeedback::Timeout);
         l.on_feedback(0, 1, PathFeedback::Nack { last_hop: false });
-        assert_eq!(l.next_entropy(0), 1);
+        assert_eq!(l.next_entropy(0, PACKET.into()), 1);
     }
 
     #[test]
@@ -538,6 +599,69 @@ mod tests {
             .iter()
             .all(|s| *s == EntropyStats::default()));
         assert_eq!(lb(LbAlgorithm::Oblivious, 0).entropies(), 1);
+    }
+
+    /// `algorithm` over 16 entropies with a spray unit of `spray_bytes`.
+    fn spraying(algorithm: LbAlgorithm, spray_bytes: u32) -> LoadBalancer {
+        LoadBalancer::new(
+            LbConfig {
+                spray_bytes,
+                ..lb(algorithm, 16).cfg
+            },
+            7,
+        )
+    }
+
+    #[test]
+    fn a_spray_unit_keeps_its_pick_for_the_packets_that_fit() {
+        // Three packets fit in 3.5 of them: each pick is kept for two more.
+        let per_packet = send(&mut lb(LbAlgorithm::Oblivious, 16), 0, 10);
+        let mut l = spraying(LbAlgorithm::Oblivious, 3 * PACKET + PACKET / 2);
+        let units = send(&mut l, 0, 30);
+        let expected: Vec<u16> = per_packet.iter().flat_map(|&e| [e; 3]).collect();
+        assert_eq!(units, expected, "the algorithm's picks, three packets each");
+        let sent: u64 = l.entropy_stats().iter().map(|s| s.sent).sum();
+        assert_eq!(sent, 30, "every packet counted on its entropy");
+        // A unit no larger than a packet: every packet picks.
+        for bytes in [1, PACKET] {
+            let mut l = spraying(LbAlgorithm::Oblivious, bytes);
+            assert_eq!(send(&mut l, 0, 10), per_packet);
+        }
+        // A packet too long for what is left starts the next unit.
+        let mut l = spraying(LbAlgorithm::Oblivious, 2 * PACKET);
+        let first = l.next_entropy(0, PACKET.into());
+        assert_ne!(l.next_entropy(0, (PACKET + 1).into()), first);
+    }
+
+    #[test]
+    fn bad_news_about_a_spray_unit_ends_it() {
+        for algorithm in [LbAlgorithm::Reps, LbAlgorithm::Bitmap] {
+            let mut l = spraying(algorithm, 8 * PACKET);
+            let e = l.next_entropy(0, PACKET.into());
+            assert_eq!(send(&mut l, 0, 2), vec![e, e]);
+            // Good news and last-hop trims say nothing against the path.
+            l.on_feedback(0, e, PathFeedback::Good);
+            l.on_feedback(0, e, PathFeedback::Nack { last_hop: true });
+            // Bad news about another entropy is not about this unit.
+            l.on_feedback(0, (e + 1) % 16, PathFeedback::Ecn);
+            assert_eq!(l.next_entropy(0, PACKET.into()), e, "{algorithm:?}");
+            l.on_feedback(0, e, PathFeedback::Ecn);
+            assert!(l.unit.is_none(), "{algorithm:?}: a mark ends the unit");
+        }
+        // With REPS, the next pick after a mark is a recycled good entropy.
+        let mut l = spraying(LbAlgorithm::Reps, 8 * PACKET);
+        l.on_feedback(0, 9, PathFeedback::Good);
+        let e = l.next_entropy(0, PACKET.into());
+        assert_eq!(e, 9);
+        l.on_feedback(0, 4, PathFeedback::Good);
+        l.on_feedback(0, e, PathFeedback::Nack { last_hop: false });
+        assert_eq!(l.next_entropy(0, PACKET.into()), 4);
+        assert_eq!(send(&mut l, 0, 7), vec![4; 7], "a unit of eight");
+        // A resend picks for itself, and the unit goes on after it.
+        let mut l = spraying(LbAlgorithm::Oblivious, 4 * PACKET);
+        let e = l.next_entropy(0, PACKET.into());
+        assert_ne!(l.resend_entropy(0), e);
+        assert_eq!(send(&mut l, 0, 3), vec![e; 3]);
     }
 
     #[test]

@@ -41,7 +41,7 @@
 //!
 //! | event | call |
 //! |---|---|
-//! | before sending a data packet (new or retransmitted) | [`CongestionControl::can_send`]`(in_flight, packet_bytes)`; then [`lb::LoadBalancer::next_entropy`] to pick the UDP source port (entropy index `0..entropies`) |
+//! | before sending a data packet (new or retransmitted) | [`CongestionControl::can_send`]`(in_flight, packet_bytes)`; then [`lb::LoadBalancer::next_entropy`] (with the packet's wire bytes: a spray unit may keep the last pick) or, for a resend, [`lb::LoadBalancer::resend_entropy`] to pick the UDP source port (entropy index `0..entropies`) |
 //! | ACK received | build an [`AckFeedback`] (`newly_acked_bytes` from the received-bytes delta, `in_flight_bytes` after subtracting them, `ecn` from the M flag, `rtt` from [`RttSample::validate`] with the triggering packet's send time, its send count and the ACK's RETX echo) and call [`CongestionControl::on_ack`]; then [`lb::LoadBalancer::on_feedback`] with the ACK's entropy and [`lb::PathFeedback::Ecn`] or [`lb::PathFeedback::Good`] |
 //! | NACK for a trimmed packet (code 0x01 fabric, 0x02 last hop) | [`CongestionControl::on_nack`]`(now, packet_bytes, last_hop, in_flight_after)`, queue the packet for retransmission, and [`lb::LoadBalancer::on_feedback`] with [`lb::PathFeedback::Nack`]`{ last_hop }` for the packet's entropy |
 //! | new data leaves while the peer's pipe is empty and the last ACK found nothing left to send (an application-limited gap) | [`CongestionControl::on_idle_restart`] before the packet is counted in flight |

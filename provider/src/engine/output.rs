@@ -254,7 +254,7 @@ impl Engine {
             // A slot SACKed while it waited is not resent (below): no
             // entropy is drawn, or counted, for it.
             let entropy = match peer.tx.slot(psn).filter(|s| !s.acked).map(|s| s.kind) {
-                Some(kind) => packet_entropy(&mut peer.lb, kind, ordered, now),
+                Some(kind) => packet_entropy(&mut peer.lb, kind, ordered, now, None),
                 None => 0,
             };
             let Some(slot) = peer.tx.resend(psn, now, rto, entropy) else {
@@ -329,7 +329,7 @@ impl Engine {
         if last_of_item {
             peer.queue.pop_front();
         }
-        let entropy = packet_entropy(&mut peer.lb, kind, ordered, now);
+        let entropy = packet_entropy(&mut peer.lb, kind, ordered, now, Some(next_bytes));
         if std::mem::take(&mut peer.pipe_drained) && peer.in_flight_bytes == 0 {
             peer.cc.on_idle_restart();
         }
@@ -382,15 +382,23 @@ impl Engine {
     }
 }
 
-/// The entropy (source socket) a packet of `kind` leaves with. Only data is
-/// sprayed, and ordered delivery keeps it to one path (counted all the
-/// same); SES responses leave from socket 0, so their source address is
-/// the canonical one the peer knows.
-fn packet_entropy(lb: &mut LoadBalancer, kind: SlotKind, ordered: bool, now: u64) -> u16 {
-    match kind {
-        SlotKind::Data { .. } if !ordered => lb.next_entropy(now),
-        SlotKind::Data { .. } => lb.fixed_entropy(),
-        SlotKind::Response { .. } => 0,
+/// The entropy (source socket) a packet of `kind` leaves with: a first
+/// send `Some(bytes)` long on the wire, or a resend (`None`), which gets a
+/// pick of its own. Only data is sprayed, and ordered delivery keeps it to
+/// one path (counted all the same); SES responses leave from socket 0, so
+/// their source address is the canonical one the peer knows.
+fn packet_entropy(
+    lb: &mut LoadBalancer,
+    kind: SlotKind,
+    ordered: bool,
+    now: u64,
+    bytes: Option<u64>,
+) -> u16 {
+    match (kind, bytes) {
+        (SlotKind::Data { .. }, Some(bytes)) if !ordered => lb.next_entropy(now, bytes),
+        (SlotKind::Data { .. }, None) if !ordered => lb.resend_entropy(now),
+        (SlotKind::Data { .. }, _) => lb.fixed_entropy(),
+        (SlotKind::Response { .. }, _) => 0,
     }
 }
 

@@ -445,6 +445,7 @@ impl Endpoint {
         let mut config = config.clone();
         let lb = config.effective_lb(addr.ip(), fabric.is_some());
         config.lb = Some(lb);
+        config.spray_bytes = config.effective_spray_bytes(fabric.is_some());
         // One path needs no pool of source ports.
         let pool = match lb {
             LbAlgorithm::Single => 1,

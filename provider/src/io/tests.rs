@@ -113,11 +113,32 @@ fn loopback_config() -> Config {
 fn config(entropies: u16) -> Config {
     Config {
         entropies,
-        // Spreads every message over all entropies without feedback.
+        // Spreads every message over all entropies without feedback, a
+        // pick per packet.
         lb: Some(crate::cms::LbAlgorithm::Oblivious),
+        spray_bytes: 1,
         mtu: 4096,
         ..Config::default()
     }
+}
+
+#[test]
+fn a_spray_unit_keeps_a_message_on_one_socket() {
+    // The default unit (one segmented send's worth, 16 packets of 4 KiB):
+    // a message of ten packets leaves from the socket of its first pick.
+    let cfg = Config {
+        spray_bytes: 0,
+        ..config(4)
+    };
+    let (mut a, mut b) = pair(&cfg);
+    exchange(&mut a, &mut b, &[40_000]);
+    let used = a.stats().sent.iter().filter(|&&n| n > 0).count();
+    assert_eq!(used, 1, "{:?}", a.stats());
+    assert_eq!(a.stats().sent.iter().sum::<u64>(), 10);
+    // A pick per packet spreads the same message over the pool.
+    let (mut a, mut b) = pair(&config(4));
+    exchange(&mut a, &mut b, &[40_000]);
+    assert!(a.stats().sent.iter().all(|&n| n > 0), "{:?}", a.stats());
 }
 
 #[test]
