@@ -14,6 +14,10 @@ Runs, interleaved and repeated, on 127.0.0.1:
   * an MPI halo exchange (PREFIX/bin/mpi_halo under Open MPI's cm PML and
     ofi MTL, two ranks that exchange a message and compute, or not, each
     iteration; not over udp;ofi_rxd),
+  * as root, fi_pingpong (msg) between two network namespaces joined by a
+    veth pair (MTU 1500): uet with its defaults off loopback (1472-byte
+    packets, REPS over 16 source ports) against tcp over the same pair,
+    the nearest thing to two hosts on one machine (net.csv),
 over five configurations: uet with 4 KiB packets (FI_UET_MTU=4096), uet with
 its default auto MTU (large datagrams on loopback), uet-host (the default
 MTU plus the same-host paths: datagrams through shared-memory rings,
@@ -24,7 +28,7 @@ directory with the plain build's libuet-fi.so, that build (uet-64k-plain)
 also runs the 64 B ping-pongs, interleaved with the others, and the report
 compares the two.
 
-Writes OUTDIR/{pingpong,stream,wait,raw,mpi}.csv (every run), OUTDIR/summary.csv
+Writes OUTDIR/{pingpong,stream,wait,raw,mpi,net}.csv (every run), OUTDIR/summary.csv
 (medians) and OUTDIR/bench.png, and prints per size the medians, the spread
 (min-max over repetitions) and the ratios uet/tcp, uet/rxd and uet/raw, then
 one PASS/MISS line per target. Every run is bounded by `timeout`; a failed
@@ -110,6 +114,11 @@ MPI_CONFIGS = ["uet-4k", "uet-64k", "uet-host", "tcp"]
 MPI_CASES = [(8 * KI, 200)] if QUICK else [(64, 200), (64, 0), (8 * KI, 200), (8 * KI, 0)]
 MPI_LIBRARIES = ["openmpi"] + (["mpich"] if MPICH_HOME and MPICH_HALO else [])
 MPI_ITERS = 500 if QUICK else 1000
+# The network path between two namespaces: the server's end first.
+NETNS = ("uet-bench-a", "uet-bench-b")
+NET_ADDRS = ("10.233.77.1", "10.233.77.2")
+NET_CONFIGS = {"uet-net": ("uet", {"FI_PROVIDER_PATH": LIBDIR}), "tcp-net": ("tcp", {})}
+NET_SIZES = [64, 4 * KI, 64 * KI, 1 * MI, 4 * MI]
 
 
 def pp_iters(size, config):
@@ -157,36 +166,53 @@ def free_port():
     return port
 
 
-def tcp_listening(port):
-    """Whether a socket listens on TCP `port` (read from /proc, so the
-    check does not take the server's one out-of-band connection)."""
-    for path in ("/proc/net/tcp", "/proc/net/tcp6"):
+def tcp_tables(netns=None):
+    """The rows of /proc/net/tcp and tcp6, of network namespace `netns`
+    (read through ip-netns-exec) or of ours."""
+    paths = ["/proc/net/tcp", "/proc/net/tcp6"]
+    if netns:
+        r = subprocess.run(["ip", "netns", "exec", netns, "cat", *paths],
+                           capture_output=True, text=True)
+        return r.stdout.splitlines()
+    rows = []
+    for path in paths:
         try:
             with open(path) as f:
-                next(f)
-                for row in f:
-                    cols = row.split()
-                    # local address "IP:PORT" in hex, state 0A = LISTEN
-                    if cols[3] == "0A" and int(cols[1].rsplit(":", 1)[1], 16) == port:
-                        return True
-        except (OSError, ValueError, IndexError, StopIteration):
+                rows += f.read().splitlines()
+        except OSError:
             continue
+    return rows
+
+
+def tcp_listening(port, netns=None):
+    """Whether a socket listens on TCP `port` (read from /proc, so the
+    check does not take the server's one out-of-band connection)."""
+    for row in tcp_tables(netns):
+        cols = row.split()
+        try:
+            # local address "IP:PORT" in hex, state 0A = LISTEN
+            if cols[3] == "0A" and int(cols[1].rsplit(":", 1)[1], 16) == port:
+                return True
+        except (ValueError, IndexError):
+            continue  # the header line
     return False
 
 
-def client_server(server_cmd, client_cmd, env, limit, listen_port=None, settle=0.3):
+def client_server(server_cmd, client_cmd, env, limit, listen_port=None, settle=0.3,
+                  netns=None):
     """Run a server in the background and a client against it, both under
     `timeout`. With `listen_port`, the client starts once the server listens
-    there (up to 10 s; a loaded machine can take longer than any fixed
-    pause), else after `settle` seconds. Returns (ok, client stdout, error
-    text)."""
+    there (in network namespace `netns`, if given; up to 10 s: a loaded
+    machine can take longer than any fixed pause), else after `settle`
+    seconds. Returns (ok, client stdout, error text)."""
     full_env = dict(os.environ, **env)
     tl = ["timeout", "-k", "5", str(limit)]
     srv = subprocess.Popen(tl + server_cmd, env=full_env, stdout=subprocess.PIPE,
                            stderr=subprocess.STDOUT, text=True)
     if listen_port is not None:
         end = time.time() + 10.0
-        while time.time() < end and srv.poll() is None and not tcp_listening(listen_port):
+        while (time.time() < end and srv.poll() is None
+               and not tcp_listening(listen_port, netns)):
             time.sleep(0.01)
     else:
         time.sleep(settle)
@@ -232,6 +258,11 @@ def run_pingpong(config, mode, size):
     srv = common + ["-B", str(port)]
     cli = common + ["-P", str(port), "127.0.0.1"]
     ok, out, err = client_server(srv, cli, env, limit, listen_port=port)
+    return pingpong_result(f"fi_pingpong {config} {mode} {size} B", ok, out, err, iters)
+
+
+def pingpong_result(what, ok, out, err, iters):
+    """The result row of an fi_pingpong run, or None (recorded as failed)."""
     if ok:
         # bytes #sent #ack total time MB/sec usec/xfer Mxfers/sec
         for line in out.splitlines():
@@ -239,9 +270,59 @@ def run_pingpong(config, mode, size):
             if len(f) >= 8 and re.match(r"^[0-9.]+[kmg]?$", f[0]):
                 return {"lat_us": float(f[6]), "mbps": float(f[5]), "iters": iters}
         err = "no result line in fi_pingpong output"
-    FAILURES.append(f"fi_pingpong {config} {mode} {size} B: {err}")
-    log(f"   FAILED fi_pingpong {config} {mode} {size} B: {err}")
+    FAILURES.append(f"{what}: {err}")
+    log(f"   FAILED {what}: {err}")
     return None
+
+
+def netns_down():
+    for ns in NETNS:
+        subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+
+
+def netns_up():
+    """Two network namespaces joined by a veth pair (MTU 1500, addresses
+    NET_ADDRS); None when done, else why not (not root, no ip(8), a step
+    refused), with nothing left behind."""
+    if os.geteuid() != 0:
+        return "needs root"
+    if subprocess.run(["sh", "-c", "command -v ip"], capture_output=True).returncode:
+        return "needs ip(8) (iproute2)"
+    netns_down()
+    (a, b), (addr_a, addr_b) = NETNS, NET_ADDRS
+    steps = [["ip", "netns", "add", a], ["ip", "netns", "add", b],
+             ["ip", "link", "add", "uetbench0", "type", "veth", "peer", "name", "uetbench1"],
+             ["ip", "link", "set", "uetbench0", "netns", a],
+             ["ip", "link", "set", "uetbench1", "netns", b],
+             ["ip", "-n", a, "addr", "add", addr_a + "/30", "dev", "uetbench0"],
+             ["ip", "-n", b, "addr", "add", addr_b + "/30", "dev", "uetbench1"]]
+    for ns, dev in ((a, "uetbench0"), (b, "uetbench1")):
+        steps += [["ip", "-n", ns, "link", "set", "lo", "up"],
+                  ["ip", "-n", ns, "link", "set", dev, "up"]]
+    for step in steps:
+        r = subprocess.run(step, capture_output=True, text=True)
+        if r.returncode:
+            netns_down()
+            subprocess.run(["ip", "link", "del", "uetbench0"], capture_output=True)
+            return f"`{' '.join(step)}` failed: {r.stderr.strip()}"
+    return None
+
+
+def run_net_pingpong(config, size):
+    """fi_pingpong msg from the second namespace to the first (netns_up)."""
+    prov, env = NET_CONFIGS[config]
+    port = free_port()
+    iters = pp_iters(size, config)
+    common = ["fi_pingpong", "-p", prov, "-e", "rdm", "-m", "msg", "-S", str(size),
+              "-I", str(iters)]
+
+    def inside(k):
+        return ["ip", "netns", "exec", NETNS[k], "env", f"FI_UET_SRC_ADDR={NET_ADDRS[k]}"]
+    srv = inside(0) + common + ["-B", str(port)]
+    cli = inside(1) + common + ["-P", str(port), NET_ADDRS[0]]
+    ok, out, err = client_server(srv, cli, env, 30, listen_port=port, netns=NETNS[0])
+    return pingpong_result(f"fi_pingpong {config} {size} B between namespaces", ok, out,
+                           err, iters)
 
 
 def run_uet_bw(config, what, flags, client_flags, fields):
@@ -442,6 +523,36 @@ def main():
         f.write(UET_BUILD + "\n")
     n_pp = REPS * len(PP_MODES) * len(PP_SIZES)
     done = 0
+    net_rows = []
+    no_net = netns_up()
+    if no_net:
+        log(f"== network path between namespaces SKIPPED: {no_net}")
+    try:
+        run_reps(configs, pp_rows, bw_rows, wait_rows, raw_rows, mpi_rows,
+                 None if no_net else net_rows, t0, n_pp, done)
+    finally:
+        if not no_net:
+            netns_down()
+
+    write_csv("pingpong.csv", pp_rows, ["rep", "config", "mode", "size", "iters", "lat_us",
+                                        "mbps"])
+    write_csv("stream.csv", bw_rows, ["rep", "config", "size", "mbps", "cpu_s_per_gb"])
+    write_csv("wait.csv", wait_rows, ["rep", "config", "size", "iters", "lat_us",
+                                      "cpu_us_per_rt"])
+    write_csv("raw.csv", raw_rows, ["rep", "test", "size", "lat_us", "p50_us", "mbps",
+                                    "cpu_s_per_gb"])
+    write_csv("mpi.csv", mpi_rows, ["rep", "library", "config", "size", "compute_us",
+                                    "iter_us", "exchange_us"])
+    write_csv("net.csv", net_rows, ["rep", "config", "size", "iters", "lat_us", "mbps"])
+    report(pp_rows, bw_rows, wait_rows, raw_rows, mpi_rows, net_rows, reported)
+    log(f"== bench finished in {time.time() - t0:.0f} s; load average at end: "
+        f"{os.getloadavg()[0]:.2f}; results in {OUT}")
+
+
+def run_reps(configs, pp_rows, bw_rows, wait_rows, raw_rows, mpi_rows, net_rows, t0, n_pp,
+             done):
+    """The interleaved repetitions; `net_rows` None when the namespaces
+    are not there."""
     for rep in range(REPS):
         log(f"== repetition {rep + 1}/{REPS} ({time.time() - t0:.0f} s so far)")
         # Raw anchors first: they are short and bound what the rest can reach.
@@ -487,19 +598,14 @@ def main():
                 done += 1
                 log(f"   fi_pingpong {mode:6} {size:>9} B  [{done}/{n_pp}, "
                     f"{time.time() - t0:.0f} s]")
-
-    write_csv("pingpong.csv", pp_rows, ["rep", "config", "mode", "size", "iters", "lat_us",
-                                        "mbps"])
-    write_csv("stream.csv", bw_rows, ["rep", "config", "size", "mbps", "cpu_s_per_gb"])
-    write_csv("wait.csv", wait_rows, ["rep", "config", "size", "iters", "lat_us",
-                                      "cpu_us_per_rt"])
-    write_csv("raw.csv", raw_rows, ["rep", "test", "size", "lat_us", "p50_us", "mbps",
-                                    "cpu_s_per_gb"])
-    write_csv("mpi.csv", mpi_rows, ["rep", "library", "config", "size", "compute_us",
-                                    "iter_us", "exchange_us"])
-    report(pp_rows, bw_rows, wait_rows, raw_rows, mpi_rows, reported)
-    log(f"== bench finished in {time.time() - t0:.0f} s; load average at end: "
-        f"{os.getloadavg()[0]:.2f}; results in {OUT}")
+        if net_rows is None:
+            continue
+        for size in NET_SIZES:
+            for config in rotate(list(NET_CONFIGS), rep + size.bit_length()):
+                r = run_net_pingpong(config, size)
+                if r:
+                    net_rows.append({"rep": rep, "config": config, "size": size, **r})
+        log(f"   fi_pingpong between namespaces done ({time.time() - t0:.0f} s)")
 
 
 MPI_TITLES = {
@@ -573,7 +679,30 @@ def size_label(s):
     return str(s)
 
 
-def report(pp, bw, wait, raw, mpi, reported):
+def report_net(rows):
+    """The namespace ping-pong table; returns its summary rows."""
+    if not rows:
+        return []
+    log("\n== fi_pingpong -e rdm -m msg between two network namespaces (veth, MTU 1500): "
+        "uet with its defaults off loopback against tcp; median one-way us [min-max], "
+        "MB/s, ratios uet/tcp")
+    log(f"{'size':>6} {'uet':>9} {'spread':>15} {'tcp':>9} {'/tcp':>6} | {'uetMB/s':>8} "
+        f"{'tcpMB/s':>8} {'x tcp':>6}")
+    summary = []
+    for s in NET_SIZES:
+        u, lo, hi = med(rows, "lat_us", config="uet-net", size=s)
+        t = med(rows, "lat_us", config="tcp-net", size=s)[0]
+        ub = med(rows, "mbps", config="uet-net", size=s)[0]
+        tb = med(rows, "mbps", config="tcp-net", size=s)[0]
+        spread = f"{fmt(lo, 1)}-{fmt(hi, 1)}" if lo is not None else "-"
+        log(f"{size_label(s):>6} {fmt(u)} {spread:>15} {fmt(t)} {fmt(ratio(u, t), 6)} | "
+            f"{fmt(ub, 8, 0)} {fmt(tb, 8, 0)} {fmt(ratio(ub, tb), 6)}")
+        summary.append({"test": "net_pingpong", "mode": "msg", "uet": "uet-net", "size": s,
+                        "uet_lat_us": u, "tcp_lat_us": t, "uet_mbps": ub, "tcp_mbps": tb})
+    return summary
+
+
+def report(pp, bw, wait, raw, mpi, net, reported):
     summary = []
     sock = {s: med(raw, "lat_us", test="sockperf", size=s)[0] for s in SOCKPERF_SIZES}
     sock[64 * KI] = sock.pop(65000)
@@ -649,6 +778,7 @@ def report(pp, bw, wait, raw, mpi, reported):
                             "rxd_cpu_s_per_gb": xc})
 
     summary += report_wait(wait)
+    summary += report_net(net)
     write_csv("summary.csv", summary,
               ["test", "mode", "uet", "size", "uet_lat_us", "tcp_lat_us", "rxd_lat_us",
                "raw_lat_us", "uet_mbps", "tcp_mbps", "rxd_mbps", "raw_mbps", "raw_offload_mbps",
