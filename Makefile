@@ -79,9 +79,9 @@ BENCH_BIN := $(patsubst fabtests/bench/%.c,$(BUILD)/bin/%,$(BENCH_SRC))
 # What selects the freshly installed provider in the test stages.
 RUN_ENV   := FI_PROVIDER_PATH=$(LIBDIR) FI_PROVIDER=uet
 # What an endpoint on a real network does by default (the auto load
-# balancer sprays over the entropy pool in 64 KiB units, the auto MTU is
-# one Ethernet frame), forced on loopback: completions then come out of
-# order.
+# balancer sprays over the entropy pool in units of one segmented send,
+# the auto MTU is one Ethernet frame), forced on loopback: completions
+# then come out of order.
 SPRAYED   := FI_UET_LB=reps FI_UET_MTU=1472
 # Spraying as the papers do (and as through emu-net): a pick per packet,
 # so the packets of one message arrive out of order too.

@@ -40,6 +40,7 @@ import glob
 import json
 import os
 import re
+import signal
 import socket
 import statistics
 import subprocess
@@ -276,8 +277,11 @@ def pingpong_result(what, ok, out, err, iters):
 
 
 def netns_down():
+    """Removes the namespaces (their veth ends with them) and a pair left
+    in ours by a run that died while making it."""
     for ns in NETNS:
         subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+    subprocess.run(["ip", "link", "del", "uetbench0"], capture_output=True)
 
 
 def netns_up():
@@ -303,7 +307,6 @@ def netns_up():
         r = subprocess.run(step, capture_output=True, text=True)
         if r.returncode:
             netns_down()
-            subprocess.run(["ip", "link", "del", "uetbench0"], capture_output=True)
             return f"`{' '.join(step)}` failed: {r.stderr.strip()}"
     return None
 
@@ -521,15 +524,15 @@ def main():
         log("== host memory: " + FRESH_PAGES_NOTE.format(kib=reported))
     with open(os.path.join(OUT, "build.txt"), "w") as f:
         f.write(UET_BUILD + "\n")
-    n_pp = REPS * len(PP_MODES) * len(PP_SIZES)
-    done = 0
     net_rows = []
     no_net = netns_up()
     if no_net:
         log(f"== network path between namespaces SKIPPED: {no_net}")
+    # A bench stopped by its time limit (SIGTERM) removes them too.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit("bench: terminated"))
     try:
         run_reps(configs, pp_rows, bw_rows, wait_rows, raw_rows, mpi_rows,
-                 None if no_net else net_rows, t0, n_pp, done)
+                 None if no_net else net_rows, t0)
     finally:
         if not no_net:
             netns_down()
@@ -549,10 +552,11 @@ def main():
         f"{os.getloadavg()[0]:.2f}; results in {OUT}")
 
 
-def run_reps(configs, pp_rows, bw_rows, wait_rows, raw_rows, mpi_rows, net_rows, t0, n_pp,
-             done):
+def run_reps(configs, pp_rows, bw_rows, wait_rows, raw_rows, mpi_rows, net_rows, t0):
     """The interleaved repetitions; `net_rows` None when the namespaces
     are not there."""
+    n_pp = REPS * len(PP_MODES) * len(PP_SIZES)
+    done = 0
     for rep in range(REPS):
         log(f"== repetition {rep + 1}/{REPS} ({time.time() - t0:.0f} s so far)")
         # Raw anchors first: they are short and bound what the rest can reach.

@@ -149,7 +149,7 @@ struct fi_uet_stats_ops {
 	int (*entropy_stats)(struct fid_ep *ep, fi_addr_t peer,
 			     struct fi_uet_entropy_stats *stats, size_t *count);
 };
-#define FI_UET_PARAM_SPRAY_BYTES       "FI_UET_SPRAY_BYTES"       /* wire bytes of data to a peer that keep one entropy pick [0 = auto: 65536 with GSO, 1 (every packet) through FI_UET_FABRIC] */
+#define FI_UET_PARAM_SPRAY_BYTES       "FI_UET_SPRAY_BYTES"       /* wire bytes of data to a peer that keep one entropy pick [0 = auto: 65507 with GSO, 1 (every packet) through FI_UET_FABRIC or without GSO] */
 #define FI_UET_PARAM_ENTROPIES         "FI_UET_ENTROPIES"         /* sockets (source ports) per endpoint, socket 0 = its address [16] */
 #define FI_UET_PARAM_FABRIC            "FI_UET_FABRIC"            /* ip:port of an emu-net relay carrying all traffic ["" = direct] */
 #define FI_UET_PARAM_FAULT_DROP        "FI_UET_FAULT_DROP"        /* per-mille of data and ACK packets not sent [0] */

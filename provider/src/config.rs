@@ -232,7 +232,7 @@ pub const PARAMS: &[ParamSpec] = &[
     ParamSpec {
         name: "spray_bytes",
         kind: ParamKind::Int,
-        help: "Spray unit of the load balancer: after it picks an entropy (UDP source port) for a data packet, the packets to the same peer after it keep that entropy while they fit in this many wire bytes, and bad news about it (an ECN mark, a trim in the fabric, a timeout) ends the unit at once. A host gives the kernel one segmented send (FI_UET_GSO) per source port, so per-packet spraying over 16 ports cut a run of 44 standard-frame packets into runs of two or three (1 MiB fi_pingpong over a veth pair between two network namespaces: 1.05 GB/s against 2.6 with 65536). 0 = auto (default): 65536, one segmented send's worth, when datagrams go straight to the network with FI_UET_GSO; 1 (every packet picks, as the papers spray) through FI_UET_FABRIC or without GSO, where nothing batches them. 1 also restores per-packet spraying for experiments on a real fabric; 0..16777216. No effect with the single load balancer or FI_UET_DELIVERY=rod.",
+        help: "Spray unit of the load balancer: after it picks an entropy (UDP source port) for a data packet, the packets to the same peer after it keep that entropy while they fit in this many wire bytes, and bad news about it (an ECN mark, a trim in the fabric, a timeout) ends the unit at once. A host gives the kernel one segmented send (FI_UET_GSO) per source port, so per-packet spraying over 16 ports cut a run of 44 standard-frame packets into runs of two or three (1 MiB fi_pingpong over a veth pair between two network namespaces: 1.05 GB/s against 2.6 with the auto unit). 0 = auto (default): 65507, what one segmented send holds (44 standard-frame packets, 15 of 4 KiB), when datagrams go straight to the network with FI_UET_GSO; 1 (every packet picks, as the papers spray) through FI_UET_FABRIC or without GSO, where nothing batches them. 1 also restores per-packet spraying for experiments on a real fabric; with units, the algorithms' own counts (explorations, penalty decay) count units. 0..16777216. No effect with the single load balancer or FI_UET_DELIVERY=rod.",
     },
     ParamSpec {
         name: "entropies",
@@ -503,8 +503,10 @@ impl Config {
         }
     }
 
-    /// Largest spray unit auto picks: what one segmented send carries.
-    pub const GSO_SPRAY_BYTES: u32 = 65536;
+    /// The spray unit auto picks: what one segmented send carries at most
+    /// (the largest UDP payload of an IPv4 datagram), so a unit of
+    /// equal-size packets fits in one.
+    pub const GSO_SPRAY_BYTES: u32 = 65507;
 
     /// The spray unit ([`crate::cms::lb::LbConfig::spray_bytes`]) of an
     /// endpoint sending through an emu-net relay or not. Where datagrams go
@@ -860,7 +862,7 @@ mod tests {
         assert_eq!(c.effective_lb(lan, false), LbAlgorithm::Reps);
         // Spray units: one segmented send's worth where GSO batches, else
         // every packet picks; a value set is kept.
-        assert_eq!(c.effective_spray_bytes(false), 65536);
+        assert_eq!(c.effective_spray_bytes(false), 65507);
         assert_eq!(c.effective_spray_bytes(true), 1);
         c.set("gso", ParamValue::Bool(false)).unwrap();
         assert_eq!(c.effective_spray_bytes(false), 1);

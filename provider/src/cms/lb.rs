@@ -84,7 +84,9 @@ pub struct LbConfig {
     /// Wire bytes of data packets that keep one pick's entropy (the spray
     /// unit): a packet keeps it while it fits in what is left of the unit.
     /// 1 (or any size at most a packet's) picks for every packet, as the
-    /// papers spray.
+    /// papers spray. What the algorithms count per pick (REPS's
+    /// explorations after a freeze, the paper form's `explore_packets`,
+    /// the bitmap's penalty decay) then counts units.
     pub spray_bytes: u32,
 }
 
@@ -279,6 +281,11 @@ impl LoadBalancer {
         self.count_sent(ev)
     }
 
+    /// Ends the current spray unit: the next data packet is picked for.
+    pub fn end_unit(&mut self) {
+        self.unit = None;
+    }
+
     /// The entropy for a resend: a pick of its own, which neither takes
     /// from the current spray unit nor starts one.
     pub fn resend_entropy(&mut self, now: u64) -> u16 {
@@ -395,6 +402,9 @@ impl LoadBalancer {
                     r.frozen = true;
                     r.frozen_until = now + self.cfg.freeze_ns;
                     r.replay = 0;
+                    // Frozen, only known-good entropies carry data: the
+                    // unit's may be a random or exploring pick.
+                    self.unit = None;
                 } else if path_ok {
                     r.push(entropy);
                 }
@@ -648,6 +658,16 @@ mod tests {
             l.on_feedback(0, e, PathFeedback::Ecn);
             assert!(l.unit.is_none(), "{algorithm:?}: a mark ends the unit");
         }
+        // A REPS freeze ends the unit, whichever entropy timed out; so does
+        // a sender's idle restart.
+        let mut l = spraying(LbAlgorithm::Reps, 8 * PACKET);
+        let e = l.next_entropy(0, PACKET.into());
+        l.on_feedback(0, (e + 1) % 16, PathFeedback::Timeout);
+        assert!(l.unit.is_none());
+        let mut l = spraying(LbAlgorithm::Oblivious, 8 * PACKET);
+        let e = l.next_entropy(0, PACKET.into());
+        l.end_unit();
+        assert_ne!(l.next_entropy(0, PACKET.into()), e);
         // With REPS, the next pick after a mark is a recycled good entropy.
         let mut l = spraying(LbAlgorithm::Reps, 8 * PACKET);
         l.on_feedback(0, 9, PathFeedback::Good);

@@ -329,8 +329,14 @@ impl Engine {
         if last_of_item {
             peer.queue.pop_front();
         }
+        // A sender resuming after its pipe drained starts afresh: a new
+        // window for NSCC, a new pick for the load balancer.
+        let restart = std::mem::take(&mut peer.pipe_drained) && peer.in_flight_bytes == 0;
+        if restart {
+            peer.lb.end_unit();
+        }
         let entropy = packet_entropy(&mut peer.lb, kind, ordered, now, Some(next_bytes));
-        if std::mem::take(&mut peer.pipe_drained) && peer.in_flight_bytes == 0 {
+        if restart {
             peer.cc.on_idle_restart();
         }
         if std::mem::take(&mut peer.drained_by_trailer) {

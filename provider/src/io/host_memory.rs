@@ -27,10 +27,12 @@
 //!   sends from the address (another socket on the port, `IP_PKTINFO`)
 //!   does not.
 //!
-//! A process in another network namespace is never named: the socket
+//! A process found in another network namespace is not named: the socket
 //! tables read are this namespace's, and so is what the peer's address
-//! means to our datagrams (one that left after binding a socket here is
-//! refused too, whose descriptors are then pulled).
+//! means to our datagrams. The check is made when a holding is looked for
+//! (one that left after binding a socket here is refused then, and its
+//! messages are pulled); a holder found here that moves later keeps the
+//! socket it was found with, which is what the confirmations check.
 //!
 //! The full check runs once per (address, process); what it found (the
 //! holder's descriptor and the socket's inode) is confirmed again before a
@@ -949,24 +951,24 @@ mod tests {
         use std::os::fd::AsRawFd;
         use std::os::unix::process::CommandExt;
         let fd = socket.as_raw_fd();
-        let mut sleep = std::process::Command::new(program[0]);
-        sleep.args(&program[1..]);
+        let mut command = std::process::Command::new(program[0]);
+        command.args(&program[1..]);
         if let Some(uid) = uid {
-            sleep.uid(uid);
+            command.uid(uid);
         }
         // SAFETY: the closure runs in the child between fork and exec,
         // where only async-signal-safe calls may be made; fcntl is one. It
         // keeps the child's copy of `fd` across the exec, and only that
         // copy: a process another test starts meanwhile does not get it.
         unsafe {
-            sleep.pre_exec(move || match libc::fcntl(fd, libc::F_SETFD, 0) {
+            command.pre_exec(move || match libc::fcntl(fd, libc::F_SETFD, 0) {
                 -1 => Err(std::io::Error::last_os_error()),
                 _ => Ok(()),
             });
         }
         let child = {
             let _spawning = SPAWNING.read().unwrap_or_else(|e| e.into_inner());
-            sleep.spawn().ok().map(Child)
+            command.spawn().ok().map(Child)
         };
         drop(socket);
         child
@@ -1063,11 +1065,14 @@ mod tests {
             return; // no unshare(1) here
         };
         let holder = child.0.id();
+        let mut child = child;
         let moved = (0..200).any(|_| {
             std::thread::sleep(std::time::Duration::from_millis(10));
             let here = network_namespace(&holder.to_string());
-            here.is_some() && here != c.m.network
-        });
+            // An unshare(1) refused (not root) exits at once.
+            let exited = !matches!(child.0.try_wait(), Ok(None));
+            exited || here.is_some() && here != c.m.network
+        }) && matches!(child.0.try_wait(), Ok(None));
         if !moved {
             eprintln!("unshare -n refused here: the other namespace is not tested");
             return;

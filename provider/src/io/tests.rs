@@ -124,8 +124,9 @@ fn config(entropies: u16) -> Config {
 
 #[test]
 fn a_spray_unit_keeps_a_message_on_one_socket() {
-    // The default unit (one segmented send's worth, 16 packets of 4 KiB):
+    // The default unit (what one segmented send holds, 15 packets of 4 KiB):
     // a message of ten packets leaves from the socket of its first pick.
+    assert_eq!(Config::GSO_SPRAY_BYTES as usize, sys::MAX_SEGMENTED_BYTES);
     let cfg = Config {
         spray_bytes: 0,
         ..config(4)
