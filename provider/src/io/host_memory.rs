@@ -564,17 +564,22 @@ fn udp_table_row(row: &str) -> Option<UdpRow> {
 /// be read.
 pub(super) fn this_host(kind: &str) -> Option<u64> {
     let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
-    let namespace = std::fs::metadata(format!("/proc/self/ns/{kind}")).ok()?;
-    host_value(&boot, namespace.dev(), namespace.ino())
+    let (dev, ino) = namespace("self", kind)?;
+    host_value(&boot, dev, ino)
 }
 
-/// The network namespace of process `pid` (`self` for this one) as the
-/// device and inode of its `/proc/<pid>/ns/net`; `None` when it cannot be
-/// read (the process is gone, or not one we may inspect, whose memory the
-/// kernel would not let us copy either).
-fn network_namespace(pid: &str) -> Option<(u64, u64)> {
-    let namespace = std::fs::metadata(format!("/proc/{pid}/ns/net")).ok()?;
+/// The namespace of `kind` of process `pid` (`self` for this one) as the
+/// device and inode of its `/proc/<pid>/ns/<kind>`; `None` when it cannot
+/// be read (the process is gone, or not one we may inspect, whose memory
+/// the kernel would not let us copy either).
+fn namespace(pid: &str, kind: &str) -> Option<(u64, u64)> {
+    let namespace = std::fs::metadata(format!("/proc/{pid}/ns/{kind}")).ok()?;
     Some((namespace.dev(), namespace.ino()))
+}
+
+/// The network namespace of process `pid` ([`namespace`]).
+fn network_namespace(pid: &str) -> Option<(u64, u64)> {
+    namespace(pid, "net")
 }
 
 /// The boot ID (a UUID in text) folded with the PID namespace's device and
@@ -1061,11 +1066,10 @@ mod tests {
         // (as root: unshare(1) needs CAP_SYS_ADMIN; skipped without).
         let socket = std::net::UdpSocket::bind("127.0.0.87:0").unwrap();
         let origin = socket.local_addr().unwrap();
-        let Some(child) = handed_to(socket, &["unshare", "-n", "sleep", "60"], None) else {
+        let Some(mut child) = handed_to(socket, &["unshare", "-n", "sleep", "60"], None) else {
             return; // no unshare(1) here
         };
         let holder = child.0.id();
-        let mut child = child;
         let moved = (0..200).any(|_| {
             std::thread::sleep(std::time::Duration::from_millis(10));
             let here = network_namespace(&holder.to_string());
