@@ -9,8 +9,13 @@ Runs, interleaved and repeated, on 127.0.0.1:
     show what polling before sleeping buys),
   * raw-UDP anchors: sockperf ping-pong with busy-polling (--nonblocked),
     iperf3 UDP at 4 KiB and 64 KiB datagrams (one datagram per system
-    call), and udp_gso_bw (build/bin) streaming 4 KiB segments with UDP GSO
-    and GRO, the limit for a transport that batches small datagrams,
+    call), udp_gso_bw (build/bin) streaming 4 KiB segments with UDP GSO
+    and GRO, the limit for a transport that batches small datagrams, and
+    udp_pingpong (build/bin): a ping-pong of 64 KiB to 16 MiB messages in
+    65000-byte datagrams, spliced at the sender and landed in place at the
+    receiver (one copy per byte, as uet's network path makes) or sent by a
+    copying sendmsg (two), with nothing else to do: no ACKs, no flow
+    control, so the limit for a reliable transport's large ping-pong,
   * an MPI halo exchange (PREFIX/bin/mpi_halo under Open MPI's cm PML and
     ofi MTL, two ranks that exchange a message and compute, or not, each
     iteration; not over udp;ofi_rxd),
@@ -53,6 +58,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 UET_BW = os.environ.get("UET_BW", os.path.join(ROOT, "build", "bin", "uet_bw"))
 UDP_GSO_BW = os.environ.get("UDP_GSO_BW", os.path.join(ROOT, "build", "bin", "udp_gso_bw"))
+UDP_PINGPONG = os.environ.get("UDP_PINGPONG",
+                              os.path.join(ROOT, "build", "bin", "udp_pingpong"))
 LIBDIR = os.path.join(PREFIX, "lib", "libfabric")
 MPI_HALO = os.path.join(PREFIX, "bin", "mpi_halo")
 MPI_SH = os.path.join(HERE, "mpi.sh")
@@ -105,6 +112,12 @@ else:
     BW_BYTES = "128m"
     RAW_TIME = 2
 SOCKPERF_SIZES = [64, 1 * KI, 4 * KI, 65000]
+# The raw large-message ping-pong (udp_pingpong): sizes, and its two ways
+# to send, with the test names they are recorded under.
+RAW_PP_SIZES = [s for s in PP_SIZES if s >= 64 * KI]
+RAW_PP_MODES = {"udp_pp": [], "udp_pp_copy": ["-c"]}
+# Why the raw ping-pong could not run here (exit status 77), once known.
+RAW_PP_SKIPPED = []
 # Blocking-wait ping-pong (uet_bw -L -w): sizes and round trips per size.
 WAIT_SIZES = [64, 4 * KI, 64 * KI]
 WAIT_ITERS = 1000 if QUICK else 3000
@@ -425,6 +438,32 @@ def run_udp_gso(segment):
     return None
 
 
+def run_udp_pingpong(flags):
+    """udp_pingpong over RAW_PP_SIZES: {size: {lat_us, mbps}}; empty when
+    it failed (recorded) or cannot run here (noted once: no root)."""
+    sizes = ",".join(str(s) for s in RAW_PP_SIZES)
+    cmd = ["timeout", "60", UDP_PINGPONG, "-S", sizes, *flags]
+    c = subprocess.run(cmd, capture_output=True, text=True)
+    if c.returncode == 77:
+        if not RAW_PP_SKIPPED:
+            RAW_PP_SKIPPED.append(c.stderr.strip())
+            log(f"   udp_pingpong SKIPPED: {c.stderr.strip()}")
+        return {}
+    res = {}
+    for line in c.stdout.splitlines():
+        f = line.split()
+        if len(f) == 4 and f[0].isdigit():
+            try:
+                res[int(f[0])] = {"lat_us": float(f[2]), "mbps": float(f[3])}
+            except ValueError:
+                pass
+    if c.returncode or len(res) != len(RAW_PP_SIZES):
+        err = (c.stdout + c.stderr).strip()[-300:] or f"exit status {c.returncode}"
+        FAILURES.append(f"udp_pingpong {' '.join(flags)}: {err}")
+        log(f"   FAILED udp_pingpong {' '.join(flags)}: {err}")
+    return res
+
+
 def run_halo(library, config, size, compute_us):
     """mpi_halo with two ranks over `config` under `library` (openmpi or
     mpich): mean us per iteration and per exchange (posting to the end of
@@ -502,7 +541,8 @@ FRESH_PAGES_NOTE = (
 def main():
     os.makedirs(OUT, exist_ok=True)
     mpich_tools = [MPICH_HALO, os.path.join(MPICH_HOME, "bin", "mpiexec")] if MPICH_HALO else []
-    for tool in ["fi_pingpong", "sockperf", "iperf3", "mpirun", UET_BW, UDP_GSO_BW, MPI_HALO,
+    for tool in ["fi_pingpong", "sockperf", "iperf3", "mpirun", UET_BW, UDP_GSO_BW, UDP_PINGPONG,
+                 MPI_HALO,
                  *mpich_tools]:
         if subprocess.run(["sh", "-c", f"command -v '{tool}'"],
                           capture_output=True).returncode:
@@ -571,6 +611,9 @@ def run_reps(configs, pp_rows, bw_rows, wait_rows, raw_rows, mpi_rows, net_rows,
         r = run_udp_gso(4096)
         if r:
             raw_rows.append({"rep": rep, "test": "udp_gso", "size": 4096, **r})
+        for test in rotate(list(RAW_PP_MODES), rep):
+            for size, r in run_udp_pingpong(RAW_PP_MODES[test]).items():
+                raw_rows.append({"rep": rep, "test": test, "size": size, **r})
         log(f"   raw UDP anchors done ({time.time() - t0:.0f} s)")
         for i, config in enumerate(rotate(configs, rep)):
             res = run_stream(config)
@@ -717,6 +760,9 @@ def report(pp, bw, wait, raw, mpi, net, reported):
     # What each uet configuration's batching can reach: uet-4k segments its
     # 4 KiB packets as udp_gso_bw does; 64 KiB datagrams go one per call.
     offload_bw = {"uet-4k": gso, "uet-64k": iperf[65000], "uet-host": iperf[65000]}
+    # The raw large-message ping-pong: spliced (one copy) and copied.
+    raw_pp = {t: {s: med(raw, "mbps", test=t, size=s)[0] for s in RAW_PP_SIZES}
+              for t in RAW_PP_MODES}
 
     log("\n== raw UDP anchors (medians)")
     for s in SOCKPERF_SIZES:
@@ -728,6 +774,12 @@ def report(pp, bw, wait, raw, mpi, net, reported):
             f"{fmt(iperf_cpu[d], 1, 2)} CPU s/GB")
     log(f"   udp_gso_bw 4096 B segments (GSO+GRO): {fmt(gso, 9, 0)} MB/s received "
         f"(spread {fmt(gso_lo, 1, 0)}-{fmt(gso_hi, 1, 0)}), {fmt(gso_cpu, 1, 2)} CPU s/GB")
+    for s in RAW_PP_SIZES:
+        m, lo, hi = med(raw, "mbps", test="udp_pp", size=s)
+        c, clo, chi = med(raw, "mbps", test="udp_pp_copy", size=s)
+        log(f"   udp_pingpong {size_label(s):>6}: spliced sends {fmt(m, 6, 0)} MB/s "
+            f"(spread {fmt(lo, 1, 0)}-{fmt(hi, 1, 0)}), copying sends {fmt(c, 6, 0)} MB/s "
+            f"(spread {fmt(clo, 1, 0)}-{fmt(chi, 1, 0)})")
 
     for uet in UETS:
         for mode in PP_MODES:
@@ -735,7 +787,7 @@ def report(pp, bw, wait, raw, mpi, net, reported):
                 f"[min-max], ratios are uet time / other time; bandwidth MB/s and uet/other)")
             log(f"{'size':>6} {'uet':>9} {'spread':>15} {'tcp':>9} {'rxd':>9} {'raw':>7} "
                 f"{'/tcp':>6} {'/rxd':>6} {'/raw':>6} | {'uetMB/s':>8} {'tcpMB/s':>8} "
-                f"{'rxdMB/s':>8} {'x tcp':>6} {'x rxd':>6}")
+                f"{'rxdMB/s':>8} {'rawMB/s':>8} {'x tcp':>6} {'x rxd':>6} {'x raw':>6}")
             for s in PP_SIZES:
                 u, ulo, uhi = med(pp, "lat_us", config=uet, mode=mode, size=s)
                 t = med(pp, "lat_us", config="tcp", mode=mode, size=s)[0]
@@ -744,15 +796,17 @@ def report(pp, bw, wait, raw, mpi, net, reported):
                 ub = med(pp, "mbps", config=uet, mode=mode, size=s)[0]
                 tb = med(pp, "mbps", config="tcp", mode=mode, size=s)[0]
                 xb = med(pp, "mbps", config="rxd", mode=mode, size=s)[0]
+                rb = raw_pp["udp_pp"].get(s)
                 spread = f"{fmt(ulo, 1)}-{fmt(uhi, 1)}" if ulo is not None else "-"
                 log(f"{size_label(s):>6} {fmt(u)} {spread:>15} {fmt(t)} {fmt(x)} "
                     f"{fmt(r, 7)} {fmt(ratio(u, t), 6)} {fmt(ratio(u, x), 6)} "
                     f"{fmt(ratio(u, r), 6)} | {fmt(ub, 8, 0)} {fmt(tb, 8, 0)} "
-                    f"{fmt(xb, 8, 0)} {fmt(ratio(ub, tb), 6)} {fmt(ratio(ub, xb), 6)}")
+                    f"{fmt(xb, 8, 0)} {fmt(rb, 8, 0)} {fmt(ratio(ub, tb), 6)} "
+                    f"{fmt(ratio(ub, xb), 6)} {fmt(ratio(ub, rb), 6)}")
                 summary.append({"test": "pingpong", "mode": mode, "uet": uet, "size": s,
                                 "uet_lat_us": u, "tcp_lat_us": t, "rxd_lat_us": x,
                                 "raw_lat_us": r, "uet_mbps": ub, "tcp_mbps": tb,
-                                "rxd_mbps": xb})
+                                "rxd_mbps": xb, "raw_mbps": rb})
 
         log(f"\n== streaming bandwidth (uet_bw, window 64), {uet}: median MB/s [min-max], "
             f"ratios uet/other; raw = iperf3 UDP at {RAW_DGRAM[uet]} B; x off = uet / "
@@ -791,8 +845,8 @@ def report(pp, bw, wait, raw, mpi, net, reported):
     report_mpi(mpi)
     if PLAIN_LIBDIR:
         report_plain(pp)
-    targets(pp, bw, sock, offload_bw, reported)
-    plot(pp, bw, iperf, sock, gso)
+    targets(pp, bw, sock, offload_bw, raw_pp, reported)
+    plot(pp, bw, iperf, sock, gso, raw_pp)
     if FAILURES:
         log(f"\n== {len(FAILURES)} failed run(s):")
         for f in FAILURES:
@@ -850,7 +904,7 @@ def report_plain(pp):
             f"ratio {fmt(ratio(g, p), 1)}; faster in {faster} of {len(pairs)} repetitions")
 
 
-def targets(pp, bw, sock, offload_bw, reported):
+def targets(pp, bw, sock, offload_bw, raw_pp, reported):
     log("\n== targets (issue #7; msg mode, medians; reported, not asserted)")
     if reported:
         log("   note: " + FRESH_PAGES_NOTE.format(kib=reported))
@@ -876,6 +930,11 @@ def targets(pp, bw, sock, offload_bw, reported):
         line(q is not None and q >= 2, f"[{uet}] 4 MiB ping-pong bandwidth >= 2x tcp: "
              f"{fmt(ub, 1, 0)} vs {fmt(tb, 1, 0)} MB/s = {fmt(q, 1)}x"
              + paired(pp, "mbps", uet, "tcp", mode="msg", size=4 * MI))
+        rb, rc = raw_pp["udp_pp"].get(4 * MI), raw_pp["udp_pp_copy"].get(4 * MI)
+        if q is not None and q < 2 and tb and rb and ub:
+            log(f"      (2x tcp is {2 * tb:.0f} MB/s; raw UDP moves {rb:.0f} MB/s with "
+                f"spliced sends and one copy, {fmt(rc, 1, 0)} with copying sends; uet "
+                f"reaches {ub / rb:.2f} of the first)")
         q = ratio(ub, xb)
         line(q is not None and q >= 8, f"[{uet}] 4 MiB ping-pong bandwidth >= 8x rxd: "
              f"{fmt(ub, 1, 0)} vs {fmt(xb, 1, 0)} MB/s = {fmt(q, 1)}x")
@@ -907,7 +966,7 @@ def targets(pp, bw, sock, offload_bw, reported):
              + (": slower at " + ", ".join(slower) if slower else ""))
 
 
-def plot(pp, bw, iperf, sock, gso):
+def plot(pp, bw, iperf, sock, gso, raw_pp):
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -929,6 +988,11 @@ def plot(pp, bw, iperf, sock, gso):
                    label=config)
     xs = [s for s in sorted(sock) if sock[s]]
     ax[0].plot(xs, [sock[s] for s in xs], "k--", label="raw UDP (sockperf busy-poll)")
+    for test, style, label in (("udp_pp", "--", "raw UDP, spliced (udp_pingpong)"),
+                               ("udp_pp_copy", ":", "raw UDP, copied (udp_pingpong -c)")):
+        xs = [s for s in RAW_PP_SIZES if raw_pp[test].get(s)]
+        if xs:
+            ax[1].plot(xs, [raw_pp[test][s] for s in xs], "k" + style, label=label)
     for d, style in ((4096, ":"), (65000, "--")):
         if iperf[d]:
             ax[2].axhline(iperf[d], color="k", linestyle=style, label=f"iperf3 UDP {d} B")
