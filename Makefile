@@ -74,6 +74,7 @@ MPICH_SHA256  := 8fed465ebff269ea2ebac179a25de02671ddf8df476e0f115be089015015cfd
 MPICH_HOME    := $(BUILD)/mpich/mpich-$(MPICH_VERSION).data/data
 MPICH_PROGS   := $(patsubst fabtests/mpi/%.c,$(BUILD)/mpich-bin/%,$(MPI_SRC))
 BENCH_SRC := $(wildcard fabtests/bench/*.c)
+BENCH_HDR := $(wildcard fabtests/bench/*.h)
 BENCH_BIN := $(patsubst fabtests/bench/%.c,$(BUILD)/bin/%,$(BENCH_SRC))
 
 # What selects the freshly installed provider in the test stages.
@@ -153,7 +154,7 @@ $(BUILD)/bin/%: fabtests/matrix/%.c $(MATRIX_HDR) | deps
 	$(CC) $(CFLAGS) -I$(CURDIR)/include $$(pkg-config --cflags libfabric) -o $@ $< \
 	  $$(pkg-config --libs libfabric)
 
-$(BUILD)/bin/%: fabtests/bench/%.c | deps
+$(BUILD)/bin/%: fabtests/bench/%.c $(BENCH_HDR) | deps
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -pthread -I$(CURDIR)/include $$(pkg-config --cflags libfabric) -o $@ $< \
 	  $$(pkg-config --libs libfabric)

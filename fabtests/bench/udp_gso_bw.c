@@ -32,6 +32,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "udp_socket.h"
+
 #ifndef UDP_SEGMENT
 #define UDP_SEGMENT 103
 #endif
@@ -72,12 +74,8 @@ static int udp_socket(void)
 		die("socket");
 	/* Deep buffers, as the providers ask for: the sender outruns a
 	 * receiver that is descheduled for a moment. */
-	if (setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &big, sizeof big) &&
-	    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &big, sizeof big))
-		die("SO_RCVBUF");
-	if (setsockopt(fd, SOL_SOCKET, SO_SNDBUFFORCE, &big, sizeof big) &&
-	    setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &big, sizeof big))
-		die("SO_SNDBUF");
+	if (udp_socket_buffers(fd, big))
+		die("socket buffers");
 	return fd;
 }
 

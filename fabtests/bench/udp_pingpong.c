@@ -44,6 +44,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "udp_socket.h"
+
 #define PAYLOAD 65000
 #define MAX_SIZES 32
 #define WARMUP 5
@@ -113,12 +115,8 @@ static int udp_socket(size_t need, int *got)
 	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
 	if (bind(fd, (struct sockaddr *)&a, sizeof a))
 		die("bind");
-	if (setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &want, sizeof want) &&
-	    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &want, sizeof want))
-		die("SO_RCVBUF");
-	if (setsockopt(fd, SOL_SOCKET, SO_SNDBUFFORCE, &want, sizeof want) &&
-	    setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &want, sizeof want))
-		die("SO_SNDBUF");
+	if (udp_socket_buffers(fd, want))
+		die("socket buffers");
 	if (getsockopt(fd, SOL_SOCKET, SO_RCVBUF, got, &len))
 		die("getsockopt SO_RCVBUF");
 	return fd;
