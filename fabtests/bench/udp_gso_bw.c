@@ -6,9 +6,13 @@
  * (UDP_SEGMENT, as many whole segments as fit in 64 KiB) and receives
  * coalesced ones (UDP_GRO), busy-polling like the providers do.
  *
- *   udp_gso_bw [-l segment bytes] [-t seconds] [-n]
+ *   udp_gso_bw [-l segment bytes] [-t seconds] [-n | -s]
  *
- * -n turns both offloads off (one datagram per call, like iperf3). A sender
+ * -n turns both offloads off (one datagram per call, like iperf3). -s also
+ * sends one datagram per call, but splices its payload behind a corked
+ * 64-byte header instead of copying it (vmsplice and splice, as uet's
+ * network path sends large datagrams, FI_UET_SPLICE_BYTES): with -l 65000,
+ * the limit for uet's default large datagrams on loopback. A sender
  * thread streams from a 1 MiB buffer for the given time; a receiver thread
  * copies nothing beyond the kernel's copy. Prints one line:
  *
@@ -18,6 +22,7 @@
  * last arrival and cpu_s_per_GB is the process's user+system CPU time (both
  * threads) per 10^9 received bytes. Exit status is non-zero on any error.
  */
+#define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
@@ -47,6 +52,10 @@
 static size_t segment = 4096;
 static double duration = 2.0;
 static int offload = 1;
+static int splicing;
+/* What a spliced datagram carries before its payload (-s): about uet's
+ * headers. */
+#define SPLICE_HEADER 64
 static struct sockaddr_in dest;
 static atomic_int sender_done;
 static unsigned long long sent_bytes;
@@ -86,12 +95,15 @@ static void *sender(void *arg)
 	size_t per = offload ? (MAX_UDP / segment) * segment : segment;
 	size_t off = 0;
 	int seg = (int)segment;
+	int pipe[2];
 	double end;
 
 	(void)arg;
 	if (!data)
 		die("malloc");
 	memset(data, 0x5a, SEND_BUF);
+	if (splicing && udp_splice_pipe(pipe))
+		die("pipe for splicing");
 	if (offload && setsockopt(fd, IPPROTO_UDP, UDP_SEGMENT, &seg, sizeof seg))
 		die("UDP_SEGMENT");
 	if (connect(fd, (struct sockaddr *)&dest, sizeof dest))
@@ -102,7 +114,13 @@ static void *sender(void *arg)
 
 		if (off + per > SEND_BUF)
 			off = 0;
-		n = send(fd, data + off, per, 0);
+		if (splicing)
+			/* The header is the buffer's first bytes: what it says
+			 * does not matter here. */
+			n = udp_splice_send(fd, pipe, data, SPLICE_HEADER, data + off,
+					    per - SPLICE_HEADER) ? -1 : (ssize_t)per;
+		else
+			n = send(fd, data + off, per, 0);
 		if (n > 0) {
 			sent_bytes += n;
 			off += per;
@@ -113,6 +131,10 @@ static void *sender(void *arg)
 	atomic_store(&sender_done, 1);
 	free(data);
 	close(fd);
+	if (splicing) {
+		close(pipe[0]);
+		close(pipe[1]);
+	}
 	return NULL;
 }
 
@@ -126,7 +148,7 @@ int main(int argc, char **argv)
 	pthread_t tx;
 	int fd, one = 1, c;
 
-	while ((c = getopt(argc, argv, "l:t:n")) != -1) {
+	while ((c = getopt(argc, argv, "l:t:ns")) != -1) {
 		switch (c) {
 		case 'l':
 			segment = strtoul(optarg, NULL, 0);
@@ -137,14 +159,18 @@ int main(int argc, char **argv)
 		case 'n':
 			offload = 0;
 			break;
+		case 's':
+			offload = 0;
+			splicing = 1;
+			break;
 		default:
-			fprintf(stderr, "usage: udp_gso_bw [-l segment bytes] [-t seconds] [-n]\n");
+			fprintf(stderr, "usage: udp_gso_bw [-l segment bytes] [-t seconds] [-n | -s]\n");
 			return 2;
 		}
 	}
-	if (segment < 64 || segment > MAX_UDP || duration <= 0) {
-		fprintf(stderr, "udp_gso_bw: segment must be 64..%d bytes, time positive\n",
-			MAX_UDP);
+	if (segment < (splicing ? SPLICE_HEADER + 1 : 64) || segment > MAX_UDP || duration <= 0) {
+		fprintf(stderr, "udp_gso_bw: segment must be %d..%d bytes, time positive\n",
+			splicing ? SPLICE_HEADER + 1 : 64, MAX_UDP);
 		return 2;
 	}
 	fd = udp_socket();

@@ -50,8 +50,6 @@
 #define MAX_SIZES 32
 #define WARMUP 5
 #define QUIET_S 2.0
-/* Pipe room for one payload: 65000 bytes span up to 17 pages. */
-#define PIPE_BYTES (256 << 10)
 /* Socket memory a datagram takes beyond its payload (skb and its head),
  * generously: what the receive buffer must hold besides the message. */
 #define PER_DATAGRAM_OVERHEAD 2048
@@ -63,7 +61,7 @@ struct header {
 };
 
 static int copy_sends;
-static int pipe_r = -1, pipe_w = -1;
+static int splice_pipe[2] = { -1, -1 };
 static const char *side = "client";
 
 static double now_s(void)
@@ -135,7 +133,7 @@ static void join(int fd, int peer)
 
 static void send_datagram(int fd, const struct header *h, const char *payload, size_t n)
 {
-	if (copy_sends || n == 0) {
+	if (copy_sends) {
 		struct iovec iov[2] = { { (void *)h, sizeof *h }, { (void *)payload, n } };
 		struct msghdr m = { .msg_iov = iov, .msg_iovlen = 2 };
 
@@ -144,27 +142,8 @@ static void send_datagram(int fd, const struct header *h, const char *payload, s
 				die("sendmsg");
 		return;
 	}
-	/* The header starts a corked datagram; the payload's pages follow by
-	 * reference; the splice without SPLICE_F_MORE completes it. */
-	if (send(fd, h, sizeof *h, MSG_MORE) != (ssize_t)sizeof *h)
-		die("send (header)");
-	struct iovec v = { (void *)payload, n };
-	while (v.iov_len) {
-		ssize_t r = vmsplice(pipe_w, &v, 1, 0);
-
-		if (r < 0)
-			die("vmsplice");
-		v.iov_base = (char *)v.iov_base + r;
-		v.iov_len -= r;
-	}
-	for (size_t left = n; left;) {
-		ssize_t r = splice(pipe_r, NULL, fd, NULL, left, 0);
-
-		if (r < 0 && errno != EINTR)
-			die("splice (try -c)");
-		if (r > 0)
-			left -= r;
-	}
+	if (udp_splice_send(fd, splice_pipe, h, sizeof *h, payload, n))
+		die("splice (try -c)");
 }
 
 static void send_message(int fd, const char *buf, size_t size, uint64_t iteration)
@@ -270,16 +249,8 @@ static int run(int fd, int client, const size_t *sizes, int nsizes, unsigned lon
 	char *tx, *rx;
 
 	/* Each side its own pipe: the payload passes through it. */
-	if (!copy_sends) {
-		int p[2];
-
-		if (pipe2(p, O_CLOEXEC))
-			die("pipe2");
-		pipe_r = p[0];
-		pipe_w = p[1];
-		if (fcntl(pipe_w, F_SETPIPE_SZ, PIPE_BYTES) < 0)
-			die("F_SETPIPE_SZ (try -c)");
-	}
+	if (!copy_sends && udp_splice_pipe(splice_pipe))
+		die("pipe for splicing (try -c)");
 	for (int i = 0; i < nsizes; i++)
 		largest = sizes[i] > largest ? sizes[i] : largest;
 	/* Page-aligned, as an application's large buffers are, and written

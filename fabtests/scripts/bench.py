@@ -11,6 +11,8 @@ Runs, interleaved and repeated, on 127.0.0.1:
     iperf3 UDP at 4 KiB and 64 KiB datagrams (one datagram per system
     call), udp_gso_bw (build/bin) streaming 4 KiB segments with UDP GSO
     and GRO, the limit for a transport that batches small datagrams, and
+    65000-byte datagrams with spliced payloads (-s), the limit for uet's
+    large datagrams, which it splices too, and
     udp_pingpong (build/bin): a ping-pong of 64 KiB to 16 MiB messages in
     65000-byte datagrams, spliced at the sender and landed in place at the
     receiver (one copy per byte, as uet's network path makes) or sent by a
@@ -423,8 +425,9 @@ def run_iperf(dgram):
     return None
 
 
-def run_udp_gso(segment):
-    cmd = ["timeout", str(RAW_TIME + 10), UDP_GSO_BW, "-l", str(segment), "-t", str(RAW_TIME)]
+def run_udp_gso(segment, flags=()):
+    cmd = ["timeout", str(RAW_TIME + 10), UDP_GSO_BW, "-l", str(segment), "-t", str(RAW_TIME),
+           *flags]
     c = subprocess.run(cmd, capture_output=True, text=True)
     f = c.stdout.split()
     if c.returncode == 0 and len(f) == 6:
@@ -433,8 +436,8 @@ def run_udp_gso(segment):
         except ValueError:
             pass
     err = (c.stdout + c.stderr).strip()[-300:] or f"exit status {c.returncode}"
-    FAILURES.append(f"udp_gso_bw {segment} B: {err}")
-    log(f"   FAILED udp_gso_bw {segment} B: {err}")
+    FAILURES.append(f"udp_gso_bw {' '.join(flags)} {segment} B: {err}")
+    log(f"   FAILED udp_gso_bw {' '.join(flags)} {segment} B: {err}")
     return None
 
 
@@ -611,6 +614,9 @@ def run_reps(configs, pp_rows, bw_rows, wait_rows, raw_rows, mpi_rows, net_rows,
         r = run_udp_gso(4096)
         if r:
             raw_rows.append({"rep": rep, "test": "udp_gso", "size": 4096, **r})
+        r = run_udp_gso(65000, ["-s"])
+        if r:
+            raw_rows.append({"rep": rep, "test": "udp_splice", "size": 65000, **r})
         for test in rotate(list(RAW_PP_MODES), rep):
             for size, r in run_udp_pingpong(RAW_PP_MODES[test]).items():
                 raw_rows.append({"rep": rep, "test": test, "size": size, **r})
@@ -757,9 +763,12 @@ def report(pp, bw, wait, raw, mpi, net, reported):
     iperf_cpu = {d: med(raw, "cpu_s_per_gb", test="iperf3", size=d)[0] for d in (4096, 65000)}
     gso, gso_lo, gso_hi = med(raw, "mbps", test="udp_gso", size=4096)
     gso_cpu = med(raw, "cpu_s_per_gb", test="udp_gso", size=4096)[0]
-    # What each uet configuration's batching can reach: uet-4k segments its
-    # 4 KiB packets as udp_gso_bw does; 64 KiB datagrams go one per call.
-    offload_bw = {"uet-4k": gso, "uet-64k": iperf[65000], "uet-host": iperf[65000]}
+    spliced, spliced_lo, spliced_hi = med(raw, "mbps", test="udp_splice", size=65000)
+    spliced_cpu = med(raw, "cpu_s_per_gb", test="udp_splice", size=65000)[0]
+    # What each uet configuration's sends can reach: uet-4k segments its
+    # 4 KiB packets as udp_gso_bw does; 64 KiB datagrams go one per call,
+    # their payloads spliced (udp_gso_bw -s).
+    offload_bw = {"uet-4k": gso, "uet-64k": spliced, "uet-host": spliced}
     # The raw large-message ping-pong: spliced (one copy) and copied.
     raw_pp = {t: {s: med(raw, "mbps", test=t, size=s)[0] for s in RAW_PP_SIZES}
               for t in RAW_PP_MODES}
@@ -774,6 +783,9 @@ def report(pp, bw, wait, raw, mpi, net, reported):
             f"{fmt(iperf_cpu[d], 1, 2)} CPU s/GB")
     log(f"   udp_gso_bw 4096 B segments (GSO+GRO): {fmt(gso, 9, 0)} MB/s received "
         f"(spread {fmt(gso_lo, 1, 0)}-{fmt(gso_hi, 1, 0)}), {fmt(gso_cpu, 1, 2)} CPU s/GB")
+    log(f"   udp_gso_bw -s 65000 B datagrams, payloads spliced: {fmt(spliced, 9, 0)} MB/s "
+        f"received (spread {fmt(spliced_lo, 1, 0)}-{fmt(spliced_hi, 1, 0)}), "
+        f"{fmt(spliced_cpu, 1, 2)} CPU s/GB")
     for s in RAW_PP_SIZES:
         m, lo, hi = med(raw, "mbps", test="udp_pp", size=s)
         c, clo, chi = med(raw, "mbps", test="udp_pp_copy", size=s)
@@ -810,7 +822,7 @@ def report(pp, bw, wait, raw, mpi, net, reported):
 
         log(f"\n== streaming bandwidth (uet_bw, window 64), {uet}: median MB/s [min-max], "
             f"ratios uet/other; raw = iperf3 UDP at {RAW_DGRAM[uet]} B; x off = uet / "
-            f"{'udp_gso_bw 4 KiB segments' if uet == 'uet-4k' else 'iperf3 64 KiB'}; "
+            f"{'udp_gso_bw 4 KiB segments' if uet == 'uet-4k' else 'udp_gso_bw -s 65000 B spliced'}; "
             f"CPU s per GB")
         log(f"{'size':>6} {'uet':>8} {'spread':>15} {'tcp':>8} {'rxd':>8} {'raw':>8} "
             f"{'x tcp':>6} {'x rxd':>6} {'x raw':>6} {'x off':>6} | {'uetCPU':>7} "
@@ -846,7 +858,7 @@ def report(pp, bw, wait, raw, mpi, net, reported):
     if PLAIN_LIBDIR:
         report_plain(pp)
     targets(pp, bw, sock, offload_bw, raw_pp, reported)
-    plot(pp, bw, iperf, sock, gso, raw_pp)
+    plot(pp, bw, iperf, sock, gso, spliced, raw_pp)
     if FAILURES:
         log(f"\n== {len(FAILURES)} failed run(s):")
         for f in FAILURES:
@@ -945,7 +957,7 @@ def targets(pp, bw, sock, offload_bw, raw_pp, reported):
              f"tcp: {fmt(us, 1, 0)} vs {fmt(ts, 1, 0)} MB/s = {fmt(q, 1)}x"
              + paired(bw, "mbps", uet, "tcp", size=MI))
         if q is not None and q < 1.5 and ts and offload_bw[uet]:
-            log(f"      (1.5x tcp is {1.5 * ts:.0f} MB/s; raw UDP with the same batching "
+            log(f"      (1.5x tcp is {1.5 * ts:.0f} MB/s; raw UDP sending as this uet does "
                 f"moves {offload_bw[uet]:.0f} MB/s, uet reaches "
                 f"{us / offload_bw[uet]:.2f} of it)")
         slower = []
@@ -966,7 +978,7 @@ def targets(pp, bw, sock, offload_bw, raw_pp, reported):
              + (": slower at " + ", ".join(slower) if slower else ""))
 
 
-def plot(pp, bw, iperf, sock, gso, raw_pp):
+def plot(pp, bw, iperf, sock, gso, spliced, raw_pp):
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -998,6 +1010,9 @@ def plot(pp, bw, iperf, sock, gso, raw_pp):
             ax[2].axhline(iperf[d], color="k", linestyle=style, label=f"iperf3 UDP {d} B")
     if gso:
         ax[2].axhline(gso, color="grey", linestyle="-.", label="UDP GSO/GRO 4096 B segments")
+    if spliced:
+        ax[2].axhline(spliced, color="grey", linestyle="--",
+                      label="UDP 65000 B, spliced payloads")
     titles = ["fi_pingpong msg: one-way latency (us)", "fi_pingpong msg: MB/s",
               "streaming (uet_bw, window 64): MB/s"]
     for a, title in zip(ax, titles):
