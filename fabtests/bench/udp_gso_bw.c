@@ -9,10 +9,11 @@
  *   udp_gso_bw [-l segment bytes] [-t seconds] [-n | -s]
  *
  * -n turns both offloads off (one datagram per call, like iperf3). -s also
- * sends one datagram per call, but splices its payload behind a corked
- * 64-byte header instead of copying it (vmsplice and splice, as uet's
- * network path sends large datagrams, FI_UET_SPLICE_BYTES): with -l 65000,
- * the limit for uet's default large datagrams on loopback. A sender
+ * sends one datagram at a time, but splices its payload behind a corked
+ * 64-byte header instead of copying it (three system calls: send, vmsplice
+ * and splice, as uet's network path sends large datagrams,
+ * FI_UET_SPLICE_BYTES): with -l 65000, the reference for uet's default
+ * large datagrams on loopback. A sender
  * thread streams from a 1 MiB buffer for the given time; a receiver thread
  * copies nothing beyond the kernel's copy. Prints one line:
  *
@@ -114,12 +115,15 @@ static void *sender(void *arg)
 
 		if (off + per > SEND_BUF)
 			off = 0;
-		if (splicing)
+		if (splicing) {
 			/* The header is the buffer's first bytes: what it says
-			 * does not matter here. */
-			n = udp_splice_send(fd, pipe, data, SPLICE_HEADER, data + off,
-					    per - SPLICE_HEADER) ? -1 : (ssize_t)per;
-		else
+			 * does not matter here. A failed splice may leave a
+			 * header corked: no retry. */
+			if (udp_splice_send(fd, pipe, data, SPLICE_HEADER, data + off,
+					    per - SPLICE_HEADER))
+				die("splice");
+			n = (ssize_t)per;
+		} else
 			n = send(fd, data + off, per, 0);
 		if (n > 0) {
 			sent_bytes += n;

@@ -49,7 +49,8 @@ static inline int udp_splice_pipe(int p[2])
  * payload's pages go into the pipe by reference (vmsplice) and the splice
  * into the socket, without SPLICE_F_MORE, completes it. The kernel copies
  * no payload byte; the pages must stay unchanged until the receiver has
- * read the datagram. 0, or -1 with errno set. */
+ * read the datagram. 0, or -1 with errno set; after a failure a header
+ * may stay corked and pages in the pipe, so the caller stops. */
 static inline int udp_splice_send(int fd, const int p[2], const void *header,
 				  size_t header_len, const void *payload, size_t n)
 {
@@ -60,6 +61,8 @@ static inline int udp_splice_send(int fd, const int p[2], const void *header,
 	while (v.iov_len) {
 		ssize_t r = vmsplice(p[1], &v, 1, 0);
 
+		if (r < 0 && errno == EINTR)
+			continue;
 		if (r < 0)
 			return -1;
 		v.iov_base = (char *)v.iov_base + r;
